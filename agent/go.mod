@@ -1,0 +1,3 @@
+module github.com/sluicelb/sluice/agent
+
+go 1.26

@@ -1,0 +1,167 @@
+package snapshot
+
+import (
+	"bytes"
+	"compress/gzip"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/sluicelb/sluice/api/codec"
+)
+
+// Storage limits. etcd refuses requests over 1.5 MiB by default, so a part
+// is at most PartSize, and a manifest with inline data stays well below it
+// (the pointer and manifest are written in one transaction).
+const (
+	PartSize    = 1 << 20
+	InlineLimit = 512 << 10
+	// MaxDecoded bounds the JSON a manifest may expand to (a gzip bomb guard).
+	MaxDecoded = 512 << 20
+	// Encoding is the only content encoding so far.
+	Encoding = "json+gzip"
+)
+
+// Manifest is the small value stored under the snapshot's key. The content is
+// either Inline or split into Parts, each stored under its SHA-256.
+type Manifest struct {
+	Meta     Meta   `json:"meta"`
+	Encoding string `json:"encoding"`
+	// Size is the length of the compressed content in bytes.
+	Size int `json:"size"`
+	// Digest is the hex SHA-256 of the compressed content.
+	Digest string `json:"digest"`
+	// Inline holds the compressed content when it is at most InlineLimit.
+	Inline []byte `json:"inline,omitempty"`
+	// Parts are hex SHA-256 digests of the content's parts, in order.
+	Parts []string `json:"parts,omitempty"`
+}
+
+// Part is one content-addressed piece of a large snapshot.
+type Part struct {
+	Digest string
+	Data   []byte
+}
+
+// Pointer is the value of current/<proxyCluster>: which snapshot is live.
+type Pointer struct {
+	Version uint64 `json:"version"`
+	Hash    string `json:"hash"`
+}
+
+// Encode turns s into a manifest and the parts that must be stored before it.
+// It sets s.Meta.Hash if it is empty.
+func Encode(s *Snapshot) (Manifest, []Part, error) {
+	if s.Meta.Hash == "" {
+		s.Meta.Hash = ContentHash(s)
+	}
+	raw, err := json.Marshal(s)
+	if err != nil {
+		return Manifest{}, nil, fmt.Errorf("encode snapshot: %w", err)
+	}
+	var buf bytes.Buffer
+	zw, _ := gzip.NewWriterLevel(&buf, gzip.BestSpeed)
+	if _, err := zw.Write(raw); err != nil {
+		return Manifest{}, nil, fmt.Errorf("compress snapshot: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return Manifest{}, nil, fmt.Errorf("compress snapshot: %w", err)
+	}
+	data := buf.Bytes()
+	m := Manifest{Meta: s.Meta, Encoding: Encoding, Size: len(data), Digest: digest(data)}
+	if len(data) <= InlineLimit {
+		m.Inline = data
+		return m, nil, nil
+	}
+	var parts []Part
+	for off := 0; off < len(data); off += PartSize {
+		end := min(off+PartSize, len(data))
+		chunk := bytes.Clone(data[off:end])
+		p := Part{Digest: digest(chunk), Data: chunk}
+		parts = append(parts, p)
+		m.Parts = append(m.Parts, p.Digest)
+	}
+	return m, parts, nil
+}
+
+// ErrMissingPart is returned (wrapped) when a referenced part cannot be fetched.
+var ErrMissingPart = errors.New("snapshot part missing")
+
+// Decode rebuilds a snapshot from its manifest, fetching parts with get. It
+// checks every digest, the content hash and strict JSON decoding; it does not
+// run the semantic validator (api/validate).
+func Decode(m Manifest, get func(digest string) ([]byte, error)) (*Snapshot, error) {
+	if m.Encoding != Encoding {
+		return nil, fmt.Errorf("decode snapshot: encoding %q is not %q", m.Encoding, Encoding)
+	}
+	var data []byte
+	switch {
+	case len(m.Inline) > 0 && len(m.Parts) > 0:
+		return nil, errors.New("decode snapshot: manifest has both inline content and parts")
+	case len(m.Inline) > 0:
+		data = m.Inline
+	default:
+		if len(m.Parts) == 0 {
+			return nil, errors.New("decode snapshot: manifest has no content")
+		}
+		buf := make([]byte, 0, m.Size)
+		for i, d := range m.Parts {
+			p, err := get(d)
+			if err != nil {
+				return nil, fmt.Errorf("decode snapshot: part %d (%s): %w", i, d, err)
+			}
+			if got := digest(p); got != d {
+				return nil, fmt.Errorf("decode snapshot: part %d digest is %s, want %s", i, got, d)
+			}
+			buf = append(buf, p...)
+		}
+		data = buf
+	}
+	if len(data) != m.Size {
+		return nil, fmt.Errorf("decode snapshot: content is %d bytes, manifest says %d", len(data), m.Size)
+	}
+	if got := digest(data); got != m.Digest {
+		return nil, fmt.Errorf("decode snapshot: content digest is %s, manifest says %s", got, m.Digest)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	raw, err := io.ReadAll(io.LimitReader(zr, MaxDecoded+1))
+	if err != nil {
+		return nil, fmt.Errorf("decode snapshot: decompress: %w", err)
+	}
+	if len(raw) > MaxDecoded {
+		return nil, fmt.Errorf("decode snapshot: content exceeds %d bytes", MaxDecoded)
+	}
+	s, err := Unmarshal(raw)
+	if err != nil {
+		return nil, err
+	}
+	if s.Meta.Version != m.Meta.Version || s.Meta.ProxyCluster != m.Meta.ProxyCluster {
+		return nil, fmt.Errorf("decode snapshot: content is %s v%d, manifest says %s v%d",
+			s.Meta.ProxyCluster, s.Meta.Version, m.Meta.ProxyCluster, m.Meta.Version)
+	}
+	if h := ContentHash(s); h != s.Meta.Hash {
+		return nil, fmt.Errorf("decode snapshot: content hash is %s, meta.hash says %s", h, s.Meta.Hash)
+	}
+	return s, nil
+}
+
+// Unmarshal strictly decodes one snapshot document (JSON): unknown fields,
+// duplicate keys and wrong types are errors.
+func Unmarshal(raw []byte) (*Snapshot, error) {
+	var s Snapshot
+	if err := codec.UnmarshalJSON(raw, &s); err != nil {
+		return nil, fmt.Errorf("decode snapshot: %w", err)
+	}
+	return &s, nil
+}
+
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,127 @@
+// Package snapshot is the scheduler's output: everything the proxies of one
+// proxy cluster need, whole and versioned. A Snapshot is immutable once
+// published; it is stored in etcd as a small Manifest plus content-addressed
+// parts (see encode.go) so that any size fits etcd's request limits.
+package snapshot
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// Snapshot is one proxy cluster's complete configuration.
+type Snapshot struct {
+	Meta Meta `json:"meta"`
+	// Settings are proxy-wide options for this proxy cluster.
+	Settings Settings `json:"settings"`
+	// Products route hosts to clusters.
+	Products       map[string]config.Product `json:"products,omitempty"`
+	DefaultProduct string                    `json:"default_product,omitempty"`
+	// Clusters holds every backend cluster the proxies may route to.
+	Clusters map[string]Cluster `json:"clusters,omitempty"`
+}
+
+// Meta identifies a snapshot. Version is monotonic per proxy cluster.
+type Meta struct {
+	ProxyCluster string    `json:"proxy_cluster"`
+	Version      uint64    `json:"version"`
+	Parent       uint64    `json:"parent,omitempty"`
+	Author       string    `json:"author,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	CreatedAt    time.Time `json:"created_at"`
+	// Hash is ContentHash of the snapshot: equal content, equal hash.
+	Hash string `json:"hash,omitempty"`
+}
+
+// Settings are per proxy cluster options.
+type Settings struct {
+	// IDC is where this proxy cluster runs.
+	IDC string `json:"idc,omitempty"`
+	// TrustedProxies are CIDRs whose X-Forwarded-For is believed.
+	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+}
+
+// Cluster is one backend cluster as this proxy cluster sees it.
+type Cluster struct {
+	// SubClusters with their instances (static and agent-registered, with
+	// agent-reported state). Excluded ones (drained) take no traffic at all.
+	SubClusters map[string]config.SubCluster `json:"subclusters"`
+	Policy      config.Policy                `json:"policy"`
+	// Row is this proxy cluster's weight row for the cluster.
+	Row Row `json:"row"`
+	// Explanation says how the row was computed; not part of the content hash.
+	Explanation *Explanation `json:"explanation,omitempty"`
+}
+
+// UnmarshalJSON fills policy defaults first, as config.Cluster does.
+func (c *Cluster) UnmarshalJSON(b []byte) error {
+	type plain Cluster
+	v := plain{Policy: config.DefaultPolicy()}
+	if err := config.StrictUnmarshal(b, &v); err != nil {
+		return err
+	}
+	*c = Cluster(v)
+	return nil
+}
+
+// Row is the weight row of one (proxy cluster, cluster) pair: integers ≥ 0 over
+// sub-cluster names and config.Blackhole that sum exactly to Denominator.
+type Row struct {
+	Denominator int            `json:"denominator"`
+	Weights     map[string]int `json:"weights"`
+	// Pinned rows were fixed by an operator.
+	Pinned bool `json:"pinned,omitempty"`
+	// AllowFullDrop permits a blackhole share equal to the denominator.
+	AllowFullDrop bool `json:"allow_full_drop,omitempty"`
+}
+
+// Explanation records how a row came to be.
+type Explanation struct {
+	// Mode: "optimal", "capacity-proportional", "pinned", "static".
+	Mode string `json:"mode"`
+	// DemandRPS is the demand used for this proxy cluster.
+	DemandRPS float64 `json:"demand_rps"`
+	// CapacityRPS per sub-cluster (after target utilisation).
+	CapacityRPS map[string]float64 `json:"capacity_rps,omitempty"`
+	// Cost per sub-cluster from this proxy cluster's IDC.
+	Cost map[string]int `json:"cost,omitempty"`
+	// Optimum is the row before rounding and guardrails, in points of the denominator.
+	Optimum map[string]float64 `json:"optimum,omitempty"`
+	// Guardrails lists each guardrail that changed the row and how.
+	Guardrails []string `json:"guardrails,omitempty"`
+	// Utilisation is the projected load / capacity per sub-cluster (all proxy clusters).
+	Utilisation map[string]float64 `json:"utilisation,omitempty"`
+	// Notes are other facts worth showing (fallbacks, shifts applied).
+	Notes []string `json:"notes,omitempty"`
+}
+
+// ContentHash is the hex SHA-256 of the snapshot's content: everything but
+// the metadata and the explanations. Two snapshots with the same hash route
+// every request the same way, so the scheduler does not publish them twice.
+func ContentHash(s *Snapshot) string {
+	c := Snapshot{
+		Meta:           Meta{ProxyCluster: s.Meta.ProxyCluster},
+		Settings:       s.Settings,
+		Products:       s.Products,
+		DefaultProduct: s.DefaultProduct,
+	}
+	if len(s.Clusters) > 0 {
+		c.Clusters = make(map[string]Cluster, len(s.Clusters))
+		for name, cl := range s.Clusters {
+			cl.Explanation = nil
+			c.Clusters[name] = cl
+		}
+	}
+	// json.Marshal sorts map keys, so the encoding is canonical.
+	b, err := json.Marshal(&c)
+	if err != nil {
+		// Every field is a plain value; Marshal cannot fail.
+		panic("snapshot: marshal content: " + err.Error())
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}

@@ -1,0 +1,3 @@
+module github.com/sluicelb/sluice/cli
+
+go 1.26

@@ -1,0 +1,3 @@
+module github.com/sluicelb/sluice/proxy
+
+go 1.26

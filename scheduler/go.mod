@@ -1,0 +1,3 @@
+module github.com/sluicelb/sluice/scheduler
+
+go 1.26
