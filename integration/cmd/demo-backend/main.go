@@ -29,11 +29,11 @@ import (
 
 type backend struct {
 	cluster, subcluster, instance string
-	inFlight, total                atomic.Int64
-	healthy                        atomic.Bool
-	mu                             sync.Mutex
-	lastTraceparent                string
-	byPath                         map[string]int64
+	inFlight, total               atomic.Int64
+	healthy                       atomic.Bool
+	mu                            sync.Mutex
+	lastTraceparent               string
+	byPath                        map[string]int64
 }
 
 func main() {
