@@ -6,7 +6,7 @@ GO ?= go
 FUZZTIME ?= 10s
 TEST_FLAGS ?= -race -count=1 -timeout 15m
 
-.PHONY: all build test unit e2e lint fuzz run bench chaos images deploy-up deploy-down clean tidy
+.PHONY: all build devtools test unit e2e lint fuzz run bench chaos images deploy-up deploy-down clean tidy
 
 all: build
 
@@ -22,9 +22,14 @@ test:
 	  (cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
 	done
 
-## e2e: the end-to-end scenarios over real components (integration/e2e)
-e2e:
-	cd integration && $(GO) test -count=1 -timeout 20m -tags e2e ./e2e/...
+## devtools: the demo backend and the local fleet launcher
+devtools:
+	@mkdir -p bin
+	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ ./integration/cmd/demo-backend ./integration/cmd/sluice-dev
+
+## e2e: the end-to-end scenarios over the real binaries (integration/e2e)
+e2e: build devtools
+	cd integration && SLUICE_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 25m -tags e2e -v ./e2e/... 2>&1 | tee $(CURDIR)/bin/e2e.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
 
 ## lint: go vet on every module and a gofmt check
 lint:
@@ -36,9 +41,7 @@ fuzz:
 	@bash scripts/fuzz.sh $(FUZZTIME)
 
 ## run: the local two-IDC fleet on loopback (embedded etcd)
-run: build
-	@mkdir -p bin
-	$(GO) build -o bin/sluice-dev ./integration/cmd/sluice-dev
+run: build devtools
 	./bin/sluice-dev --bin bin
 
 clean:
