@@ -1,0 +1,307 @@
+package balance
+
+import (
+	"math"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// HealthState is an address's health as the proxy sees it.
+type HealthState int32
+
+const (
+	// Normal takes traffic.
+	Normal HealthState = iota
+	// Checking was ejected by passive checks (fail_num consecutive request
+	// failures) and is probed every check_interval until succ_num successes.
+	Checking
+	// Down failed fall consecutive always-on active probes; rise successes bring it back.
+	Down
+)
+
+func (s HealthState) String() string {
+	switch s {
+	case Normal:
+		return "NORMAL"
+	case Checking:
+		return "CHECKING"
+	case Down:
+		return "DOWN"
+	}
+	return "UNKNOWN"
+}
+
+// Override is an operator's runtime change to one address (HAProxy's
+// "set weight" and "drain"). It applies to every cluster referencing the address.
+type Override struct {
+	// Weight replaces the configured weight when non-nil (0..config.MaxInstanceWeight).
+	Weight *int `json:"weight,omitempty"`
+	// Drain takes the address out of rotation (in-flight requests finish).
+	Drain bool `json:"drain,omitempty"`
+	// TTL clears the override after this long; 0 keeps it until ClearOverride.
+	TTL time.Duration `json:"ttl,omitempty"`
+}
+
+type override struct {
+	Override
+	expires time.Time // zero: never
+}
+
+// healthRules is the health part of the policy of the first cluster (by
+// name) referencing an address; an address shared by clusters with different
+// health policies follows that one.
+type healthRules struct {
+	failNum, succNum int
+	checkInterval    time.Duration
+	active           bool
+	interval         time.Duration
+	timeout          time.Duration
+	rise, fall       int
+	probe            config.Probe
+	slowStart        time.Duration
+	floorPercent     int
+	effFailNum       int // effective-weight demotion step divisor
+}
+
+// Endpoint is the runtime state of one backend address. It is shared by every
+// table that references the address and survives table swaps. Safe for
+// concurrent use.
+type Endpoint struct {
+	addr netip.AddrPort
+	reg  *Registry
+
+	inflight    atomic.Int64
+	consecFails atomic.Int32
+	ewmaBits    atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
+
+	mu          sync.Mutex
+	rules       healthRules
+	state       HealthState
+	probeOK     int // consecutive probe successes while not Normal
+	activeFails int // consecutive active probe failures while Normal
+	ejectedAt   time.Time
+	rampStart   time.Time // slow start began here; zero = no ramp
+	ovr         *override
+	effWeight   int // effective weight (effective_weights); 0 = full
+	baseWeight  int // configured weight of the first member referencing it
+	refs        int // tables (current and pending) referencing it
+	released    atomic.Bool
+}
+
+// Addr is the backend address; stable across table swaps.
+func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
+
+// InFlight is the number of picks not yet reported with Done.
+func (e *Endpoint) InFlight() int64 { return e.inflight.Load() }
+
+// Health returns the current health state.
+func (e *Endpoint) Health() HealthState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state
+}
+
+// EWMALatency is the smoothed response time (0 before the first sample).
+func (e *Endpoint) EWMALatency() time.Duration {
+	return time.Duration(math.Float64frombits(e.ewmaBits.Load()))
+}
+
+// memberState is a consistent read of what the picker needs.
+type memberState struct {
+	health     HealthState
+	ejectedAt  time.Time
+	drained    bool
+	weight     int       // dynamic weight (override, effective, slow start applied)
+	static     bool      // weight equals the configured weight and will not change by itself
+	until      time.Time // the state changes by itself at this time (zero: never)
+	overridden bool
+	progress   float64 // slow-start progress 0..1
+}
+
+// read computes the member's view for a configured weight at now.
+func (e *Endpoint) read(configured int, now time.Time) memberState {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ms := memberState{health: e.state, ejectedAt: e.ejectedAt, static: true, progress: 1}
+	w := configured
+	if o := e.ovr; o != nil {
+		if !o.expires.IsZero() && !now.Before(o.expires) {
+			e.ovr = nil
+		} else {
+			ms.overridden = true
+			ms.until = o.expires
+			if o.Weight != nil {
+				w = *o.Weight
+			}
+			ms.drained = o.Drain
+			if w != configured || o.Drain {
+				ms.static = false
+			}
+		}
+	}
+	if e.effWeight > 0 && e.baseWeight > 0 && e.effWeight < e.baseWeight && w > 0 {
+		w = max(1, w*e.effWeight/e.baseWeight)
+		ms.static = false
+	}
+	if !e.rampStart.IsZero() && e.rules.slowStart > 0 && w > 0 {
+		el := now.Sub(e.rampStart)
+		if el < e.rules.slowStart {
+			ms.progress = float64(el) / float64(e.rules.slowStart)
+			floor := float64(max(1, e.rules.floorPercent)) / 100
+			f := floor + (1-floor)*ms.progress
+			w = max(1, int(float64(w)*f))
+			ms.static = false
+			end := e.rampStart.Add(e.rules.slowStart)
+			if ms.until.IsZero() || end.Before(ms.until) {
+				ms.until = end
+			}
+		} else {
+			e.rampStart = time.Time{}
+		}
+	}
+	ms.weight = w
+	return ms
+}
+
+// success/failure bookkeeping for passive health. Returns true when the
+// health state changed.
+func (e *Endpoint) reportFailure(now time.Time) bool {
+	n := e.consecFails.Add(1)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	changed := false
+	if e.rules.effFailNum > 0 && e.baseWeight > 0 {
+		cur := e.effWeight
+		if cur == 0 {
+			cur = e.baseWeight
+		}
+		step := max(1, e.baseWeight/e.rules.effFailNum)
+		nw := max(1, cur-step)
+		if nw != cur {
+			e.effWeight = nw
+			changed = true
+		}
+	}
+	if e.state == Normal && e.rules.failNum > 0 && int(n) >= e.rules.failNum {
+		e.state = Checking
+		e.ejectedAt = now
+		e.probeOK = 0
+		e.rampStart = time.Time{}
+		e.poke()
+		changed = true
+	}
+	return changed
+}
+
+func (e *Endpoint) reportSuccess() bool {
+	if e.consecFails.Load() != 0 {
+		e.consecFails.Store(0)
+	}
+	if e.reg == nil || !e.reg.effActive.Load() {
+		return false
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.effWeight > 0 && e.effWeight < e.baseWeight {
+		e.effWeight++
+		if e.effWeight >= e.baseWeight {
+			e.effWeight = 0
+		}
+		return true
+	}
+	return false
+}
+
+// probeResult applies one active probe outcome; returns true when the health
+// state changed. This is the one place (with reportFailure) that flips state.
+func (e *Endpoint) probeResult(ok bool, now time.Time) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch e.state {
+	case Normal:
+		if !e.rules.active {
+			return false
+		}
+		if ok {
+			e.activeFails = 0
+			return false
+		}
+		e.activeFails++
+		if e.activeFails >= max(1, e.rules.fall) {
+			e.state = Down
+			e.probeOK = 0
+			e.rampStart = time.Time{}
+			return true
+		}
+		return false
+	default:
+		if !ok {
+			e.probeOK = 0
+			return false
+		}
+		e.probeOK++
+		need := max(1, e.rules.succNum)
+		if e.state == Down {
+			need = max(1, e.rules.rise)
+		}
+		if e.probeOK < need {
+			return false
+		}
+		e.state = Normal
+		e.probeOK, e.activeFails = 0, 0
+		e.consecFails.Store(0)
+		e.ejectedAt = time.Time{}
+		if e.rules.slowStart > 0 {
+			e.rampStart = now
+		}
+		return true
+	}
+}
+
+// needsProbe says whether a probe loop must run for the address, and its period.
+func (e *Endpoint) needsProbe() (bool, time.Duration) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.released.Load() {
+		return false, 0
+	}
+	if e.state == Checking && !e.rules.active {
+		return true, e.rules.checkInterval
+	}
+	if e.rules.active {
+		if e.state == Checking {
+			return true, min(e.rules.checkInterval, e.rules.interval)
+		}
+		return true, e.rules.interval
+	}
+	return false, 0
+}
+
+// poke wakes the registry's probe manager; e.mu held or not, it never blocks.
+func (e *Endpoint) poke() {
+	if e.reg != nil {
+		e.reg.pokeManager()
+	}
+}
+
+// observeLatency folds one response time into the EWMA (weight 0.3 for the new sample).
+func (e *Endpoint) observeLatency(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	for {
+		old := e.ewmaBits.Load()
+		prev := math.Float64frombits(old)
+		next := float64(d)
+		if prev > 0 {
+			next = 0.7*prev + 0.3*float64(d)
+		}
+		if e.ewmaBits.CompareAndSwap(old, math.Float64bits(next)) {
+			return
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package balance
+
+import (
+	"math"
+	"net/http"
+	"net/netip"
+	"strings"
+	"unsafe"
+
+	"github.com/spaolacci/murmur3"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// hashBytes is murmur3 x64_128's first 64 bits with seed 0 (BFE's GetHash).
+func hashBytes(b []byte) uint64 { return murmur3.Sum64(b) }
+
+// hashString hashes s without copying it.
+func hashString(s string) uint64 {
+	return murmur3.Sum64(unsafe.Slice(unsafe.StringData(s), len(s)))
+}
+
+// hashAddr hashes an IP: 4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for IPv6.
+func hashAddr(a netip.Addr) uint64 {
+	a = a.Unmap()
+	if a.Is4() {
+		b := a.As4()
+		return murmur3.Sum64(b[:])
+	}
+	b := a.As16()
+	return murmur3.Sum64(b[:])
+}
+
+// keySpec is a compiled policy.balance.hash.
+type keySpec struct {
+	kind   string
+	header string // canonical header name, or cookie name when cookie
+	cookie bool
+}
+
+func compileKey(h config.Hash) keySpec {
+	k := keySpec{kind: h.Key}
+	if k.kind == "" {
+		k.kind = config.HashClientIP
+	}
+	if name, ok := strings.CutPrefix(h.Header, "Cookie:"); ok {
+		k.cookie, k.header = true, name
+	} else {
+		k.header = http.CanonicalHeaderKey(h.Header)
+	}
+	return k
+}
+
+// hash returns the request's key hash; ok is false when the key is empty
+// (the caller then draws at random).
+func (k keySpec) hash(req *http.Request, ip netip.Addr) (uint64, bool) {
+	switch k.kind {
+	case config.HashHeader, config.HashHeaderOrIP:
+		if v := k.value(req); v != "" {
+			return hashString(v), true
+		}
+		if k.kind == config.HashHeader {
+			return 0, false
+		}
+		fallthrough
+	case config.HashClientIP:
+		if !ip.IsValid() {
+			return 0, false
+		}
+		return hashAddr(ip), true
+	case config.HashURI:
+		if req == nil {
+			return 0, false
+		}
+		if req.RequestURI != "" {
+			return hashString(req.RequestURI), true
+		}
+		if req.URL == nil {
+			return 0, false
+		}
+		h := hashString(req.URL.Path)
+		if req.URL.RawQuery != "" {
+			h = h*1099511628211 ^ hashString(req.URL.RawQuery)
+		}
+		return h, true
+	}
+	return 0, false
+}
+
+func (k keySpec) value(req *http.Request) string {
+	if req == nil {
+		return ""
+	}
+	if k.cookie {
+		c, err := req.Cookie(k.header)
+		if err != nil {
+			return ""
+		}
+		return c.Value
+	}
+	if v := req.Header[k.header]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+// unit maps a 64-bit hash to (0, 1).
+func unit(h uint64) float64 {
+	return (float64(h>>11) + 0.5) / (1 << 53)
+}
+
+// mix is a 64-bit finaliser (murmur3 fmix64) for deriving independent hashes.
+func mix(h uint64) uint64 {
+	h ^= h >> 33
+	h *= 0xff51afd7ed558ccd
+	h ^= h >> 33
+	h *= 0xc4ceb9fe1a85ec53
+	h ^= h >> 33
+	return h
+}
+
+// rendezvousScore is weighted rendezvous hashing's score (-w / ln u): the
+// member with the highest score owns the key; P(own) = w / Σw.
+func rendezvousScore(key, member uint64, w int) float64 {
+	if w <= 0 {
+		return math.Inf(-1)
+	}
+	return -float64(w) / math.Log(unit(mix(key^member)))
+}

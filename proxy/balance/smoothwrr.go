@@ -1,0 +1,161 @@
+package balance
+
+import (
+	"slices"
+	"sync/atomic"
+)
+
+// maxScheduleLen caps a precomputed smooth-WRR cycle. Larger weight sums are
+// scaled down (proportions kept within rounding, every weight ≥ 1).
+const maxScheduleLen = 1 << 16
+
+// schedule is one full cycle of nginx's smooth WRR over fixed weights,
+// precomputed so a pick is one atomic add and one slice read (lock-free, as
+// gRPC-Go's edfScheduler). In every window of len(order) consecutive picks
+// member i appears exactly weights[i] times (D3) — for the scaled weights when
+// the sum exceeded maxScheduleLen.
+type schedule struct {
+	order   []int32 // member index per position
+	sig     uint64  // signature of (member, weight) list it was built from
+	counter atomic.Uint64
+}
+
+func (s *schedule) next() int32 {
+	n := s.counter.Add(1) - 1
+	return s.order[n%uint64(len(s.order))]
+}
+
+// scaleWeights keeps Σw ≤ limit (and ≥ 1 for every positive weight).
+func scaleWeights(w []int, limit int) []int {
+	g, sum := 0, 0
+	for _, x := range w {
+		g = gcd(g, x)
+		sum += x
+	}
+	out := make([]int, len(w))
+	if g == 0 {
+		return out
+	}
+	for i, x := range w {
+		out[i] = x / g
+	}
+	sum /= g
+	if sum <= limit {
+		return out
+	}
+	budget := max(limit, len(w))
+	for i, x := range out {
+		if x > 0 {
+			out[i] = max(1, int(int64(x)*int64(budget)/int64(sum)))
+		}
+	}
+	return out
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// buildSchedule computes one cycle of smooth WRR (nginx: add each weight to
+// its current, pick the largest — ties to the earlier member — subtract the
+// total from the winner). Weights must be ≥ 0; zero-weight members never
+// appear. Members of equal weight are picked round-robin in list order, so a
+// step costs O(distinct weights) rather than O(members): building 10 000
+// members stays in milliseconds.
+func buildSchedule(weights []int) []int32 {
+	w := scaleWeights(weights, maxScheduleLen)
+	total := 0
+	for _, x := range w {
+		total += x
+	}
+	if total == 0 {
+		return nil
+	}
+	// Group members by weight; each group is a round robin in index order.
+	type group struct {
+		w       int64
+		members []int32
+		next    int   // position of the member with the fewest picks
+		k       int64 // picks of that member (members before next have k+1)
+	}
+	byW := map[int]*group{}
+	var groups []*group
+	for i, x := range w {
+		if x <= 0 {
+			continue
+		}
+		g := byW[x]
+		if g == nil {
+			g = &group{w: int64(x)}
+			byW[x] = g
+			groups = append(groups, g)
+		}
+		g.members = append(g.members, int32(i))
+	}
+	T := int64(total)
+	order := make([]int32, 0, total)
+	for t := int64(1); t <= T; t++ {
+		// current of a group's candidate after adding weights at step t.
+		var best *group
+		var bestV int64
+		var bestIdx int32
+		for _, g := range groups {
+			v := t*g.w - T*g.k
+			idx := g.members[g.next]
+			if best == nil || v > bestV || (v == bestV && idx < bestIdx) {
+				best, bestV, bestIdx = g, v, idx
+			}
+		}
+		order = append(order, bestIdx)
+		best.next++
+		if best.next == len(best.members) {
+			best.next = 0
+			best.k++
+		}
+	}
+	return order
+}
+
+// smoothWRR is the classic O(n) smooth WRR, used (behind the group's mutex)
+// while weights change continuously (slow start) and as the reference in tests.
+type smoothWRR struct {
+	current []int64
+}
+
+// pick returns the chosen index among weights (skipping ok[i] == false), or -1.
+func (s *smoothWRR) pick(weights []int, ok func(i int) bool) int {
+	if len(s.current) != len(weights) {
+		s.current = make([]int64, len(weights))
+	}
+	best, total := -1, int64(0)
+	for i, w := range weights {
+		if w <= 0 || (ok != nil && !ok(i)) {
+			continue
+		}
+		s.current[i] += int64(w)
+		total += int64(w)
+		if best < 0 || s.current[i] > s.current[best] {
+			best = i
+		}
+	}
+	if best >= 0 {
+		s.current[best] -= total
+	}
+	return best
+}
+
+func sigOf(ids []int32, weights []int) uint64 {
+	h := uint64(14695981039346656037)
+	for i, id := range ids {
+		h ^= uint64(id)
+		h *= 1099511628211
+		h ^= uint64(weights[i])
+		h *= 1099511628211
+	}
+	return h
+}
+
+var _ = slices.Index[[]int, int]

@@ -1,0 +1,132 @@
+package balance
+
+import (
+	"errors"
+	"net/http"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// names maps picks of the first sub-cluster to instance names.
+func wrrSequence(t *testing.T, weights []int, names []string, states map[int]string, n int) string {
+	t.Helper()
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: weights, states: states}))
+	var out []string
+	for range n {
+		p, err := e.pick(netip.MustParseAddr("192.0.2.1"))
+		if err != nil {
+			t.Fatalf("pick: %v", err)
+		}
+		for i := range weights {
+			if p.Endpoint.Addr() == inst(1, i) {
+				out = append(out, names[i])
+			}
+		}
+	}
+	return strings.Join(out, " ")
+}
+
+func TestVectorSmoothWRR(t *testing.T) {
+	cases := []struct {
+		name    string
+		weights []int
+		names   []string
+		states  map[int]string
+		n       int
+		want    string
+	}{
+		{"a5b1c1", []int{5, 1, 1}, []string{"a", "b", "c"}, nil, 14, "a a b a c a a a a b a c a a"},
+		{"b321", []int{3, 2, 1}, []string{"b1", "b2", "b3"}, nil, 6, "b1 b2 b1 b3 b2 b1"},
+		{"b321-b1-down", []int{3, 2, 1}, []string{"b1", "b2", "b3"}, map[int]string{0: config.StateUnhealthy}, 6, "b2 b3 b2 b2 b3 b2"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wrrSequence(t, tc.weights, tc.names, tc.states, tc.n); got != tc.want {
+				t.Fatalf("sequence = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// The precomputed schedule equals the classic O(n) smooth WRR, step by step.
+func TestScheduleMatchesClassicSmoothWRR(t *testing.T) {
+	for _, ws := range [][]int{{5, 1, 1}, {3, 2, 1}, {1, 1, 1, 1}, {7, 3, 3, 2, 2, 1, 0, 9}, {100, 1}, {4, 4, 2, 2, 1}} {
+		got := buildSchedule(ws)
+		var ref smoothWRR
+		for k, g := range got {
+			if want := ref.pick(ws, nil); int(g) != want {
+				t.Fatalf("weights %v: position %d = %d, classic smooth WRR = %d", ws, k, g, want)
+			}
+		}
+	}
+}
+
+func TestVectorMurmur3(t *testing.T) {
+	if got := hashBytes([]byte{1}); got != 8849112093580131862 {
+		t.Fatalf("murmur3(0x01) = %d", got)
+	}
+	if got := hashString("val"); got != 11149377234352165204 {
+		t.Fatalf("murmur3(val) = %d", got)
+	}
+}
+
+func TestVectorBFEMode(t *testing.T) {
+	pol := policy(func(p *config.Policy) {
+		p.Balance.SubclusterMode = config.SubclusterBFE
+		p.Balance.Hash = config.Hash{Key: config.HashHeader, Header: "X-Key"}
+	})
+	e := newEnv(t, snap(1, pol, 10, sc{name: "SubCluster_1", weight: 45, weights: []int{1}}, sc{name: "SubCluster_2", weight: 45, weights: []int{1}}))
+	try := func(key string) (string, error) {
+		req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
+		req.Header.Set("X-Key", key)
+		s := e.cluster().NewSelection(req, netip.Addr{})
+		defer s.Release()
+		p, err := s.Next()
+		if err == nil {
+			p.Done(Result{})
+		}
+		return p.SubCluster, err
+	}
+	if _, err := try("val"); !errors.Is(err, ErrBlackhole) {
+		t.Fatalf("val: err = %v, want ErrBlackhole", err)
+	}
+	if got, err := try("user-123"); err != nil || got != "SubCluster_2" {
+		t.Fatalf("user-123: %q, %v; want SubCluster_2", got, err)
+	}
+	// Explain agrees without acquiring.
+	req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
+	req.Header.Set("X-Key", "val")
+	if ex := e.cluster().Explain(req, netip.Addr{}); !ex.Blackhole {
+		t.Fatalf("explain val: %+v", ex)
+	}
+}
+
+// BFE picks an instance with 2 in flight for (2,2,1,1); we pick one with 1.
+func TestVectorWLC(t *testing.T) {
+	for _, mode := range []string{config.InstanceWLC, config.InstanceWLCRandom, config.InstanceLeastConn} {
+		t.Run(mode, func(t *testing.T) {
+			pol := policy(func(p *config.Policy) { p.Balance.Instance = mode })
+			e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1, 1}}))
+			g := e.cluster().subs[0]
+			for i, n := range []int64{2, 2, 1, 1} {
+				g.members[i].ep.inflight.Store(n)
+			}
+			for range 20 {
+				s := e.cluster().NewSelection(nil, netip.Addr{})
+				p, err := s.Next()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if a := p.Endpoint.Addr(); !slices.Contains([]netip.AddrPort{inst(1, 2), inst(1, 3)}, a) {
+					t.Fatalf("picked %s with in-flight %d", a, p.Endpoint.InFlight()-1)
+				}
+				p.Done(Result{})
+				s.Release()
+			}
+		})
+	}
+}
