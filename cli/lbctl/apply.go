@@ -1,0 +1,177 @@
+package lbctl
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
+)
+
+func applyCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "apply",
+		Usage:     "write the desired state from a file (validated, diffed, compare-and-swap)",
+		UsageText: "lbctl apply -f FILE [--yes] [--expect-revision N]",
+		Description: "Validates FILE (YAML or JSON desired state), shows the difference to the stored state and asks before\n" +
+			"writing unless --yes. The write is a compare-and-swap on the revision read: if someone else changed the\n" +
+			"state meanwhile, nothing is written and lbctl exits 3 (conflict).",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "desired state file (YAML or JSON; - for stdin)"},
+			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation"},
+			&cli.Int64Flag{Name: "expect-revision", Value: -1, Usage: "write only if the stored state is at this etcd revision (0: only if none is stored)"},
+		},
+		Action: action(func(e *env) error {
+			next, err := loadStateFile(e.c.String("file"), e.c.App.Reader)
+			if err != nil {
+				return err
+			}
+			ctx, cancel := e.ctx()
+			defer cancel()
+			cur, err := e.readState(ctx)
+			if err != nil {
+				return err
+			}
+			rev := cur.Revision
+			if r := e.c.Int64("expect-revision"); r >= 0 {
+				rev = r
+			}
+			var before []byte
+			if cur.Revision != 0 {
+				before, _ = yaml.Marshal(&cur.State)
+			}
+			after, _ := yaml.Marshal(next)
+			d := lineDiff(string(before), string(after))
+			if d == "" && cur.Revision != 0 {
+				fmt.Fprintln(e.out, "No changes: the stored desired state is already this.")
+				return nil
+			}
+			fmt.Fprintf(e.out, "Changes to the desired state (revision %d):\n%s", cur.Revision, d)
+			if !e.c.Bool("yes") {
+				if !confirm(e, "Apply these changes?") {
+					return withCode(ExitAborted, fmt.Errorf("not applied"))
+				}
+			}
+			newRev, err := e.writeState(ctx, next, rev)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "Applied: desired state is now at revision %d.\n", newRev)
+			return nil
+		}),
+	}
+}
+
+func confirm(e *env, q string) bool {
+	fmt.Fprintf(e.out, "%s [y/N] ", q)
+	line, _ := bufio.NewReader(e.c.App.Reader).ReadString('\n')
+	a := strings.ToLower(strings.TrimSpace(line))
+	return a == "y" || a == "yes"
+}
+
+func readInput(path string, stdin io.Reader) ([]byte, error) {
+	if path == "-" {
+		return io.ReadAll(io.LimitReader(stdin, codec.MaxDocument+1))
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// loadStateFile reads, strictly decodes and validates a desired state file.
+func loadStateFile(path string, stdin io.Reader) (*config.State, error) {
+	raw, err := readInput(path, stdin)
+	if err != nil {
+		return nil, err
+	}
+	var s config.State
+	if err := codec.Unmarshal(raw, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := validate.State(&s); err != nil {
+		return nil, fmt.Errorf("%s is invalid; nothing was written:\n%w", path, err)
+	}
+	return &s, nil
+}
+
+func getCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "get",
+		Usage: "show stored objects",
+		Subcommands: []*cli.Command{{
+			Name:  "config",
+			Usage: "print the stored desired state (YAML unless -o json)",
+			Action: action(func(e *env) error {
+				ctx, cancel := e.ctx()
+				defer cancel()
+				st, err := e.readState(ctx)
+				if err != nil {
+					return err
+				}
+				if st.Revision == 0 {
+					return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
+				}
+				if e.format == "json" {
+					return e.render(&st.State, nil)
+				}
+				b, err := yaml.Marshal(&st.State)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(e.out, "# revision %d\n%s", st.Revision, b)
+				return nil
+			}),
+		}},
+	}
+}
+
+func validateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "validate",
+		Usage:     "check a desired state or snapshot file; exit 1 listing every error",
+		UsageText: "lbctl validate -f FILE",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "file to check (YAML or JSON; - for stdin)"},
+		},
+		Action: action(func(e *env) error {
+			path := e.c.String("file")
+			raw, err := readInput(path, e.c.App.Reader)
+			if err != nil {
+				return err
+			}
+			j, err := codec.ToJSON(raw)
+			if err != nil {
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			var probe map[string]json.RawMessage
+			_ = json.Unmarshal(j, &probe)
+			if _, isSnap := probe["meta"]; isSnap {
+				s, err := snapshot.Unmarshal(j)
+				if err != nil {
+					return fmt.Errorf("%s: %w", path, err)
+				}
+				if err := validate.Snapshot(s); err != nil {
+					return fmt.Errorf("%s: snapshot is invalid:\n%w", path, err)
+				}
+				fmt.Fprintf(e.out, "%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version)
+				return nil
+			}
+			if _, err := loadStateFile(path, strings.NewReader(string(raw))); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.out, "%s: valid desired state\n", path)
+			return nil
+		}),
+	}
+}

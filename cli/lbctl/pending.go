@@ -1,0 +1,15 @@
+package lbctl
+
+import (
+	"github.com/urfave/cli/v2"
+)
+
+func planCommand() *cli.Command {
+	return &cli.Command{Name: "plan", Usage: "projected weights for a what-if (not published)"}
+}
+func explainCommand() *cli.Command {
+	return &cli.Command{Name: "explain", Usage: "where would a request go, and why"}
+}
+func bfeCommand() *cli.Command {
+	return &cli.Command{Name: "bfe", Usage: "import or export BFE configuration"}
+}

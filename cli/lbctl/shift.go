@@ -1,0 +1,312 @@
+package lbctl
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/user"
+	"slices"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/config"
+)
+
+func shiftCommand() *cli.Command {
+	idFlag := &cli.StringFlag{Name: "id", Required: true, Usage: "shift id (printed when the shift was created; lbctl shift list)"}
+	return &cli.Command{
+		Name:  "shift",
+		Usage: "move a share of a proxy cluster's traffic for a cluster from one IDC to another, optionally ramped",
+		UsageText: "lbctl shift --cluster C --proxy-cluster B --from IDC1 --to IDC2 --percent 30 [--ramp 5m --step 10] [--wait]\n" +
+			"lbctl shift pause|resume|abort --id ID\nlbctl shift list",
+		Description: "--percent is points of the row (out of 100) moved from the sub-clusters in --from to those in --to,\n" +
+			"on top of the pinned or computed row. With --ramp the scheduler moves --step points at a time spread over\n" +
+			"the ramp. --wait shows progress until the shift is complete and live on every proxy of the proxy cluster.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "cluster", Usage: "backend cluster"},
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose traffic moves"},
+			&cli.StringFlag{Name: "from", Usage: "IDC the traffic leaves"},
+			&cli.StringFlag{Name: "to", Usage: "IDC the traffic goes to"},
+			&cli.IntFlag{Name: "percent", Usage: "points of the row to move, 1..100"},
+			&cli.DurationFlag{Name: "ramp", Usage: "spread the move over this long (0: at once)"},
+			&cli.IntFlag{Name: "step", Value: 10, Usage: "points per ramp step"},
+			&cli.StringFlag{Name: "reason", Usage: "why (recorded with the shift)"},
+			&cli.BoolFlag{Name: "wait", Usage: "show progress until the shift is live on every proxy"},
+			&cli.DurationFlag{Name: "wait-timeout", Value: 10 * time.Minute, Usage: "give up waiting after this long (exit 4)"},
+		},
+		Action: action(shiftCreate),
+		Subcommands: []*cli.Command{
+			{Name: "pause", Usage: "hold a ramping shift at its current step", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftPaused))},
+			{Name: "resume", Usage: "continue a paused shift", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftRunning))},
+			{Name: "abort", Usage: "drop a shift: its rows go back to the pinned or computed weights", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftAborted))},
+			{Name: "list", Usage: "list shifts with their progress", Action: action(shiftList)},
+		},
+	}
+}
+
+func author() string {
+	name := "unknown"
+	if u, err := user.Current(); err == nil {
+		name = u.Username
+	}
+	host, _ := os.Hostname()
+	return "lbctl:" + name + "@" + host
+}
+
+func newID(prefix string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return fmt.Sprintf("%s-%s-%s", prefix, time.Now().UTC().Format("20060102T150405"), hex.EncodeToString(b))
+}
+
+func shiftCreate(e *env) error {
+	c := e.c
+	var missing []string
+	for _, f := range []string{"cluster", "proxy-cluster", "from", "to"} {
+		if c.String(f) == "" {
+			missing = append(missing, "--"+f)
+		}
+	}
+	if c.Int("percent") == 0 {
+		missing = append(missing, "--percent")
+	}
+	if len(missing) > 0 {
+		return usageErr("lbctl shift needs %v", missing)
+	}
+	sh := config.Shift{
+		ID: newID("shift"), ProxyCluster: c.String("proxy-cluster"), Cluster: c.String("cluster"),
+		From: c.String("from"), To: c.String("to"), Percent: c.Int("percent"),
+		Ramp: config.Duration(c.Duration("ramp")), StepPercent: c.Int("step"),
+		State: config.ShiftPending, Reason: c.String("reason"), Author: author(), CreatedAt: time.Now().UTC(),
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	if err := checkShift(ctx, e, sh); err != nil {
+		return err
+	}
+	k, err := e.layout.Shift(sh.ID)
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(sh)
+	cli, err := e.etcd()
+	if err != nil {
+		return err
+	}
+	r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, string(b))).Commit()
+	if err != nil {
+		return fmt.Errorf("write shift: %w", err)
+	}
+	if !r.Succeeded {
+		return withCode(ExitConflict, fmt.Errorf("shift %s already exists", sh.ID))
+	}
+	fmt.Fprintf(e.out, "Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
+	if sh.Ramp > 0 {
+		fmt.Fprintf(e.out, " over %s in steps of %d", sh.Ramp, sh.StepPercent)
+	}
+	fmt.Fprintln(e.out, ".")
+	if !c.Bool("wait") {
+		fmt.Fprintf(e.out, "Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
+		return nil
+	}
+	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
+	defer wcancel()
+	return waitShift(wctx, e, sh)
+}
+
+// checkShift validates a shift against the stored desired state before it
+// is written.
+func checkShift(ctx context.Context, e *env, sh config.Shift) error {
+	var errs []error
+	if sh.Percent < 1 || sh.Percent > 100 {
+		errs = append(errs, fmt.Errorf("--percent %d is outside 1..100", sh.Percent))
+	}
+	if sh.StepPercent < 1 || sh.StepPercent > 100 {
+		errs = append(errs, fmt.Errorf("--step %d is outside 1..100", sh.StepPercent))
+	}
+	if sh.From == sh.To {
+		errs = append(errs, fmt.Errorf("--from and --to are both %q", sh.From))
+	}
+	st, err := e.readState(ctx)
+	if err != nil {
+		return err
+	}
+	s := st.State
+	if _, ok := s.Topology.ProxyClusters[sh.ProxyCluster]; !ok {
+		errs = append(errs, fmt.Errorf("--proxy-cluster %q does not exist", sh.ProxyCluster))
+	}
+	cl, ok := s.Clusters[sh.Cluster]
+	if !ok {
+		errs = append(errs, fmt.Errorf("--cluster %q does not exist", sh.Cluster))
+	}
+	for _, idc := range []string{sh.From, sh.To} {
+		if !slices.Contains(s.Topology.IDCs, idc) {
+			errs = append(errs, fmt.Errorf("IDC %q does not exist", idc))
+			continue
+		}
+		if ok && !clusterHasIDC(cl, idc) {
+			errs = append(errs, fmt.Errorf("cluster %q has no sub-cluster in %s", sh.Cluster, idc))
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("invalid shift; nothing was written: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+func clusterHasIDC(c config.Cluster, idc string) bool {
+	for _, sc := range c.SubClusters {
+		if sc.IDC == idc {
+			return true
+		}
+	}
+	return false
+}
+
+// waitShift follows a shift's progress until it is done and its version is
+// live on every proxy of the proxy cluster.
+func waitShift(ctx context.Context, e *env, sh config.Shift) error {
+	cli, err := e.etcd()
+	if err != nil {
+		return err
+	}
+	pk, err := e.layout.ShiftProgress(sh.ID)
+	if err != nil {
+		return err
+	}
+	w := cli.Watch(clientv3.WithRequireLeader(ctx), pk)
+	last := ""
+	for {
+		gctx, cancel := e.ctx()
+		r, err := cli.Get(gctx, pk)
+		cancel()
+		if err == nil && len(r.Kvs) > 0 {
+			var p config.ShiftProgress
+			if err := codec.UnmarshalJSON(r.Kvs[0].Value, &p); err == nil {
+				line := fmt.Sprintf("shift %s: %s, %d of %d points moved (v%d)", sh.ID, p.State, p.AppliedPercent, p.TargetPercent, p.Version)
+				if p.Message != "" {
+					line += ": " + p.Message
+				}
+				if line != last {
+					e.progressf("%s", line)
+					last = line
+				}
+				switch p.State {
+				case config.ShiftAborted:
+					return fmt.Errorf("shift %s was aborted", sh.ID)
+				case config.ShiftDone:
+					e.progressf("waiting for every %s proxy to apply v%d", sh.ProxyCluster, p.Version)
+					rep, err := e.waitRollout(ctx, sh.ProxyCluster, p.Version)
+					if err != nil {
+						return err
+					}
+					fmt.Fprintf(e.out, "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
+					return nil
+				}
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return withCode(ExitNotConverged, fmt.Errorf("timed out waiting for shift %s (%s)", sh.ID, last))
+		case <-w:
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func shiftSetState(state string) func(*env) error {
+	return func(e *env) error {
+		id := e.c.String("id")
+		k, err := e.layout.Shift(id)
+		if err != nil {
+			return usageErr("--id: %v", err)
+		}
+		cli, err := e.etcd()
+		if err != nil {
+			return err
+		}
+		ctx, cancel := e.ctx()
+		defer cancel()
+		r, err := cli.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		if len(r.Kvs) == 0 {
+			return fmt.Errorf("no shift %q", id)
+		}
+		var sh config.Shift
+		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
+			return fmt.Errorf("shift %s: %w", id, err)
+		}
+		if sh.State == config.ShiftAborted || sh.State == config.ShiftDone && state != config.ShiftAborted {
+			return fmt.Errorf("shift %s is %s", id, sh.State)
+		}
+		sh.State = state
+		b, _ := json.Marshal(sh)
+		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
+		if err != nil {
+			return err
+		}
+		if !tr.Succeeded {
+			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
+		}
+		fmt.Fprintf(e.out, "Shift %s is now %s.\n", id, state)
+		return nil
+	}
+}
+
+type shiftRow struct {
+	Shift    config.Shift          `json:"shift"`
+	Progress *config.ShiftProgress `json:"progress,omitempty"`
+}
+
+func shiftList(e *env) error {
+	cli, err := e.etcd()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := e.ctx()
+	defer cancel()
+	r, err := cli.Get(ctx, e.layout.ShiftsPrefix(), clientv3.WithPrefix())
+	if err != nil {
+		return err
+	}
+	var rows []shiftRow
+	for _, kv := range r.Kvs {
+		var sh config.Shift
+		if codec.UnmarshalJSON(kv.Value, &sh) != nil {
+			continue
+		}
+		row := shiftRow{Shift: sh}
+		if pk, err := e.layout.ShiftProgress(sh.ID); err == nil {
+			if pr, err := cli.Get(ctx, pk); err == nil && len(pr.Kvs) > 0 {
+				var p config.ShiftProgress
+				if codec.UnmarshalJSON(pr.Kvs[0].Value, &p) == nil {
+					row.Progress = &p
+				}
+			}
+		}
+		rows = append(rows, row)
+	}
+	return e.render(rows, func(w io.Writer) error {
+		fmt.Fprintln(w, "ID\tPROXY CLUSTER\tCLUSTER\tFROM\tTO\tPERCENT\tSTATE\tMOVED\tVERSION")
+		for _, r := range rows {
+			moved, v, st := "-", "-", r.Shift.State
+			if r.Progress != nil {
+				moved = fmt.Sprintf("%d/%d", r.Progress.AppliedPercent, r.Progress.TargetPercent)
+				v = fmt.Sprintf("v%d", r.Progress.Version)
+				st = r.Progress.State
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Shift.ID, r.Shift.ProxyCluster, r.Shift.Cluster, r.Shift.From, r.Shift.To, r.Shift.Percent, st, moved, v)
+		}
+		return nil
+	})
+}
