@@ -1,0 +1,275 @@
+// Package publish writes snapshots to etcd as the elected scheduler leader.
+//
+// A publish for one proxy cluster is: skip if current/<pc> already carries
+// the snapshot's content hash; otherwise validate (I7), encode, write the
+// content-addressed parts (each in its own transaction fenced on the leader's
+// election key), then ONE transaction fenced on the election key that writes
+// the immutable manifest snapshots/<pc>/<version> (only if absent) and moves
+// current/<pc> (only if it did not move since we read it). Proxies only
+// follow current/<pc>, so a crash before that transaction leaves nothing a
+// proxy can see; the orphaned parts are collected by CollectParts.
+//
+// A Publisher is safe for concurrent use, but the scheduler calls it from
+// one goroutine (publishes and part collection never race each other).
+package publish
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
+)
+
+// Sentinel errors callers branch on.
+var (
+	// ErrFenced: the leadership term ended; nothing was committed.
+	ErrFenced = errors.New("fenced: not the leader")
+	// ErrInvalid: the snapshot failed validate.Snapshot; nothing was written.
+	ErrInvalid = errors.New("invalid snapshot")
+	// ErrConflict: current/<pc> kept moving under us (another writer?).
+	ErrConflict = errors.New("current pointer moved concurrently")
+)
+
+// Outcome of a successful Publish.
+type Outcome string
+
+const (
+	// Published: a new version was committed.
+	Published Outcome = "published"
+	// Unchanged: current already carries this content; nothing was written.
+	Unchanged Outcome = "unchanged"
+)
+
+// Result describes a successful Publish.
+type Result struct {
+	Outcome Outcome
+	// Version is the live version after the call (the new one if Published).
+	Version uint64
+	Hash    string
+	// Revision is the etcd revision of the pointer write (0 if Unchanged).
+	Revision int64
+}
+
+// Options tune a Publisher.
+type Options struct {
+	// Author is written into Meta.Author, e.g. "lbscheduler/S1".
+	Author string
+	// Now stamps Meta.CreatedAt (default time.Now).
+	Now func() time.Time
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Registerer receives sluice_scheduler_publishes_total; nil: none.
+	Registerer prometheus.Registerer
+}
+
+// Publisher publishes snapshots and maintains history.
+type Publisher struct {
+	cli    *clientv3.Client
+	layout keys.Layout
+	author string
+	now    func() time.Time
+	log    *slog.Logger
+	m      *prometheus.CounterVec
+
+	orphans map[string]time.Time // part digest → first seen unreferenced
+}
+
+// New returns a Publisher writing under layout.
+func New(cli *clientv3.Client, layout keys.Layout, o Options) *Publisher {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	m := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "sluice_scheduler_publishes_total",
+		Help: "Snapshot publish attempts by result: published, unchanged, fenced, conflict, invalid, error.",
+	}, []string{"result"})
+	for _, r := range []string{"published", "unchanged", "fenced", "conflict", "invalid", "error"} {
+		m.WithLabelValues(r)
+	}
+	if o.Registerer != nil {
+		o.Registerer.MustRegister(m)
+	}
+	return &Publisher{cli: cli, layout: layout, author: o.Author, now: o.Now, log: o.Logger, m: m, orphans: map[string]time.Time{}}
+}
+
+// Count returns how many publishes ended with result (for tests and logs).
+func (p *Publisher) Count(result string) float64 {
+	return counterValue(p.m.WithLabelValues(result))
+}
+
+const attempts = 3
+
+// Publish makes s the live snapshot of s.Meta.ProxyCluster, as leader lead.
+// s is not modified: its Meta is filled on a copy (Version = current + 1,
+// Parent = current, Author, Reason, CreatedAt; Hash if empty).
+//
+// Errors: ErrFenced (term over), ErrInvalid, ErrConflict, or an etcd error.
+// After an etcd error the call is safe to repeat: a publish whose response
+// was lost is found on the pointer and reported as Unchanged, never
+// published twice.
+func (p *Publisher) Publish(ctx context.Context, lead *Leadership, s *snapshot.Snapshot, reason string) (Result, error) {
+	res, err := p.publish(ctx, lead, s, reason)
+	switch {
+	case err == nil:
+		p.m.WithLabelValues(string(res.Outcome)).Inc()
+	case errors.Is(err, ErrFenced):
+		p.m.WithLabelValues("fenced").Inc()
+	case errors.Is(err, ErrInvalid):
+		p.m.WithLabelValues("invalid").Inc()
+	case errors.Is(err, ErrConflict):
+		p.m.WithLabelValues("conflict").Inc()
+	default:
+		p.m.WithLabelValues("error").Inc()
+	}
+	return res, err
+}
+
+func (p *Publisher) publish(ctx context.Context, lead *Leadership, s *snapshot.Snapshot, reason string) (Result, error) {
+	pc := s.Meta.ProxyCluster
+	curKey, err := p.layout.Current(pc)
+	if err != nil {
+		return Result{}, fmt.Errorf("publish: %w: %w", ErrInvalid, err)
+	}
+	snap := *s
+	if snap.Meta.Hash == "" {
+		snap.Meta.Hash = snapshot.ContentHash(&snap)
+	}
+	hash := snap.Meta.Hash
+	for range attempts {
+		ptr, curRev, err := p.Current(ctx, pc)
+		if err != nil {
+			return Result{}, fmt.Errorf("publish %s: %w", pc, err)
+		}
+		if ptr.Hash == hash {
+			return Result{Outcome: Unchanged, Version: ptr.Version, Hash: hash}, nil
+		}
+		snap.Meta.Version = ptr.Version + 1
+		snap.Meta.Parent = ptr.Version
+		snap.Meta.Author = p.author
+		snap.Meta.Reason = reason
+		snap.Meta.CreatedAt = p.now().UTC().Truncate(time.Millisecond)
+		if err := validate.Snapshot(&snap); err != nil {
+			return Result{}, fmt.Errorf("publish %s v%d: %w: %w", pc, snap.Meta.Version, ErrInvalid, err)
+		}
+		m, parts, err := snapshot.Encode(&snap)
+		if err != nil {
+			return Result{}, fmt.Errorf("publish %s: %w: %w", pc, ErrInvalid, err)
+		}
+		if err := p.WriteParts(ctx, lead, parts); err != nil {
+			return Result{}, fmt.Errorf("publish %s v%d: %w", pc, snap.Meta.Version, err)
+		}
+		manKey, err := p.layout.Snapshot(pc, snap.Meta.Version)
+		if err != nil {
+			return Result{}, fmt.Errorf("publish: %w", err)
+		}
+		manRaw, err := json.Marshal(m)
+		if err != nil {
+			return Result{}, fmt.Errorf("publish: encode manifest: %w", err)
+		}
+		ptrRaw, _ := json.Marshal(snapshot.Pointer{Version: snap.Meta.Version, Hash: hash})
+		r, err := p.cli.Txn(ctx).If(
+			lead.Fence(),
+			clientv3.Compare(clientv3.CreateRevision(manKey), "=", 0),
+			clientv3.Compare(clientv3.ModRevision(curKey), "=", curRev),
+		).Then(
+			clientv3.OpPut(manKey, string(manRaw)),
+			clientv3.OpPut(curKey, string(ptrRaw)),
+		).Else(
+			clientv3.OpGet(lead.Key, clientv3.WithKeysOnly()),
+		).Commit()
+		if err != nil {
+			// The request may have been applied and only the answer lost.
+			if ok, res := p.landed(pc, snap.Meta.Version, hash); ok {
+				return res, nil
+			}
+			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
+		}
+		if r.Succeeded {
+			p.log.Info("published", "proxy_cluster", pc, "version", snap.Meta.Version, "hash", hash, "reason", reason)
+			return Result{Outcome: Published, Version: snap.Meta.Version, Hash: hash, Revision: r.Header.Revision}, nil
+		}
+		if !leaderKeyHolds(r.Responses[0].GetResponseRange().Kvs, lead.Rev) {
+			return Result{}, fmt.Errorf("publish %s v%d: %w", pc, snap.Meta.Version, ErrFenced)
+		}
+		// The pointer moved (or the version exists): read again.
+	}
+	return Result{}, fmt.Errorf("publish %s: %w after %d attempts", pc, ErrConflict, attempts)
+}
+
+func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
+	return len(kvs) == 1 && kvs[0].CreateRevision == rev
+}
+
+// landed checks, after a failed commit, whether the pointer carries our
+// version and hash anyway.
+func (p *Publisher) landed(pc string, version uint64, hash string) (bool, Result) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ptr, _, err := p.Current(ctx, pc)
+	if err != nil || ptr.Hash != hash || ptr.Version != version {
+		return false, Result{}
+	}
+	return true, Result{Outcome: Published, Version: version, Hash: hash}
+}
+
+// WriteParts stores parts, each in its own transaction fenced on lead (a
+// part may be up to snapshot.PartSize, so they cannot share one request).
+func (p *Publisher) WriteParts(ctx context.Context, lead *Leadership, parts []snapshot.Part) error {
+	for _, part := range parts {
+		k, err := p.layout.Part(part.Digest)
+		if err != nil {
+			return fmt.Errorf("write part: %w", err)
+		}
+		r, err := p.cli.Txn(ctx).If(lead.Fence()).Then(clientv3.OpPut(k, string(part.Data))).Commit()
+		if err != nil {
+			return fmt.Errorf("write part %s: %w", part.Digest, err)
+		}
+		if !r.Succeeded {
+			return fmt.Errorf("write part %s: %w", part.Digest, ErrFenced)
+		}
+	}
+	return nil
+}
+
+// Current reads current/<pc>: the pointer (zero if absent) and the key's mod
+// revision (0 if absent).
+func (p *Publisher) Current(ctx context.Context, pc string) (snapshot.Pointer, int64, error) {
+	k, err := p.layout.Current(pc)
+	if err != nil {
+		return snapshot.Pointer{}, 0, err
+	}
+	r, err := p.cli.Get(ctx, k)
+	if err != nil {
+		return snapshot.Pointer{}, 0, fmt.Errorf("read %s: %w", k, err)
+	}
+	if len(r.Kvs) == 0 {
+		return snapshot.Pointer{}, 0, nil
+	}
+	var ptr snapshot.Pointer
+	if err := json.Unmarshal(r.Kvs[0].Value, &ptr); err != nil {
+		return snapshot.Pointer{}, 0, fmt.Errorf("read %s: %w", k, err)
+	}
+	return ptr, r.Kvs[0].ModRevision, nil
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
+}

@@ -1,0 +1,195 @@
+// Package shift executes shift intents over time: it decides, at each
+// moment, how many points of each shift are applied, and the progress to
+// record. It is pure (the clock is a parameter) and not safe for concurrent
+// use: the scheduler's control loop owns one Executor.
+//
+// Rules:
+//   - pending or running: AppliedPercent rises by StepPercent (default 10)
+//     every Ramp / ceil(Percent / StepPercent), capped at Percent; with
+//     Ramp 0 the whole Percent applies at once.
+//   - paused: AppliedPercent holds; running again continues the ramp.
+//   - aborted: the shift leaves the view (rows go back), progress says aborted.
+//   - done (AppliedPercent = Percent): the shift stays applied as a standing
+//     intent as long as its key exists; deleting the key (or aborting) ends it.
+package shift
+
+import (
+	"sort"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// DefaultStep is the step in points when a shift gives none.
+const DefaultStep = 10
+
+// Active is a shift with the points applied now (the planner's input).
+type Active struct {
+	Shift          config.Shift
+	AppliedPercent int
+}
+
+type track struct {
+	applied  int
+	lastStep time.Time
+	state    string
+	// version carrying applied, once published (0: not yet)
+	version uint64
+	written config.ShiftProgress
+}
+
+// Executor tracks every shift's applied points.
+type Executor struct {
+	tracks map[string]*track
+}
+
+// NewExecutor starts from the progress recorded in etcd (a new leader
+// continues where the previous one stopped).
+func NewExecutor(progress map[string]config.ShiftProgress, now time.Time) *Executor {
+	e := &Executor{tracks: map[string]*track{}}
+	for id, p := range progress {
+		e.tracks[id] = &track{applied: p.AppliedPercent, lastStep: now, state: p.State, version: p.Version, written: p}
+	}
+	return e
+}
+
+// Step advances every shift to now and returns the active shifts (sorted by
+// id) for the planner. Shifts missing from intents are forgotten.
+func (e *Executor) Step(now time.Time, intents map[string]config.Shift) []Active {
+	for id := range e.tracks {
+		if _, ok := intents[id]; !ok {
+			delete(e.tracks, id)
+		}
+	}
+	ids := make([]string, 0, len(intents))
+	for id := range intents {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []Active
+	for _, id := range ids {
+		sh := intents[id]
+		t := e.tracks[id]
+		if t == nil {
+			t = &track{lastStep: now}
+			e.tracks[id] = t
+		}
+		target := max(0, min(sh.Percent, 100))
+		switch sh.State {
+		case config.ShiftAborted:
+			t.state = config.ShiftAborted
+			continue
+		case config.ShiftPaused:
+			t.state = config.ShiftPaused
+		case config.ShiftPending, config.ShiftRunning, config.ShiftDone, "":
+			if t.applied >= target {
+				t.applied = target
+				t.state = config.ShiftDone
+				break
+			}
+			if t.state != config.ShiftRunning {
+				// Starting or resuming: the first step is due at once.
+				t.state = config.ShiftRunning
+				t.lastStep = now.Add(-interval(sh))
+			}
+			iv := interval(sh)
+			for t.applied < target && !now.Before(t.lastStep.Add(iv)) {
+				t.applied = min(target, t.applied+step(sh, target))
+				t.lastStep = t.lastStep.Add(iv)
+				if iv == 0 {
+					break
+				}
+			}
+			if t.applied >= target {
+				t.state = config.ShiftDone
+			}
+		default:
+			// Unknown state: hold what is applied.
+		}
+		if t.applied > 0 {
+			out = append(out, Active{Shift: sh, AppliedPercent: t.applied})
+		}
+	}
+	return out
+}
+
+// NextDue is when the next ramp step falls due (zero: nothing scheduled).
+func (e *Executor) NextDue(intents map[string]config.Shift) time.Time {
+	var next time.Time
+	for id, sh := range intents {
+		t := e.tracks[id]
+		if t == nil || t.state != config.ShiftRunning || t.applied >= sh.Percent {
+			continue
+		}
+		d := t.lastStep.Add(interval(sh))
+		if next.IsZero() || d.Before(next) {
+			next = d
+		}
+	}
+	return next
+}
+
+// Progress returns the progress records that differ from what was last
+// written (MarkWritten), given the version that now carries each shift.
+func (e *Executor) Progress(now time.Time, intents map[string]config.Shift, version func(config.Shift) uint64) []config.ShiftProgress {
+	ids := make([]string, 0, len(e.tracks))
+	for id := range e.tracks {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var out []config.ShiftProgress
+	for _, id := range ids {
+		t := e.tracks[id]
+		sh, ok := intents[id]
+		if !ok {
+			continue
+		}
+		applied := t.applied
+		if t.state == config.ShiftAborted {
+			applied = 0
+		}
+		p := config.ShiftProgress{
+			ID: id, AppliedPercent: applied, TargetPercent: max(0, min(sh.Percent, 100)),
+			State: t.state, Version: version(sh),
+		}
+		w := t.written
+		if w.AppliedPercent == p.AppliedPercent && w.TargetPercent == p.TargetPercent &&
+			w.State == p.State && w.Version == p.Version {
+			continue
+		}
+		p.UpdatedAt = now.UTC()
+		out = append(out, p)
+	}
+	return out
+}
+
+// MarkWritten records that p is stored in etcd.
+func (e *Executor) MarkWritten(p config.ShiftProgress) {
+	if t := e.tracks[p.ID]; t != nil {
+		t.written = p
+	}
+}
+
+func step(sh config.Shift, target int) int {
+	if sh.Ramp.D() <= 0 {
+		return target
+	}
+	s := sh.StepPercent
+	if s <= 0 {
+		s = DefaultStep
+	}
+	return s
+}
+
+// interval is Ramp / number of steps; 0 without a ramp.
+func interval(sh config.Shift) time.Duration {
+	if sh.Ramp.D() <= 0 || sh.Percent <= 0 {
+		return 0
+	}
+	s := sh.StepPercent
+	if s <= 0 {
+		s = DefaultStep
+	}
+	n := (sh.Percent + s - 1) / s
+	return sh.Ramp.D() / time.Duration(n)
+}
