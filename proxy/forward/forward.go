@@ -1,0 +1,240 @@
+// Package forward owns the connections from the proxy to its backends: one
+// pool (an http.Transport) per backend address and pool policy, with a cap on
+// concurrent requests per backend and a bounded wait for a free slot.
+//
+// Pools outlive snapshot swaps: a new table that keeps an address with the same
+// policy keeps its warm keep-alive connections (D8). Addresses no table uses
+// any more are released by Retain; their idle connections are closed and busy
+// ones finish their requests first.
+//
+// Every method is safe for concurrent use.
+package forward
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// ErrPoolFull is returned when a backend's connection cap stayed reached for
+// the whole queue timeout. It is back-pressure from this proxy, not a backend
+// failure (balance.LocalLimit).
+var ErrPoolFull = errors.New("forward: backend connection limit reached")
+
+// DialError wraps a failure to connect: nothing was sent, so a retry is always
+// safe.
+type DialError struct{ Err error }
+
+func (e *DialError) Error() string { return "dial backend: " + e.Err.Error() }
+func (e *DialError) Unwrap() error { return e.Err }
+
+// Options configure Pools.
+type Options struct {
+	// DialContext connects to a backend; nil means a net.Dialer with TCP
+	// keep-alive. Tests inject failures here.
+	DialContext func(ctx context.Context, network, addr string) (net.Conn, error)
+}
+
+type key struct {
+	addr           netip.AddrPort
+	pool           config.Pool
+	connect        time.Duration
+	responseHeader time.Duration
+}
+
+// Pools maps backend addresses to upstreams.
+type Pools struct {
+	dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	mu   sync.RWMutex
+	m    map[key]*Upstream
+}
+
+// NewPools returns an empty set of pools.
+func NewPools(o Options) *Pools {
+	d := o.DialContext
+	if d == nil {
+		d = (&net.Dialer{KeepAlive: 30 * time.Second}).DialContext
+	}
+	return &Pools{dial: d, m: make(map[key]*Upstream)}
+}
+
+// Get returns the upstream for addr under the given policy, creating it on
+// first use. Two policies for one address get two pools.
+func (p *Pools) Get(addr netip.AddrPort, pool config.Pool, t config.Timeouts) *Upstream {
+	k := key{addr: addr, pool: pool, connect: t.Connect.D(), responseHeader: t.ResponseHeader.D()}
+	p.mu.RLock()
+	u := p.m[k]
+	p.mu.RUnlock()
+	if u != nil {
+		return u
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if u = p.m[k]; u == nil {
+		u = p.newUpstream(k)
+		p.m[k] = u
+	}
+	return u
+}
+
+func (p *Pools) newUpstream(k key) *Upstream {
+	connect := k.connect
+	dial := p.dial
+	tr := &http.Transport{
+		Proxy: nil,
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if connect > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, connect)
+				defer cancel()
+			}
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, &DialError{Err: err}
+			}
+			return c, nil
+		},
+		MaxIdleConns:          0,
+		MaxIdleConnsPerHost:   k.pool.MaxIdleConnsPerHost,
+		MaxConnsPerHost:       k.pool.MaxConnsPerHost,
+		IdleConnTimeout:       k.pool.IdleTimeout.D(),
+		ResponseHeaderTimeout: k.responseHeader,
+		DisableKeepAlives:     k.pool.MaxIdleConnsPerHost == 0,
+		// Bodies pass through as the backend sent them.
+		DisableCompression:    true,
+		ExpectContinueTimeout: time.Second,
+		WriteBufferSize:       8 << 10,
+		ReadBufferSize:        8 << 10,
+	}
+	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D()}
+	if k.pool.MaxConnsPerHost > 0 {
+		u.slots = make(chan struct{}, k.pool.MaxConnsPerHost)
+	}
+	return u
+}
+
+// Retain keeps the upstreams whose address keep reports true and releases the
+// rest: their idle connections are closed now, busy ones when their request
+// ends (the transport closes a connection returned to a closed pool).
+func (p *Pools) Retain(keep func(netip.AddrPort) bool) {
+	p.mu.Lock()
+	var drop []*Upstream
+	for k, u := range p.m {
+		if !keep(k.addr) {
+			drop = append(drop, u)
+			delete(p.m, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, u := range drop {
+		u.transport.CloseIdleConnections()
+	}
+}
+
+// Len is the number of live upstreams (for tests and metrics).
+func (p *Pools) Len() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.m)
+}
+
+// Close closes every idle connection and forgets every upstream.
+func (p *Pools) Close() { p.Retain(func(netip.AddrPort) bool { return false }) }
+
+// Upstream is the pool of one backend address. It is an http.RoundTripper.
+type Upstream struct {
+	// Addr is the backend address.
+	Addr         netip.AddrPort
+	hostPort     string
+	transport    *http.Transport
+	slots        chan struct{} // nil: no cap
+	queueTimeout time.Duration
+}
+
+// RoundTrip sends req to the backend. Over the connection cap it waits up to
+// the queue timeout for a slot and then fails with ErrPoolFull. A slot is held
+// until the response body is closed. Like any RoundTripper it closes req.Body.
+func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+	if u.slots == nil {
+		return u.transport.RoundTrip(req)
+	}
+	if err := u.acquire(req.Context()); err != nil {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, err
+	}
+	res, err := u.transport.RoundTrip(req)
+	if err != nil {
+		u.release()
+		return nil, err
+	}
+	if rwc, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
+		// An upgraded connection: keep Write visible to ReverseProxy.
+		res.Body = &slotConn{ReadWriteCloser: rwc, u: u}
+		return res, nil
+	}
+	res.Body = &slotBody{ReadCloser: res.Body, u: u}
+	return res, nil
+}
+
+func (u *Upstream) acquire(ctx context.Context) error {
+	select {
+	case u.slots <- struct{}{}:
+		return nil
+	default:
+	}
+	if u.queueTimeout <= 0 {
+		return fmt.Errorf("%w (%d, no queue)", ErrPoolFull, cap(u.slots))
+	}
+	t := time.NewTimer(u.queueTimeout)
+	defer t.Stop()
+	select {
+	case u.slots <- struct{}{}:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("%w (%d) for %s", ErrPoolFull, cap(u.slots), u.queueTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (u *Upstream) release() { <-u.slots }
+
+// InUse is the number of held slots (0 without a cap).
+func (u *Upstream) InUse() int { return len(u.slots) }
+
+type slotBody struct {
+	io.ReadCloser
+	u    *Upstream
+	once sync.Once
+}
+
+func (b *slotBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.u.release)
+	return err
+}
+
+type slotConn struct {
+	io.ReadWriteCloser
+	u    *Upstream
+	once sync.Once
+}
+
+func (b *slotConn) Close() error {
+	err := b.ReadWriteCloser.Close()
+	b.once.Do(b.u.release)
+	return err
+}
+
+// HostPort is Addr formatted for a URL ("10.0.0.1:80", "[::1]:80").
+func (u *Upstream) HostPort() string { return u.hostPort }

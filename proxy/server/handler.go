@@ -1,0 +1,464 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/route"
+	"github.com/sluicelb/sluice/proxy/balance"
+)
+
+// ReasonHeader names the header on every response the proxy generates; its
+// value is the error code also written to the access log.
+const ReasonHeader = "X-Sluice-Reason"
+
+// Error codes of generated answers (ReasonHeader values and access-log codes).
+const (
+	CodeNotReady       = "not-ready"             // 503: no snapshot applied yet
+	CodeNoRoute        = "no-route"              // 404: no product/rule for the request
+	CodeNoCluster      = "no-cluster"            // 503: the rule names a cluster the table lacks
+	CodeBlackhole      = "blackhole"             // policy.blackhole.status (503): dropped by the row's share
+	CodeNoAvailable    = "no-available-instance" // 503: nothing can take the request
+	CodeRetryBudget    = "retry-budget"          // 503: the proxy-wide retry budget refused a retry
+	CodeLocalLimit     = "local-limit"           // 503: backend connection cap reached for the queue timeout
+	CodeConnect        = "connect-failed"        // 502: could not connect
+	CodeUpstream       = "upstream-error"        // 502: the backend broke the exchange
+	CodeTimeout        = "upstream-timeout"      // 504: per-try or response-header timeout
+	CodeRequestTimeout = "request-timeout"       // 504: the overall request deadline passed
+	CodeBodyTooLarge   = "body-too-large"        // 413: request body over the limit
+	CodeClientClosed   = "client-closed"         // 499 (log only): the client went away
+	CodeAborted        = "response-aborted"      // the backend failed after headers were sent; connection aborted
+)
+
+// StatusClientClosed is logged (never sent) when the client went away.
+const StatusClientClosed = 499
+
+type stateKey struct{}
+
+// reqState is one request's journey. It belongs to the request's goroutine;
+// fields touched by transport goroutines are atomic.
+type reqState struct {
+	s          *Server
+	rt         *runtime
+	c          *clusterRT
+	res        route.Result
+	sel        *balance.Selection
+	clientIP   netip.Addr
+	peer       netip.Addr
+	peerTrust  bool
+	ctx        context.Context // carries the server span
+	span       trace.Span
+	buf        []byte      // replay buffer (nil: no body or streamed)
+	stream     *streamBody // non-nil when the body is streamed
+	replayable bool
+	start      time.Time
+
+	// decision, for the log and the span
+	subcluster, instance, algorithm, reason string
+	attempts                                int
+	status                                  int
+	code                                    string
+}
+
+// ServeHTTP handles one client request.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	st := &reqState{s: s, start: s.now()}
+	rt := s.rt.Load() // the one load of this request (I2)
+	st.rt = rt
+	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+		st.peer = ap.Addr().Unmap()
+	}
+	var trustedSet []netip.Prefix
+	if rt != nil {
+		trustedSet = rt.trusted
+	} else {
+		trustedSet = s.trusted
+	}
+	st.peerTrust = trusted(st.peer, trustedSet)
+	st.clientIP = ClientIP(st.peer, r.Header["X-Forwarded-For"], trustedSet)
+
+	st.ctx = r.Context()
+	if s.tracing {
+		ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
+		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", trace.WithSpanKind(trace.SpanKindServer),
+			trace.WithAttributes(attribute.String("http.request.method", r.Method),
+				attribute.String("url.path", r.URL.Path), attribute.String("server.address", r.Host),
+				attribute.String("client.address", st.clientIP.String())))
+	}
+	defer func() {
+		if p := recover(); p != nil {
+			if st.code == "" {
+				st.code = CodeAborted
+			}
+			st.finish(r)
+			panic(p)
+		}
+		st.finish(r)
+	}()
+
+	if rt == nil {
+		st.generated(w, &genError{status: http.StatusServiceUnavailable, code: CodeNotReady})
+		return
+	}
+	// An h2c upgrade is never performed: the request is served as plain
+	// HTTP/1.1 and the backend never sees the upgrade offer.
+	if isH2CUpgrade(r.Header) {
+		r.Header.Del("Upgrade")
+		r.Header.Del("Http2-Settings")
+		r.Header.Del("Connection")
+	}
+	var rr route.Request
+	rr.Reset(r, st.clientIP, r.TLS != nil)
+	res, ok := rt.router.Match(&rr)
+	if !ok {
+		s.metrics.unrouted.WithLabelValues(CodeNoRoute).Inc()
+		st.generated(w, &genError{status: http.StatusNotFound, code: CodeNoRoute})
+		return
+	}
+	st.res = res
+	c := rt.clusters[res.Cluster]
+	if c == nil {
+		s.metrics.unrouted.WithLabelValues(CodeNoCluster).Inc()
+		st.generated(w, &genError{status: http.StatusServiceUnavailable, code: CodeNoCluster})
+		return
+	}
+	st.c = c
+	c.stats.requests.Add(1)
+	p := &c.policy
+
+	if s.maxBody > 0 {
+		if r.ContentLength > s.maxBody {
+			st.generated(w, &genError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge})
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = http.MaxBytesReader(w, r.Body, s.maxBody)
+		}
+	}
+	rc := http.NewResponseController(w)
+	if d := p.Timeouts.ReadClient.D(); d > 0 {
+		_ = rc.SetReadDeadline(st.start.Add(d))
+	}
+	if d := p.Timeouts.WriteClient.D(); d > 0 && !isUpgrade(r.Header) {
+		_ = rc.SetWriteDeadline(st.start.Add(d))
+	}
+	ctx := st.ctx
+	if d := p.Timeouts.Request.D(); d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, d)
+		defer cancel()
+	}
+	if err := st.prepareBody(r); err != nil {
+		st.generated(w, classifyBodyError(err))
+		return
+	}
+	st.sel = c.bc.NewSelection(r, st.clientIP)
+	defer st.sel.Release()
+	s.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, stateKey{}, st)))
+}
+
+// prepareBody decides whether the request is replayable and buffers its body
+// when it fits policy.retry.max_replay_body.
+func (st *reqState) prepareBody(r *http.Request) error {
+	p := &st.c.policy.Retry
+	methodOK := p.NonIdempotent || idempotent(r.Method)
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 {
+		r.Body = http.NoBody
+		st.replayable = methodOK
+		return nil
+	}
+	limit := p.MaxReplayBody
+	if !methodOK || limit <= 0 || r.ContentLength > limit {
+		st.stream = &streamBody{rc: r.Body}
+		return nil
+	}
+	if r.ContentLength > 0 {
+		st.buf = make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, st.buf); err != nil {
+			return err
+		}
+		st.replayable = true
+		return nil
+	}
+	// Unknown length (chunked): buffer up to the limit, stream beyond it.
+	var b bytes.Buffer
+	n, err := io.Copy(&b, io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return err
+	}
+	if n <= limit {
+		st.buf = b.Bytes()
+		if st.buf == nil {
+			st.buf = []byte{}
+		}
+		st.replayable = true
+		return nil
+	}
+	st.stream = &streamBody{rc: struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(b.Bytes()), r.Body), r.Body}}
+	return nil
+}
+
+func classifyBodyError(err error) *genError {
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return &genError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge, err: err}
+	}
+	return &genError{status: http.StatusBadRequest, code: CodeClientClosed, err: err}
+}
+
+func idempotent(m string) bool {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	return false
+}
+
+func isH2CUpgrade(h http.Header) bool {
+	for _, v := range h["Upgrade"] {
+		for _, p := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(p), "h2c") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func isUpgrade(h http.Header) bool { return len(h["Upgrade"]) > 0 }
+
+// streamBody is a non-replayable request body shared by the attempts of one
+// request. Close is a no-op so that a transport failing to connect (which
+// closes the body it was given) leaves it intact for the next attempt; read
+// counts whether any byte left for a backend.
+type streamBody struct {
+	rc   io.ReadCloser
+	read atomic.Int64
+}
+
+func (b *streamBody) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	b.read.Add(int64(n))
+	return n, err
+}
+
+func (b *streamBody) Close() error { return nil }
+
+// genError is an answer the proxy generates itself.
+type genError struct {
+	status     int
+	code       string
+	retryAfter time.Duration
+	err        error
+}
+
+func (e *genError) Error() string {
+	if e.err != nil {
+		return e.code + ": " + e.err.Error()
+	}
+	return e.code
+}
+
+func (e *genError) Unwrap() error { return e.err }
+
+// generated writes a generated answer.
+func (st *reqState) generated(w http.ResponseWriter, e *genError) {
+	st.status, st.code = e.status, e.code
+	if st.c != nil {
+		if e.status >= 500 && e.code != CodeBlackhole {
+			st.c.stats.errors.Add(1)
+		}
+		st.s.metrics.generated.WithLabelValues(st.c.name, e.code).Inc()
+	}
+	if e.status == StatusClientClosed {
+		return
+	}
+	h := w.Header()
+	h.Set(ReasonHeader, e.code)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	if e.retryAfter > 0 {
+		h.Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
+	}
+	if e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusBadRequest {
+		h.Set("Connection", "close")
+	}
+	w.WriteHeader(e.status)
+	_, _ = io.WriteString(w, http.StatusText(e.status)+" ("+e.code+")\n")
+}
+
+// finish writes the access log line, the metrics and ends the server span.
+func (st *reqState) finish(r *http.Request) {
+	s := st.s
+	if st.c != nil {
+		sub := st.subcluster
+		if m := st.c.subs[sub]; m != nil {
+			m.codes[codeIndex(st.status)].Inc()
+		} else {
+			s.metrics.requests.WithLabelValues(st.c.name, "", classOf(st.status)).Inc()
+		}
+		if st.status >= 500 && st.code == "" {
+			st.c.stats.errors.Add(1)
+		}
+	}
+	if st.span != nil {
+		st.span.SetAttributes(st.attrs()...)
+		st.span.SetAttributes(attribute.Int("http.response.status_code", st.status))
+		if st.code != "" {
+			st.span.SetAttributes(attribute.String("sluice.error_code", st.code))
+		}
+		if st.status >= 500 || st.code == CodeAborted {
+			st.span.SetStatus(codes.Error, st.code)
+		}
+		st.span.End()
+	}
+	if s.access != nil {
+		var version uint64
+		if st.rt != nil {
+			version = st.rt.version
+		}
+		s.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+			slog.String("method", r.Method), slog.String("host", r.Host), slog.String("path", r.URL.Path),
+			slog.String("client_ip", st.clientIP.String()),
+			slog.Uint64("version", version),
+			slog.String("product", st.res.Product), slog.String("rule", st.res.RuleName),
+			slog.String("cluster", st.res.Cluster), slog.String("subcluster", st.subcluster),
+			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
+			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
+			slog.Int("status", st.status), slog.String("error_code", st.code),
+			slog.Duration("duration", s.now().Sub(st.start)))
+	}
+}
+
+func classOf(status int) string {
+	if i := codeIndex(status); i > 0 {
+		return strconv.Itoa(i) + "xx"
+	}
+	return "none"
+}
+
+func (st *reqState) attrs() []attribute.KeyValue {
+	var v uint64
+	if st.rt != nil {
+		v = st.rt.version
+	}
+	return []attribute.KeyValue{
+		attribute.Int64("sluice.snapshot.version", int64(v)),
+		attribute.String("sluice.route", st.res.Product+"/"+st.res.RuleName),
+		attribute.String("sluice.cluster", st.res.Cluster),
+		attribute.String("sluice.subcluster", st.subcluster),
+		attribute.String("sluice.instance", st.instance),
+		attribute.String("sluice.algorithm", st.algorithm),
+		attribute.String("sluice.pick.reason", st.reason),
+		attribute.Int("sluice.attempt", st.attempts),
+	}
+}
+
+// newReverseProxy builds the one ReverseProxy all requests share; the
+// per-request state travels in the request context.
+func (s *Server) newReverseProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      transport{},
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.errorHandler,
+		BufferPool:     bufferPool{},
+		ErrorLog:       log.New(io.Discard, "", 0),
+	}
+}
+
+// rewrite sets the forwarding headers. X-Forwarded-For is the chain the
+// trusted peer sent (if it is trusted) plus the peer; an untrusted peer's
+// X-Forwarded-For is dropped. It is set after ReverseProxy removed the
+// hop-by-hop headers, so "Connection: X-Forwarded-For" cannot strip it.
+func (s *Server) rewrite(pr *httputil.ProxyRequest) {
+	st := pr.In.Context().Value(stateKey{}).(*reqState)
+	peer := st.peer.String()
+	if prior := pr.In.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + peer}
+	} else {
+		pr.Out.Header["X-Forwarded-For"] = []string{peer}
+	}
+	if prior := pr.In.Header["X-Forwarded-Proto"]; st.peerTrust && len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-Proto"] = prior[:1]
+	} else if pr.In.TLS != nil {
+		pr.Out.Header["X-Forwarded-Proto"] = []string{"https"}
+	} else {
+		pr.Out.Header["X-Forwarded-Proto"] = []string{"http"}
+	}
+	if prior := pr.In.Header["X-Forwarded-Host"]; st.peerTrust && len(prior) > 0 {
+		pr.Out.Header["X-Forwarded-Host"] = prior[:1]
+	} else {
+		pr.Out.Header["X-Forwarded-Host"] = []string{pr.In.Host}
+	}
+	pr.Out.URL.Scheme = "http"
+	pr.Out.Host = pr.In.Host
+	if st.buf != nil {
+		pr.Out.ContentLength = int64(len(st.buf))
+	}
+}
+
+func (s *Server) modifyResponse(res *http.Response) error {
+	st := res.Request.Context().Value(stateKey{}).(*reqState)
+	st.status = res.StatusCode
+	if st.status >= 500 {
+		st.c.stats.errors.Add(1)
+	}
+	return nil
+}
+
+func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
+	st := r.Context().Value(stateKey{}).(*reqState)
+	var ge *genError
+	if !errors.As(err, &ge) {
+		switch {
+		case r.Context().Err() != nil && errors.Is(context.Cause(r.Context()), context.DeadlineExceeded):
+			ge = &genError{status: http.StatusGatewayTimeout, code: CodeRequestTimeout, err: err}
+		case r.Context().Err() != nil:
+			ge = &genError{status: StatusClientClosed, code: CodeClientClosed, err: err}
+		default:
+			ge = classifyBodyError(err)
+			if ge.status != http.StatusRequestEntityTooLarge {
+				ge = &genError{status: http.StatusBadGateway, code: CodeUpstream, err: err}
+			}
+		}
+	}
+	st.generated(w, ge)
+}
+
+type bufferPool struct{}
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *(bufs.Get().(*[]byte)) }
+func (bufferPool) Put(b []byte) { bufs.Put(&b) }
+
+// blackholeError is the answer to a request drawn into GSLB_BLACKHOLE.
+func blackholeError(p *config.Policy) *genError {
+	status := p.Blackhole.Status
+	if status == 0 {
+		status = http.StatusServiceUnavailable
+	}
+	return &genError{status: status, code: CodeBlackhole, retryAfter: p.Blackhole.RetryAfter.D(), err: balance.ErrBlackhole}
+}

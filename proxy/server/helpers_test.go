@@ -1,0 +1,205 @@
+package server
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/forward"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for state
+	}
+}
+
+// backend is a real HTTP server standing for one instance.
+type backend struct {
+	name string
+	srv  *httptest.Server
+	addr netip.AddrPort
+	hits atomic.Int64
+	mu   sync.Mutex
+	reqs []*http.Request // headers of received requests (bodies drained)
+}
+
+func newBackend(t *testing.T, name string, h http.HandlerFunc) *backend {
+	t.Helper()
+	b := &backend{name: name}
+	if h == nil {
+		h = func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello from "+name) }
+	}
+	b.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b.hits.Add(1)
+		b.mu.Lock()
+		b.reqs = append(b.reqs, r.Clone(context.Background()))
+		b.mu.Unlock()
+		w.Header().Set("X-Backend", name)
+		h(w, r)
+	}))
+	t.Cleanup(b.srv.Close)
+	b.addr = netip.MustParseAddrPort(b.srv.Listener.Addr().String())
+	return b
+}
+
+func (b *backend) last() *http.Request {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.reqs) == 0 {
+		return nil
+	}
+	return b.reqs[len(b.reqs)-1]
+}
+
+// deadAddr is a loopback address nobody listens on.
+func deadAddr(t *testing.T) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := netip.MustParseAddrPort(l.Addr().String())
+	l.Close()
+	return a
+}
+
+func inst(a netip.AddrPort, w int) config.Instance {
+	return config.Instance{Addr: a.Addr().String(), Port: int(a.Port()), Weight: w}
+}
+
+// testCluster builds a snapshot cluster; subs maps sub-cluster → instances,
+// row includes GSLB_BLACKHOLE when wanted.
+func testCluster(subs map[string][]config.Instance, row map[string]int, mutate func(*config.Policy)) snapshot.Cluster {
+	c := snapshot.Cluster{SubClusters: map[string]config.SubCluster{}, Policy: config.DefaultPolicy(),
+		Row: snapshot.Row{Denominator: 100, Weights: row}}
+	for n, is := range subs {
+		c.SubClusters[n] = config.SubCluster{IDC: "idc1", Instances: is}
+	}
+	c.Policy.Timeouts.Connect = config.Duration(time.Second)
+	c.Policy.Timeouts.ResponseHeader = config.Duration(10 * time.Second)
+	if mutate != nil {
+		mutate(&c.Policy)
+	}
+	return c
+}
+
+// testSnapshot routes every request of host "demo.test" (and the default
+// product) to cluster "main".
+func testSnapshot(version uint64, main snapshot.Cluster) *snapshot.Snapshot {
+	s := &snapshot.Snapshot{
+		Meta: snapshot.Meta{ProxyCluster: "BFE1", Version: version, CreatedAt: time.Unix(1700000000, 0).UTC()},
+		Products: map[string]config.Product{"demo": {Hosts: []string{"demo.test"},
+			Rules: []config.Rule{{Name: "all", Cond: "default_t()", Cluster: "main"}}}},
+		DefaultProduct: "demo",
+		Clusters:       map[string]snapshot.Cluster{"main": main},
+	}
+	s.Meta.Hash = snapshot.ContentHash(s)
+	return s
+}
+
+// proxy is a Server behind a real http.Server on loopback.
+type proxy struct {
+	s    *Server
+	url  string
+	addr string
+	hs   *http.Server
+}
+
+type proxyOpts struct {
+	opts  Options
+	front FrontOptions
+}
+
+func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
+	done := make(chan struct{})
+	go func() { reg.Run(ctx); close(done) }()
+	o := po.opts
+	o.Registry = reg
+	if o.Pools == nil {
+		o.Pools = forward.NewPools(forward.Options{})
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap != nil {
+		if err := s.Apply(snap); err != nil {
+			t.Fatalf("apply: %v", err)
+		}
+	}
+	hs, err := s.HTTPServer(po.front)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { hs.Serve(l); close(served) }()
+	t.Cleanup(func() {
+		hs.Close()
+		<-served
+		cancel()
+		<-done
+		o.Pools.Close()
+	})
+	return &proxy{s: s, url: "http://" + l.Addr().String(), addr: l.Addr().String(), hs: hs}
+}
+
+// client returns an HTTP client with its own pool, closed at cleanup.
+func client(t *testing.T) *http.Client {
+	tr := &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 20 * time.Second}
+}
+
+func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "demo.test"
+	for k, v := range hdr {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("GET %s: body: %v", url, err)
+	}
+	return res, string(b)
+}
