@@ -76,7 +76,7 @@ func Primitives() []string {
 }
 
 var signatures = map[string]signature{
-	"default_t": {build: func([]arg) (matcher, *argError) { return always{}, nil }},
+	"default_t":        {build: func([]arg) (matcher, *argError) { return always{}, nil }},
 	"req_proto_secure": {build: func([]arg) (matcher, *argError) { return protoSecure{}, nil }},
 	"req_host_in": {params: []param{pList("hosts")}, build: func(a []arg) (matcher, *argError) {
 		l, err := list(a, 0, true)
