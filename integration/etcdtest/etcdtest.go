@@ -29,7 +29,7 @@ type Options struct {
 	Dir string
 	// ClientPort and PeerPort fix the ports (0 picks free ones).
 	ClientPort, PeerPort int
-	// LogLevel of etcd's own logger; default "error".
+	// LogLevel of etcd's own logger; default "fatal" (its shutdown logs errors that are not).
 	LogLevel string
 	// CompactionRetention ("" means none) e.g. "1" (hours) — tests compact by hand.
 	AutoCompactionRetention string
@@ -69,7 +69,7 @@ func Start(o Options) (*Server, error) {
 	cfg.InitialCluster = fmt.Sprintf("%s=%s", cfg.Name, pu.String())
 	cfg.LogLevel = o.LogLevel
 	if cfg.LogLevel == "" {
-		cfg.LogLevel = "error"
+		cfg.LogLevel = "fatal" // shutdown prints errors that mean nothing
 	}
 	cfg.AutoCompactionRetention = o.AutoCompactionRetention
 	e, err := embed.StartEtcd(cfg)
