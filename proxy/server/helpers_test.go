@@ -118,6 +118,8 @@ func testSnapshot(version uint64, main snapshot.Cluster) *snapshot.Snapshot {
 	return s
 }
 
+func snapshotHash(s *snapshot.Snapshot) string { return snapshot.ContentHash(s) }
+
 // proxy is a Server behind a real http.Server on loopback.
 type proxy struct {
 	s    *Server
@@ -127,8 +129,9 @@ type proxy struct {
 }
 
 type proxyOpts struct {
-	opts  Options
-	front FrontOptions
+	opts      Options
+	front     FrontOptions
+	connState func(net.Conn, http.ConnState)
 }
 
 func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
@@ -155,6 +158,7 @@ func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 	if err != nil {
 		t.Fatal(err)
 	}
+	hs.ConnState = po.connState
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
