@@ -91,7 +91,7 @@ func TestImportSampleConf(t *testing.T) {
 		t.Errorf("cluster_example policy:\n got %+v\nwant %+v", got, want)
 	}
 	ai := st.Clusters["ai_cluster_example"].Policy
-	if ai.Health.Probe.Status != "100-599" || ai.Health.FailNum != 1000 || ai.Health.CheckInterval.D() != 100*time.Second ||
+	if ai.Health.Probe.Status != "100-599" || ai.Health.FailNum != 100 || ai.Health.CheckInterval.D() != 100*time.Second ||
 		ai.Timeouts.Connect.D() != 50*time.Second || ai.Timeouts.WriteClient.D() != 30*time.Second {
 		t.Errorf("ai_cluster_example policy (StatusCode 0 = any, CheckTimeout null): %+v", ai)
 	}
@@ -116,6 +116,7 @@ func TestImportSampleConf(t *testing.T) {
 		`Config.https_cluster_example.HTTPSConf: ignored`,
 		`Config.ai_cluster_example.AIConf: ignored`,
 		`name_conf.data: ignored`,
+		`Config.ai_cluster_example.CheckConf.FailNum: 1000 is outside Sluice's range 1..100: imported as 100`,
 	} {
 		if !containsWarning(warns, w) {
 			t.Errorf("no warning containing %q in\n%s", w, strings.Join(warns, "\n"))

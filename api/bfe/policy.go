@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/statusmatch"
+	"github.com/sluicelb/sluice/api/validate"
 )
 
 // BFE's defaults (bfe_config/bfe_cluster_conf/cluster_conf), applied where a
@@ -255,7 +256,44 @@ func policyFromBFE(file, path string, c clusterConfEntry) (config.Policy, []stri
 	if c.AIConf != nil {
 		warn("AIConf", "ignored: Sluice has no AI gateway features")
 	}
+	fitToSluice(&p, warn)
 	return p, warns, nil
+}
+
+// fitToSluice clamps values BFE accepts but Sluice's validator bounds
+// (api/validate), with a warning naming the BFE field, its value and the limit.
+func fitToSluice(p *config.Policy, warn func(field, format string, args ...any)) {
+	clampInt := func(field string, v *int, lo, hi int) {
+		if *v < lo || *v > hi {
+			nv := min(max(*v, lo), hi)
+			warn(field, "%d is outside Sluice's range %d..%d: imported as %d", *v, lo, hi, nv)
+			*v = nv
+		}
+	}
+	clampInt("CheckConf.FailNum", &p.Health.FailNum, 1, validate.MaxHealthCount)
+	clampInt("CheckConf.SuccNum", &p.Health.SuccNum, 1, validate.MaxHealthCount)
+	clampInt("GslbBasic.RetryMax", &p.Retry.RetryMax, 0, validate.MaxRetry)
+	clampInt("GslbBasic.CrossRetry", &p.Retry.CrossRetry, 0, validate.MaxRetry)
+	clampDur := func(field string, d *config.Duration, hi time.Duration) {
+		switch {
+		case *d <= 0:
+			warn(field, "0 is not a usable timeout in Sluice: imported as %s", hi)
+			*d = config.Duration(hi)
+		case d.D() > hi:
+			warn(field, "%s is above Sluice's limit %s: imported as %s", d.D(), hi, hi)
+			*d = config.Duration(hi)
+		}
+	}
+	clampDur("BackendConf.TimeoutConnSrv", &p.Timeouts.Connect, validate.MaxConnectTimeout)
+	clampDur("BackendConf.TimeoutResponseHeader", &p.Timeouts.ResponseHeader, validate.MaxDuration)
+	clampDur("CheckConf.CheckInterval", &p.Health.CheckInterval, validate.MaxDuration)
+	clampDur("CheckConf.CheckTimeout", &p.Health.Timeout, validate.MaxDuration)
+	clampDur("ClusterBasic.TimeoutReadClient", &p.Timeouts.ReadClient, validate.MaxDuration)
+	clampDur("ClusterBasic.TimeoutWriteClient", &p.Timeouts.WriteClient, validate.MaxDuration)
+	if p.SlowStart.Window.D() > validate.MaxDuration {
+		warn("BackendConf.SlowStartTime", "%s is above Sluice's limit %s: imported as %s", p.SlowStart.Window.D(), validate.MaxDuration, validate.MaxDuration)
+		p.SlowStart.Window = config.Duration(validate.MaxDuration)
+	}
 }
 
 // statusFromBFE turns BFE's StatusCode (100..599 exact, 0 any, 1..31 a mask
