@@ -7,6 +7,8 @@ require (
 	github.com/sluicelb/sluice/integration v0.0.0
 )
 
+require github.com/kylelemons/godebug v1.1.0 // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
