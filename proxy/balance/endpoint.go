@@ -71,12 +71,14 @@ type healthRules struct {
 // table that references the address and survives table swaps. Safe for
 // concurrent use.
 type Endpoint struct {
-	addr netip.AddrPort
-	reg  *Registry
-
+	// Hot fields first, on one cache line: a pick touches only these.
 	inflight    atomic.Int64
+	released    atomic.Bool
 	consecFails atomic.Int32
-	ewmaBits    atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
+	addr        netip.AddrPort
+	reg         *Registry
+
+	ewmaBits atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
 
 	mu          sync.Mutex
 	rules       healthRules
@@ -89,7 +91,6 @@ type Endpoint struct {
 	effWeight   int // effective weight (effective_weights); 0 = full
 	baseWeight  int // configured weight of the first member referencing it
 	refs        int // tables (current and pending) referencing it
-	released    atomic.Bool
 }
 
 // Addr is the backend address; stable across table swaps.

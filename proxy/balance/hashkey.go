@@ -7,17 +7,15 @@ import (
 	"strings"
 	"unsafe"
 
-	"github.com/spaolacci/murmur3"
-
 	"github.com/sluicelb/sluice/api/config"
 )
 
 // hashBytes is murmur3 x64_128's first 64 bits with seed 0 (BFE's GetHash).
-func hashBytes(b []byte) uint64 { return murmur3.Sum64(b) }
+func hashBytes(b []byte) uint64 { return sum64(b) }
 
 // hashString hashes s without copying it.
 func hashString(s string) uint64 {
-	return murmur3.Sum64(unsafe.Slice(unsafe.StringData(s), len(s)))
+	return sum64(unsafe.Slice(unsafe.StringData(s), len(s)))
 }
 
 // hashAddr hashes an IP: 4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for IPv6.
@@ -25,10 +23,10 @@ func hashAddr(a netip.Addr) uint64 {
 	a = a.Unmap()
 	if a.Is4() {
 		b := a.As4()
-		return murmur3.Sum64(b[:])
+		return sum64(b[:])
 	}
 	b := a.As16()
-	return murmur3.Sum64(b[:])
+	return sum64(b[:])
 }
 
 // keySpec is a compiled policy.balance.hash.

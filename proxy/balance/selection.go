@@ -45,8 +45,8 @@ type Pick struct {
 	// "cross-retry" (sub-cluster level, first attempt: how the sub-cluster was
 	// chosen; retries: which kind of retry).
 	Reason    string
-	Algorithm string        // instance algorithm used
-	SetCookie *http.Cookie  // non-nil when a sticky cookie must be (re)issued
+	Algorithm string       // instance algorithm used
+	SetCookie *http.Cookie // non-nil when a sticky cookie must be (re)issued
 	c         *Cluster
 	retry     bool // holds a retry-budget token
 }

@@ -3,7 +3,6 @@ package balance
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -406,6 +405,7 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 		return nil, nil, fmt.Errorf("subclusters: %d, at most %d", len(names), blackholeIdx-1)
 	}
 	addrs := make([][]netip.AddrPort, len(names))
+	seenAddr := map[netip.AddrPort]bool{}
 	for gi, n := range names {
 		s := sc.SubClusters[n]
 		g := &group{c: c, idx: gi, name: n, nameHash: hashString(n), weight: sc.Row.Weights[n]}
@@ -421,9 +421,10 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 				return nil, nil, fmt.Errorf("subclusters[%q].instances[%d].weight %d: want 0..%d", n, ii, in.Weight, config.MaxInstanceWeight)
 			}
 			a := netip.AddrPortFrom(ip.Unmap(), uint16(in.Port))
-			if slices.Contains(addrs[gi], a) {
+			if seenAddr[a] {
 				return nil, nil, fmt.Errorf("subclusters[%q].instances[%d]: duplicate address %s", n, ii, a)
 			}
+			seenAddr[a] = true
 			addrs[gi] = append(addrs[gi], a)
 			ok := in.State != config.StateDraining && in.State != config.StateUnhealthy
 			g.members = append(g.members, member{weight: in.Weight, agentOK: ok})

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/spaolacci/murmur3"
+
 	"github.com/sluicelb/sluice/api/config"
 )
 
@@ -128,5 +130,19 @@ func TestVectorWLC(t *testing.T) {
 				s.Release()
 			}
 		})
+	}
+}
+
+// sum64 is exactly github.com/spaolacci/murmur3.Sum64 for every length.
+func TestSum64MatchesMurmur3(t *testing.T) {
+	r := seededRand(3)
+	for n := 0; n < 200; n++ {
+		b := make([]byte, n%40)
+		for i := range b {
+			b[i] = byte(r())
+		}
+		if got, want := sum64(b), murmur3.Sum64(b); got != want {
+			t.Fatalf("len %d: sum64 = %d, murmur3 = %d", len(b), got, want)
+		}
 	}
 }
