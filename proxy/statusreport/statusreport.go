@@ -1,0 +1,268 @@
+// Package statusreport writes a proxy's status and demand reports into etcd
+// under a lease, so the scheduler and lbctl see what every live proxy applied
+// and how much it sends to each cluster, and a dead proxy's keys vanish by
+// themselves when its lease expires.
+package statusreport
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/report"
+)
+
+// Defaults of Config.
+const (
+	DefaultInterval = 5 * time.Second
+	DefaultTTL      = 15 * time.Second
+	// revokeTimeout bounds the lease revoke at shutdown.
+	revokeTimeout = 2 * time.Second
+	opTimeout     = 5 * time.Second
+	maxBackoff    = 5 * time.Second
+)
+
+// Config configures a Reporter. Client, ProxyCluster, ID, Status and Demand
+// are required.
+type Config struct {
+	Client       *clientv3.Client
+	Layout       keys.Layout
+	ProxyCluster string
+	ID           string
+	// Status is called on each write; ProxyCluster and ID are filled in and
+	// a zero UpdatedAt is set to Now(). It must be safe to call from Run's
+	// goroutine while the proxy serves.
+	Status func() report.ProxyStatus
+	// Demand is called on each write, like Status.
+	Demand func() report.Demand
+	// Interval between writes. Default 5s. Notify writes sooner.
+	Interval time.Duration
+	// TTL of the lease the keys are bound to, in whole seconds. Default 15s.
+	TTL time.Duration
+	// Logger defaults to slog.Default(); Now to time.Now.
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// Reporter keeps the two keys alive. Notify is safe for concurrent use; Run
+// is called once.
+type Reporter struct {
+	cfg                  Config
+	statusKey, demandKey string
+	log                  *slog.Logger
+	notify               chan struct{}
+	running              atomic.Bool
+	lease                atomic.Int64 // current lease ID, 0 when none
+	writes               atomic.Uint64
+}
+
+// New checks cfg and fills defaults.
+func New(cfg Config) (*Reporter, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("statusreport: Client is nil")
+	}
+	if cfg.Status == nil || cfg.Demand == nil {
+		return nil, errors.New("statusreport: Status and Demand funcs are required")
+	}
+	if cfg.Layout.Prefix() == "" {
+		cfg.Layout = keys.MustNew(keys.DefaultPrefix)
+	}
+	sk, err := cfg.Layout.Status(cfg.ProxyCluster, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("statusreport: %w", err)
+	}
+	dk, err := cfg.Layout.Demand(cfg.ProxyCluster, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("statusreport: %w", err)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.TTL < time.Second {
+		return nil, fmt.Errorf("statusreport: TTL %v is below etcd's 1s granularity", cfg.TTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Reporter{
+		cfg: cfg, statusKey: sk, demandKey: dk,
+		log:    cfg.Logger.With("component", "statusreport", "proxy_cluster", cfg.ProxyCluster, "id", cfg.ID),
+		notify: make(chan struct{}, 1),
+	}, nil
+}
+
+// Notify asks for a write soon (after an apply or a reject). It never blocks.
+func (r *Reporter) Notify() {
+	select {
+	case r.notify <- struct{}{}:
+	default:
+	}
+}
+
+// Lease is the lease the keys are bound to now (0: none).
+func (r *Reporter) Lease() clientv3.LeaseID { return clientv3.LeaseID(r.lease.Load()) }
+
+// Writes counts successful writes.
+func (r *Reporter) Writes() uint64 { return r.writes.Load() }
+
+// Run grants a lease, writes both keys under it, keeps it alive and rewrites
+// the keys every Interval and on Notify; after losing the lease (etcd down
+// past the TTL, lease revoked) it grants a new one. When ctx is done it
+// revokes the lease, so the keys vanish at once, and returns nil.
+func (r *Reporter) Run(ctx context.Context) error {
+	if !r.running.CompareAndSwap(false, true) {
+		return errors.New("statusreport: Run is already running")
+	}
+	defer r.running.Store(false)
+	attempt := 0
+	for ctx.Err() == nil {
+		ok := r.session(ctx)
+		if ctx.Err() != nil {
+			break
+		}
+		if ok {
+			attempt = 0
+		}
+		d := min(maxBackoff, 100*time.Millisecond<<min(attempt, 6))
+		d = d/2 + rand.N(d/2+1)
+		attempt++
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// session holds one lease until it is lost (returns true if it was granted)
+// or ctx is done (the lease is revoked).
+func (r *Reporter) session(ctx context.Context) bool {
+	gctx, cancel := context.WithTimeout(ctx, opTimeout)
+	g, err := r.cfg.Client.Grant(gctx, int64(r.cfg.TTL/time.Second))
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("lease grant failed", "err", err)
+		}
+		return false
+	}
+	id := g.ID
+	r.lease.Store(int64(id))
+	defer r.lease.Store(0)
+	kctx, kcancel := context.WithCancel(ctx)
+	defer kcancel()
+	kach, err := r.cfg.Client.KeepAlive(kctx, id)
+	if err != nil {
+		r.log.Warn("lease keepalive failed", "lease", int64(id), "err", err)
+		return true
+	}
+	r.log.Info("status lease granted", "lease", int64(id), "ttl", r.cfg.TTL)
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	write := func() bool {
+		err := r.write(ctx, id)
+		switch {
+		case err == nil:
+			return true
+		case ctx.Err() != nil:
+			return true
+		case isLeaseGone(err):
+			r.log.Warn("status lease lost; granting a new one", "lease", int64(id))
+			return false
+		default:
+			r.log.Warn("status write failed", "err", err)
+			return true
+		}
+	}
+	if !write() {
+		return true
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			r.revoke(ctx, id)
+			return true
+		case _, ok := <-kach:
+			if !ok {
+				if ctx.Err() != nil {
+					r.revoke(ctx, id)
+					return true
+				}
+				r.log.Warn("status lease keepalive ended; granting a new one", "lease", int64(id))
+				return true
+			}
+		case <-tick.C:
+			if !write() {
+				return true
+			}
+		case <-r.notify:
+			if !write() {
+				return true
+			}
+		}
+	}
+}
+
+func (r *Reporter) write(ctx context.Context, id clientv3.LeaseID) error {
+	now := r.cfg.Now()
+	st := r.cfg.Status()
+	st.ProxyCluster, st.ID = r.cfg.ProxyCluster, r.cfg.ID
+	if st.UpdatedAt.IsZero() {
+		st.UpdatedAt = now
+	}
+	dm := r.cfg.Demand()
+	dm.ProxyCluster, dm.ID = r.cfg.ProxyCluster, r.cfg.ID
+	if dm.UpdatedAt.IsZero() {
+		dm.UpdatedAt = now
+	}
+	sb, err := json.Marshal(st)
+	if err != nil {
+		return fmt.Errorf("encode status: %w", err)
+	}
+	db, err := json.Marshal(dm)
+	if err != nil {
+		return fmt.Errorf("encode demand: %w", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	_, err = r.cfg.Client.Txn(wctx).Then(
+		clientv3.OpPut(r.statusKey, string(sb), clientv3.WithLease(id)),
+		clientv3.OpPut(r.demandKey, string(db), clientv3.WithLease(id)),
+	).Commit()
+	if err != nil {
+		return fmt.Errorf("write status: %w", err)
+	}
+	r.writes.Add(1)
+	return nil
+}
+
+// revoke drops the lease so the keys vanish now rather than after the TTL.
+// ctx is done already: the revoke gets its own short deadline.
+func (r *Reporter) revoke(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+	defer cancel()
+	if _, err := r.cfg.Client.Revoke(rctx, id); err != nil {
+		r.log.Warn("status lease revoke failed; keys expire after the TTL", "lease", int64(id), "err", err)
+		return
+	}
+	r.log.Info("status lease revoked", "lease", int64(id))
+}
+
+func isLeaseGone(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }
