@@ -1,0 +1,113 @@
+package server
+
+import (
+	"net/http"
+	"sort"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.Attributes() {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// A request whose first attempt fails to connect in SC1 and is retried once
+// in SC2 produces: server span → pick, forward (failed), retry, pick (cross),
+// forward (200), with the decision attributes, and the backend receives the
+// second forward span's W3C traceparent.
+func TestTraceOfCrossSubclusterRetry(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	t.Cleanup(func() { tp.Shutdown(t.Context()) })
+	dead := deadAddr(t)
+	b := newBackend(t, "sc2", nil)
+	snap := testSnapshot(7, testCluster(map[string][]config.Instance{"SC1": {inst(dead, 1)}, "SC2": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100, "SC2": 0}, func(p *config.Policy) { p.Retry.RetryMax, p.Retry.CrossRetry = 0, 1 }))
+	p := newProxy(t, snap, proxyOpts{opts: Options{TracerProvider: tp}})
+	res, _ := get(t, client(t), p.url+"/traced", nil)
+	if res.StatusCode != 200 {
+		t.Fatalf("status %d, want 200 after the cross retry", res.StatusCode)
+	}
+	eventually(t, 5e9, "server span exported", func() bool {
+		for _, s := range exp.GetSpans().Snapshots() {
+			if s.Name() == "sluice.request" {
+				return true
+			}
+		}
+		return false
+	})
+	spans := exp.GetSpans().Snapshots()
+	sort.Slice(spans, func(i, j int) bool { return spans[i].StartTime().Before(spans[j].StartTime()) })
+	var names []string
+	for _, s := range spans {
+		names = append(names, s.Name())
+	}
+	want := []string{"sluice.request", "sluice.pick", "sluice.forward", "sluice.retry", "sluice.pick", "sluice.forward"}
+	if len(names) != len(want) {
+		t.Fatalf("spans %v, want %v", names, want)
+	}
+	for i := range want {
+		if names[i] != want[i] {
+			t.Fatalf("spans %v, want %v", names, want)
+		}
+	}
+	root := spans[0]
+	if root.SpanKind() != trace.SpanKindServer || root.Parent().IsValid() {
+		t.Fatalf("root span kind %v parent %v", root.SpanKind(), root.Parent())
+	}
+	for _, s := range spans[1:] {
+		if s.Parent().SpanID() != root.SpanContext().SpanID() || s.SpanContext().TraceID() != root.SpanContext().TraceID() {
+			t.Fatalf("span %s is not a child of the server span", s.Name())
+		}
+	}
+	check := func(s sdktrace.ReadOnlySpan, key string, want any) {
+		t.Helper()
+		v, ok := attrs(s)[attribute.Key(key)]
+		if !ok {
+			t.Fatalf("span %s lacks %s", s.Name(), key)
+		}
+		if got := v.AsInterface(); got != want {
+			t.Fatalf("span %s: %s = %v, want %v", s.Name(), key, got, want)
+		}
+	}
+	pick1, fwd1, retry, pick2, fwd2 := spans[1], spans[2], spans[3], spans[4], spans[5]
+	check(pick1, "sluice.subcluster", "SC1")
+	check(pick1, "sluice.instance", dead.String())
+	check(pick1, "sluice.attempt", int64(1))
+	check(pick1, "sluice.snapshot.version", int64(7))
+	check(pick1, "sluice.algorithm", "wrr")
+	check(fwd1, "sluice.error_code", CodeConnect)
+	if fwd1.SpanKind() != trace.SpanKindClient || fwd2.SpanKind() != trace.SpanKindClient {
+		t.Fatal("forward spans must be client spans")
+	}
+	check(retry, "sluice.attempt", int64(2))
+	check(pick2, "sluice.subcluster", "SC2")
+	check(pick2, "sluice.pick.reason", "cross-retry")
+	check(pick2, "sluice.attempt", int64(2))
+	check(fwd2, "sluice.instance", b.addr.String())
+	check(fwd2, "http.response.status_code", int64(200))
+	check(root, "sluice.route", "demo/all")
+	check(root, "sluice.cluster", "main")
+	check(root, "sluice.subcluster", "SC2")
+	check(root, "sluice.attempt", int64(2))
+	check(root, "sluice.pick.reason", "cross-retry")
+
+	// The backend got the second forward span's context.
+	tp2 := b.last().Header.Get("Traceparent")
+	sc := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(),
+		propagation.HeaderCarrier(http.Header{"Traceparent": {tp2}})))
+	if !sc.IsValid() || sc.TraceID() != root.SpanContext().TraceID() || sc.SpanID() != fwd2.SpanContext().SpanID() {
+		t.Fatalf("backend traceparent %q: want trace %s span %s", tp2, root.SpanContext().TraceID(), fwd2.SpanContext().SpanID())
+	}
+}
