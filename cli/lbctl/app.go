@@ -140,7 +140,7 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 // Main runs lbctl with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	app := App(stdout, stderr, stdin)
-	err := app.Run(args)
+	err := app.Run(interspersed(app, args))
 	if err != nil {
 		fmt.Fprintln(stderr, "lbctl:", err)
 	}
@@ -156,7 +156,7 @@ func knownCommand(app *cli.App, args []string) bool {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if strings.HasPrefix(a, "-") {
-			if !strings.Contains(a, "=") && flagTakesValue(app, strings.TrimLeft(a, "-")) {
+			if !strings.Contains(a, "=") && takesValue(app.Flags, strings.TrimLeft(a, "-")) {
 				i++
 			}
 			continue
@@ -164,18 +164,6 @@ func knownCommand(app *cli.App, args []string) bool {
 		return app.Command(a) != nil
 	}
 	return true
-}
-
-func flagTakesValue(app *cli.App, name string) bool {
-	for _, f := range app.Flags {
-		for _, n := range f.Names() {
-			if n == name {
-				_, isBool := f.(*cli.BoolFlag)
-				return !isBool
-			}
-		}
-	}
-	return false
 }
 
 // env is what every command needs: an etcd client, the key layout and the
@@ -277,4 +265,85 @@ func action(f func(e *env) error) cli.ActionFunc {
 		defer e.close()
 		return f(e)
 	}
+}
+
+// interspersed moves a command's positional arguments after its flags, so
+// that `lbctl weights set --cluster C SC1=45 SC2=55 --reason R` works
+// (urfave/cli stops reading flags at the first positional argument).
+func interspersed(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	rest := args[1:]
+	// Global flags, then the command path.
+	flags := app.Flags
+	cmds := app.Commands
+	var cmd *cli.Command
+	for len(rest) > 0 {
+		a := rest[0]
+		if a == "--" {
+			break
+		}
+		if strings.HasPrefix(a, "-") {
+			out = append(out, a)
+			rest = rest[1:]
+			if !strings.Contains(a, "=") && takesValue(flags, strings.TrimLeft(a, "-")) && len(rest) > 0 {
+				out = append(out, rest[0])
+				rest = rest[1:]
+			}
+			continue
+		}
+		var next *cli.Command
+		for _, c := range cmds {
+			if c.HasName(a) {
+				next = c
+			}
+		}
+		if next == nil {
+			break
+		}
+		cmd = next
+		out = append(out, a)
+		rest = rest[1:]
+		flags, cmds = cmd.Flags, cmd.Subcommands
+	}
+	if cmd == nil {
+		return args
+	}
+	var pos []string
+	for len(rest) > 0 {
+		a := rest[0]
+		rest = rest[1:]
+		switch {
+		case a == "--":
+			pos = append(pos, rest...)
+			rest = nil
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			out = append(out, a)
+			if !strings.Contains(a, "=") && takesValue(flags, strings.TrimLeft(a, "-")) && len(rest) > 0 {
+				out = append(out, rest[0])
+				rest = rest[1:]
+			}
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) > 0 {
+		out = append(out, "--")
+		out = append(out, pos...)
+	}
+	return out
+}
+
+func takesValue(flags []cli.Flag, name string) bool {
+	for _, f := range flags {
+		for _, n := range f.Names() {
+			if n == name {
+				_, isBool := f.(*cli.BoolFlag)
+				return !isBool
+			}
+		}
+	}
+	return false
 }

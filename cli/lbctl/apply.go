@@ -140,12 +140,18 @@ func validateCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "validate",
 		Usage:     "check a desired state or snapshot file; exit 1 listing every error",
-		UsageText: "lbctl validate -f FILE",
+		UsageText: "lbctl validate -f FILE   (or: lbctl validate FILE)",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "file to check (YAML or JSON; - for stdin)"},
+			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "file to check (YAML or JSON; - for stdin)"},
 		},
 		Action: action(func(e *env) error {
 			path := e.c.String("file")
+			if path == "" {
+				path = e.c.Args().First()
+			}
+			if path == "" || e.c.NArg() > 1 {
+				return usageErr("lbctl validate -f FILE")
+			}
 			raw, err := readInput(path, e.c.App.Reader)
 			if err != nil {
 				return err

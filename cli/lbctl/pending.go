@@ -10,6 +10,3 @@ func planCommand() *cli.Command {
 func explainCommand() *cli.Command {
 	return &cli.Command{Name: "explain", Usage: "where would a request go, and why"}
 }
-func bfeCommand() *cli.Command {
-	return &cli.Command{Name: "bfe", Usage: "import or export BFE configuration"}
-}

@@ -1,0 +1,111 @@
+package lbctl
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+	"sigs.k8s.io/yaml"
+
+	"github.com/sluicelb/sluice/api/bfe"
+)
+
+func bfeCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "bfe",
+		Usage: "import or export BFE configuration (server_data_conf/, cluster_conf/)",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "import",
+				Usage:     "convert a BFE conf directory into a Sluice desired state (printed, or written with -o)",
+				UsageText: "lbctl bfe import --conf-dir DIR [--proxy-cluster BFE] [--idc IDC1] [--subcluster-idc SC=IDC ...] [-o FILE | --out FILE]",
+				Description: "Reads host_rule.data, route_rule.data, cluster_conf.data, gslb.data and cluster_table.data.\n" +
+					"gslb.data's rows become pins of --proxy-cluster. Warnings (conversions, dropped fields) go to stderr.\n" +
+					"Apply the result with lbctl apply -f FILE. See docs/bfe-migration.md.",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "conf-dir", Required: true, Usage: "BFE conf directory"},
+					&cli.StringFlag{Name: "proxy-cluster", Value: bfe.DefaultProxyCluster, Usage: "proxy cluster that receives gslb.data's rows"},
+					&cli.StringFlag{Name: "idc", Value: bfe.DefaultIDC, Usage: "IDC of the proxy cluster and of every sub-cluster"},
+					&cli.StringSliceFlag{Name: "subcluster-idc", Usage: "SUBCLUSTER=IDC for sub-clusters in another IDC (repeatable)"},
+					&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "write the state to this file instead of stdout"},
+				},
+				Action: action(func(e *env) error {
+					opts := bfe.ImportOptions{ProxyCluster: e.c.String("proxy-cluster"), IDC: e.c.String("idc"), SubClusterIDC: map[string]string{}}
+					for _, kv := range e.c.StringSlice("subcluster-idc") {
+						k, v, ok := strings.Cut(kv, "=")
+						if !ok || k == "" || v == "" {
+							return usageErr("--subcluster-idc %q: want SUBCLUSTER=IDC", kv)
+						}
+						opts.SubClusterIDC[k] = v
+					}
+					s, warns, err := bfe.ImportDir(e.c.String("conf-dir"), opts)
+					if err != nil {
+						return fmt.Errorf("bfe import of %s: %w", e.c.String("conf-dir"), err)
+					}
+					for _, w := range warns {
+						e.progressf("warning: %s", w)
+					}
+					b, err := yaml.Marshal(s)
+					if err != nil {
+						return err
+					}
+					out := e.c.String("out")
+					if out == "" {
+						_, err = e.out.Write(b)
+						return err
+					}
+					if err := writeFileAtomic(out, b); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.out, "Imported %d clusters and %d products from %s into %s (%d warnings). Next: lbctl apply -f %s\n",
+						len(s.Clusters), len(s.Products), e.c.String("conf-dir"), out, len(warns), out)
+					return nil
+				}),
+			},
+			{
+				Name:      "export",
+				Usage:     "write the stored desired state as BFE files for one proxy cluster",
+				UsageText: "lbctl bfe export --proxy-cluster B --out DIR",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "proxy-cluster", Required: true, Usage: "whose rows go into gslb.data"},
+					&cli.StringFlag{Name: "out", Required: true, Usage: "directory to write server_data_conf/ and cluster_conf/ into"},
+				},
+				Action: action(func(e *env) error {
+					ctx, cancel := e.ctx()
+					defer cancel()
+					st, err := e.readState(ctx)
+					if err != nil {
+						return err
+					}
+					if st.Revision == 0 {
+						return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
+					}
+					if err := bfe.ExportDir(&st.State, e.c.String("proxy-cluster"), e.c.String("out")); err != nil {
+						return err
+					}
+					fmt.Fprintf(e.out, "Exported revision %d for %s into %s\n", st.Revision, e.c.String("proxy-cluster"), e.c.String("out"))
+					return nil
+				}),
+			},
+		},
+	}
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}

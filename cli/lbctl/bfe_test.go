@@ -1,0 +1,74 @@
+package lbctl
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/validate"
+)
+
+// sharedDir finds ../shared beside the repository root (the folder holding go.work).
+func sharedDir(t *testing.T) string {
+	t.Helper()
+	dir, _ := os.Getwd()
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			s := filepath.Join(dir, "..", "shared", "bfe-testdata")
+			if _, err := os.Stat(s); err != nil {
+				t.Fatalf("BFE test data missing: %v (shared/ must sit beside the repository)", err)
+			}
+			return s
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.work not found above the test directory")
+		}
+		dir = parent
+	}
+}
+
+func TestBFEImportSampleAndApply(t *testing.T) {
+	h := newHarness(t)
+	out := filepath.Join(t.TempDir(), "state.yaml")
+	stdout, stderr, code := h.run("", "bfe", "import", "--conf-dir", filepath.Join(sharedDir(t), "conf"), "-o", out)
+	if code != 0 {
+		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
+	}
+	if !strings.Contains(stderr, "warning: ") || !strings.Contains(stdout, "Next: lbctl apply -f "+out) {
+		t.Fatalf("stdout %q stderr %q", stdout, stderr)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s config.State
+	if err := codec.Unmarshal(raw, &s); err != nil {
+		t.Fatal(err)
+	}
+	if err := validate.State(&s); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.Clusters["cluster_example"]; !ok || len(s.Pins) == 0 || s.Pins[0].ProxyCluster != "BFE" {
+		t.Fatalf("imported state: clusters %v pins %+v", len(s.Clusters), s.Pins)
+	}
+	h.mustRun("apply", "-f", out, "--yes")
+	exp := t.TempDir()
+	h.mustRun("bfe", "export", "--proxy-cluster", "BFE", "--out", exp)
+	for _, f := range []string{"server_data_conf/route_rule.data", "server_data_conf/host_rule.data", "server_data_conf/cluster_conf.data", "cluster_conf/gslb.data", "cluster_conf/cluster_table.data"} {
+		if _, err := os.Stat(filepath.Join(exp, f)); err != nil {
+			t.Errorf("export did not write %s", f)
+		}
+	}
+}
+
+func TestBFEImportRejectsBrokenDir(t *testing.T) {
+	h := newHarness(t)
+	_, stderr, code := h.run("", "bfe", "import", "--conf-dir", t.TempDir())
+	if code != ExitError || !strings.Contains(stderr, "bfe import") {
+		t.Fatalf("exit %d stderr %q", code, stderr)
+	}
+}
