@@ -32,7 +32,8 @@ func Unmarshal(raw []byte, v any) error {
 }
 
 // ToJSON returns raw as JSON: JSON input is returned unchanged, YAML is
-// converted (duplicate YAML keys are errors).
+// converted (duplicate YAML keys are errors, and so are plain scalars that
+// YAML 1.1 reads as non-decimal numbers, such as 010, 0x10, 1_000 or .inf).
 func ToJSON(raw []byte) ([]byte, error) {
 	if len(raw) > MaxDocument {
 		return nil, fmt.Errorf("document is %d bytes, larger than the %d-byte limit", len(raw), MaxDocument)
@@ -46,6 +47,9 @@ func ToJSON(raw []byte) ([]byte, error) {
 	}
 	if t[0] == '{' || t[0] == '[' {
 		return raw, nil
+	}
+	if err := checkYAMLScalars(raw); err != nil {
+		return nil, err
 	}
 	j, err := yaml.YAMLToJSONStrict(raw)
 	if err != nil {

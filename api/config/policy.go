@@ -9,12 +9,12 @@ import (
 // Policy is how proxies treat one backend cluster. Every field has a default
 // (DefaultPolicy); a field left out of a document keeps its default.
 type Policy struct {
-	Balance   Balance   `json:"balance"`
-	Retry     Retry     `json:"retry"`
-	Health    Health    `json:"health"`
-	Pool      Pool      `json:"pool"`
-	Timeouts  Timeouts  `json:"timeouts"`
-	SlowStart SlowStart `json:"slow_start"`
+	Balance   Balance         `json:"balance"`
+	Retry     Retry           `json:"retry"`
+	Health    Health          `json:"health"`
+	Pool      Pool            `json:"pool"`
+	Timeouts  Timeouts        `json:"timeouts"`
+	SlowStart SlowStart       `json:"slow_start"`
 	Blackhole BlackholePolicy `json:"blackhole"`
 }
 
@@ -27,18 +27,18 @@ const (
 
 // Instance (SLB) modes.
 const (
-	InstanceWRR         = "wrr"           // smooth weighted round robin (nginx)
-	InstanceWLC         = "wlc"           // weighted least connections, smooth WRR among ties
-	InstanceWLCRandom   = "wlc-random"    // weighted least connections, random among ties
-	InstanceP2CEWMA     = "p2c-ewma"      // power of two choices on EWMA latency × in-flight
-	InstanceSticky      = "sticky"        // consistent hash of the cluster's hash key
+	InstanceWRR          = "wrr"           // smooth weighted round robin (nginx)
+	InstanceWLC          = "wlc"           // weighted least connections, smooth WRR among ties
+	InstanceWLCRandom    = "wlc-random"    // weighted least connections, random among ties
+	InstanceP2CEWMA      = "p2c-ewma"      // power of two choices on EWMA latency × in-flight
+	InstanceSticky       = "sticky"        // consistent hash of the cluster's hash key
 	InstanceStickyCookie = "sticky-cookie" // HMAC-signed cookie naming the instance
-	InstanceStaticRR    = "static-rr"     // HAProxy static-rr
-	InstanceRoundRobin  = "roundrobin"    // HAProxy roundrobin (dynamic weights, slow start)
-	InstanceLeastConn   = "leastconn"     // HAProxy leastconn
-	InstanceFirst       = "first"         // HAProxy first
-	InstanceRandom      = "random"        // HAProxy random; "random(N)" = power of N choices
-	InstanceSource      = "source"        // HAProxy source (see hash_type)
+	InstanceStaticRR     = "static-rr"     // HAProxy static-rr
+	InstanceRoundRobin   = "roundrobin"    // HAProxy roundrobin (dynamic weights, slow start)
+	InstanceLeastConn    = "leastconn"     // HAProxy leastconn
+	InstanceFirst        = "first"         // HAProxy first
+	InstanceRandom       = "random"        // HAProxy random; "random(N)" = power of N choices
+	InstanceSource       = "source"        // HAProxy source (see hash_type)
 )
 
 // Hash keys.
