@@ -89,7 +89,9 @@ func NewElector(cli *clientv3.Client, layout keys.Layout, id string, ttl time.Du
 // it writes report.Leader (with apiAddr) under the session lease.
 func (e *Elector) Campaign(ctx context.Context, apiAddr string) (*Leadership, error) {
 	ttl := int((e.ttl + time.Second - 1) / time.Second)
-	s, err := concurrency.NewSession(e.cli, concurrency.WithTTL(max(ttl, 1)), concurrency.WithContext(ctx))
+	// The session outlives ctx on purpose: after ctx ends (shutdown), Resign
+	// must still be able to revoke the lease; Resign/Close stops its keepalive.
+	s, err := concurrency.NewSession(e.cli, concurrency.WithTTL(max(ttl, 1)), concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("campaign: session: %w", err)
 	}
