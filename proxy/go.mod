@@ -7,7 +7,10 @@ require (
 	github.com/sluicelb/sluice/integration v0.0.0
 )
 
-require github.com/kylelemons/godebug v1.1.0 // indirect
+require (
+	github.com/kylelemons/godebug v1.1.0 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)
 
 require (
 	github.com/beorn7/perks v1.0.1 // indirect

@@ -36,7 +36,7 @@ func TestEveryInstanceAlgorithm(t *testing.T) {
 	weights := []int{1, 2, 3, 4, 5, 0, 6}
 	states := map[int]string{4: config.StateUnhealthy}
 	const drained = 6
-	const picks, window = 40000, 100
+	const picks, window = 20000, 100
 	for _, mode := range allInstanceModes {
 		t.Run(mode, func(t *testing.T) {
 			e := newEnv(t, snap(1, modePolicy(mode), 0, sc{name: "A", weight: 100, weights: weights, states: states}))

@@ -85,14 +85,20 @@ func policy(mut func(*config.Policy)) config.Policy {
 	return p
 }
 
+// tb is what the helpers need from *testing.T, *testing.B and *rapid.T.
+type tb interface {
+	Helper()
+	Fatalf(string, ...any)
+}
+
 type env struct {
-	t     testing.TB
+	t     tb
 	reg   *Registry
 	h     *Holder
 	clock *fakeClock
 }
 
-func newEnv(t testing.TB, s *snapshot.Snapshot) *env {
+func newEnv(t tb, s *snapshot.Snapshot) *env {
 	t.Helper()
 	c := newClock()
 	r := NewRegistry(RegistryOptions{Now: c.Now, Rand: seededRand(1), StickySecret: []byte("test-secret"),

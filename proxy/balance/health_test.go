@@ -1,0 +1,226 @@
+package balance
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+)
+
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for state
+	}
+}
+
+func fail(p Pick) { p.Done(Result{Err: errors.New("refused"), Kind: KindConnect}) }
+
+// BFE state machine with injected time: fail_num failures → CHECKING
+// (excluded), succ_num probe successes → NORMAL with slow start from the floor
+// to the current weight; LocalLimit never counts; outlier statuses do.
+func TestHealthStateMachineAndSlowStart(t *testing.T) {
+	pol := policy(func(p *config.Policy) {
+		p.Health.FailNum, p.Health.SuccNum = 3, 2
+		p.Health.OutlierStatus = "502|503"
+		p.Health.MaxEjectionPercent = 100
+		p.SlowStart = config.SlowStart{Window: config.Duration(100 * time.Second), FloorPercent: 10}
+	})
+	e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{10, 10}}))
+	ep := e.reg.Endpoint(inst(1, 0))
+	c := e.cluster()
+	mk := func() Pick { return Pick{Endpoint: ep, c: c} }
+	ep.inflight.Add(6)
+	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
+	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
+	fail(mk())
+	fail(mk())
+	mk().Done(Result{Kind: KindStatus, Status: 404}) // not an outlier: success, resets
+	if ep.consecFails.Load() != 0 || ep.Health() != Normal {
+		t.Fatalf("after non-outlier status: fails %d state %s", ep.consecFails.Load(), ep.Health())
+	}
+	fail(mk())
+	fail(mk())
+	mk().Done(Result{Kind: KindStatus, Status: 503})
+	if ep.Health() != Checking {
+		t.Fatalf("state %s, want CHECKING", ep.Health())
+	}
+	for range 50 {
+		if p, err := e.pick(netip.Addr{}); err != nil || p.Endpoint == ep {
+			t.Fatalf("CHECKING instance picked (%v)", err)
+		}
+	}
+	if ep.probeResult(true, e.clock.Now()); ep.Health() != Checking {
+		t.Fatal("one probe success of succ_num 2 recovered it")
+	}
+	ep.probeResult(false, e.clock.Now()) // resets the success count
+	ep.probeResult(true, e.clock.Now())
+	if ep.probeResult(true, e.clock.Now()) != true || ep.Health() != Normal {
+		t.Fatalf("state %s after succ_num successes", ep.Health())
+	}
+	e.reg.bump()
+	share := func() float64 {
+		n := 0
+		for range 1000 {
+			p, err := e.pick(netip.Addr{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Endpoint == ep {
+				n++
+			}
+		}
+		return float64(n) / 1000
+	}
+	// At the floor: weight 1 vs 10.
+	if got := share(); got < 0.08 || got > 0.10 {
+		t.Fatalf("share at ramp start %.3f, want 1/11", got)
+	}
+	if w := c.subs[0].currentView().weights[0]; w != 1 {
+		t.Fatalf("floor weight %d, want 1 (10 %% of 10, never 0)", w)
+	}
+	e.clock.Add(50 * time.Second) // halfway: floor + (1-floor)/2 = 55 % → 5
+	if w := c.subs[0].currentView().weights[0]; w != 5 {
+		t.Fatalf("half-ramp weight %d, want 5", w)
+	}
+	// The ramp targets the CURRENT weight: reweight to 20 mid-ramp.
+	e.apply(snap(2, pol, 0, sc{name: "A", weight: 100, weights: []int{20, 10}}))
+	c = e.cluster()
+	if w := c.subs[0].currentView().weights[0]; w != 11 {
+		t.Fatalf("half-ramp weight after reweight %d, want 11 (55 %% of 20)", w)
+	}
+	e.clock.Add(51 * time.Second)
+	if w := c.subs[0].currentView().weights[0]; w != 20 {
+		t.Fatalf("weight after the window %d, want 20", w)
+	}
+	if !c.subs[0].currentView().full {
+		t.Fatal("after the ramp the lock-free base schedule must be back in use")
+	}
+}
+
+func TestMaxEjectionAndPanic(t *testing.T) {
+	pol := policy(func(p *config.Policy) { p.Health.FailNum = 1; p.Health.MaxEjectionPercent = 25 })
+	e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1, 1, 1, 1, 1, 1}}))
+	c := e.cluster()
+	for i := range 8 {
+		e.clock.Add(time.Second)
+		fail(Pick{Endpoint: e.reg.Endpoint(inst(1, i)), c: c})
+	}
+	v := c.subs[0].currentView()
+	if v.nAvail != 6 || v.avail[0] || v.avail[1] {
+		t.Fatalf("max_ejection 25 %% of 8: available %d %v, want the two earliest ejected out", v.nAvail, v.avail)
+	}
+	// Panic: with 1 of 4 healthy (< 50 %) health is ignored.
+	pol2 := policy(func(p *config.Policy) {
+		p.Health.FailNum = 1
+		p.Health.MaxEjectionPercent = 100
+		p.Health.PanicPercent = 50
+	})
+	e2 := newEnv(t, snap(1, pol2, 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1, 1}}))
+	c2 := e2.cluster()
+	for i := range 3 {
+		fail(Pick{Endpoint: e2.reg.Endpoint(inst(1, i)), c: c2})
+	}
+	if v := c2.subs[0].currentView(); !v.panic || v.nAvail != 4 {
+		t.Fatalf("panic mode: panic=%v available=%d", v.panic, v.nAvail)
+	}
+}
+
+func TestOverrideTTL(t *testing.T) {
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	w := 3
+	if err := e.reg.SetOverride(inst(1, 0), Override{Weight: &w, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.cluster().subs[0].currentView().weights[0]; got != 3 {
+		t.Fatalf("override weight %d", got)
+	}
+	bad := -1
+	if err := e.reg.SetOverride(inst(1, 0), Override{Weight: &bad}); err == nil {
+		t.Fatal("negative weight accepted")
+	}
+	if err := e.reg.SetOverride(netip.MustParseAddrPort("1.2.3.4:5"), Override{Drain: true}); !errors.Is(err, ErrUnknownAddress) {
+		t.Fatalf("unknown address: %v", err)
+	}
+	e.clock.Add(time.Minute)
+	if got := e.cluster().subs[0].currentView().weights[0]; got != 1 {
+		t.Fatalf("weight after TTL %d, want 1", got)
+	}
+	if len(e.reg.Overrides()) != 0 {
+		t.Fatal("expired override still listed")
+	}
+}
+
+// Run owns one probe loop per CHECKING address against a real HTTP server;
+// the loop stops when the address recovers, and everything stops with ctx.
+func TestRunProbesCheckingAddress(t *testing.T) {
+	var healthy atomic.Bool
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" && healthy.Load() {
+			w.WriteHeader(204)
+			return
+		}
+		w.WriteHeader(500)
+	}))
+	defer srv.Close()
+	addr := netip.MustParseAddrPort(srv.Listener.Addr().String())
+	pol := policy(func(p *config.Policy) {
+		p.Health.FailNum, p.Health.SuccNum = 1, 1
+		p.Health.CheckInterval = config.Duration(5 * time.Millisecond)
+		p.Health.Probe.Status = "2xx"
+	})
+	s := snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1}})
+	cl := s.Clusters["demo"]
+	cl.SubClusters["A"] = config.SubCluster{Instances: []config.Instance{{Addr: addr.Addr().String(), Port: int(addr.Port()), Weight: 1}}}
+	r := NewRegistry(RegistryOptions{})
+	tb, err := Build(s, r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h Holder
+	h.Store(tb)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	sel := h.Load().Cluster("demo").NewSelection(nil, netip.Addr{})
+	p, err := sel.Next()
+	sel.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail(p)
+	ep := r.Endpoint(addr)
+	if ep.Health() != Checking {
+		t.Fatalf("state %s", ep.Health())
+	}
+	// A probe against the 500-answering backend must not recover it.
+	if err := r.ProbeOnce(ctx, addr); err == nil || ep.Health() != Checking {
+		t.Fatalf("probe of a 500 backend: err %v state %s", err, ep.Health())
+	}
+	healthy.Store(true)
+	eventually(t, "probe recovery", func() bool { return ep.Health() == Normal })
+	// Released address: the next table does not reference it.
+	h.Store(mustBuild(t, snap(2, pol, 0, sc{name: "A", weight: 100, weights: []int{1}}), r))
+	eventually(t, "release", func() bool { return r.Endpoint(addr) == nil })
+}
+
+func mustBuild(t *testing.T, s interface{}, r *Registry) *Table {
+	t.Helper()
+	tb, err := Build(s.(*snapshot.Snapshot), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tb
+}
