@@ -144,7 +144,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	reg, err := register.New(register.Options{
 		Client: cli, Key: a.key, TTL: a.cfg.LeaseTTL,
 		ReportInterval: a.cfg.ReportInterval, MinGap: a.cfg.MinWriteGap,
-		Logger: log,
+		// An operation slower than the lease TTL is not worth waiting for.
+		OpTimeout: min(5*time.Second, a.cfg.LeaseTTL),
+		Logger:    log,
 		Hooks: register.Hooks{
 			Write:   a.m.writes.Inc,
 			Error:   func(op string, _ error) { a.m.etcdErrors.WithLabelValues(op).Inc() },

@@ -423,7 +423,10 @@ func TestEtcdRestartReRegisters(t *testing.T) {
 	srv.Stop()
 	// The backend fails during the outage; the agent cannot write it yet.
 	b.healthy.Store(false)
+	t0 := time.Now()
 	eventually(t, 20*time.Second, "agent notices the lost lease", func() bool { return r.a.reg.Load().Lease() == 0 })
+	t.Logf("lease loss noticed after %s", time.Since(t0).Round(time.Millisecond))
+	t0 = time.Now()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -435,6 +438,7 @@ func TestEtcdRestartReRegisters(t *testing.T) {
 		ttl, err := cli.TimeToLive(context.Background(), l)
 		return err == nil && ttl.TTL > 0
 	})
+	t.Logf("re-registered %s after the restart began", time.Since(t0).Round(time.Millisecond))
 	rec, _, _ := getInstance(t, cli, key)
 	if !strings.Contains(rec.Reason, "status 503 not in 2xx") {
 		t.Fatalf("reason %q", rec.Reason)
