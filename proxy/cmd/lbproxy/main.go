@@ -1,0 +1,186 @@
+// Command lbproxy is Sluice's proxy: it serves client traffic with the
+// configuration of its proxy cluster, read from etcd (--etcd) or from files
+// (--config, --bfe-conf). Every flag also reads a SLUICE_* environment
+// variable. Run "lbproxy --help".
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelb/sluice/api/bfe"
+	"github.com/sluicelb/sluice/proxy/lbproxy"
+	"github.com/sluicelb/sluice/proxy/server"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	if err := newApp().Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "lbproxy:", err)
+		os.Exit(1)
+	}
+}
+
+func env(name string) []string { return []string{"SLUICE_" + name} }
+
+func newApp() *cli.App {
+	return &cli.App{
+		Name:    "lbproxy",
+		Usage:   "Sluice's L7 traffic balancer (data plane)",
+		Version: version,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1)", EnvVars: env("PROXY_CLUSTER"), Required: true},
+			&cli.StringFlag{Name: "id", Usage: "this proxy's unique id in its proxy cluster (default: host name)", EnvVars: env("ID")},
+			&cli.StringFlag{Name: "etcd", Usage: "etcd endpoints, comma-separated", EnvVars: env("ETCD")},
+			&cli.StringFlag{Name: "etcd-cacert", Usage: "PEM CA bundle for etcd TLS", EnvVars: env("ETCD_CACERT")},
+			&cli.StringFlag{Name: "etcd-cert", Usage: "PEM client certificate for etcd mTLS", EnvVars: env("ETCD_CERT")},
+			&cli.StringFlag{Name: "etcd-key", Usage: "PEM client key for etcd mTLS", EnvVars: env("ETCD_KEY")},
+			&cli.StringFlag{Name: "etcd-user", Usage: "etcd user name", EnvVars: env("ETCD_USER")},
+			&cli.StringFlag{Name: "etcd-password", Usage: "etcd password", EnvVars: env("ETCD_PASSWORD")},
+			&cli.StringFlag{Name: "prefix", Value: "/sluice", Usage: "etcd key prefix", EnvVars: env("PREFIX")},
+			&cli.StringFlag{Name: "config", Usage: "snapshot or desired-state file instead of etcd (reloaded on change and SIGHUP)", EnvVars: env("CONFIG")},
+			&cli.StringFlag{Name: "bfe-conf", Usage: "BFE configuration directory instead of etcd (reloaded on change and SIGHUP)", EnvVars: env("BFE_CONF")},
+			&cli.StringFlag{Name: "listen", Usage: "plain HTTP address (default 127.0.0.1:8080; BFE mode: bfe.conf HttpPort)", EnvVars: env("LISTEN")},
+			&cli.StringFlag{Name: "listen-tls", Usage: "HTTPS address (HTTP/2 + HTTP/1.1)", EnvVars: env("LISTEN_TLS")},
+			&cli.StringSliceFlag{Name: "tls-cert", Usage: "certificate file (repeat with --tls-key for SNI)", EnvVars: env("TLS_CERT")},
+			&cli.StringSliceFlag{Name: "tls-key", Usage: "key file, paired in order with --tls-cert", EnvVars: env("TLS_KEY")},
+			&cli.StringFlag{Name: "admin", Usage: "admin API address (default 127.0.0.1:9090; BFE mode: bfe.conf MonitorPort)", EnvVars: env("ADMIN")},
+			&cli.StringFlag{Name: "admin-token", Usage: "bearer token of the admin API (required off loopback)", EnvVars: env("ADMIN_TOKEN")},
+			&cli.StringFlag{Name: "cache-dir", Usage: "directory of the last good snapshot (default " + lbproxy.DefaultCacheDir() + ")", EnvVars: env("CACHE_DIR")},
+			&cli.StringSliceFlag{Name: "trusted-proxy", Usage: "CIDR whose X-Forwarded-For is believed (repeatable)", EnvVars: env("TRUSTED_PROXY")},
+			&cli.StringFlag{Name: "sticky-secret-file", Usage: "file holding the HMAC key of sticky cookies (default: random per process)", EnvVars: env("STICKY_SECRET_FILE")},
+			&cli.StringFlag{Name: "access-log", Value: "stdout", Usage: "access log: stdout, off or a file path", EnvVars: env("ACCESS_LOG")},
+			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
+			&cli.StringFlag{Name: "trace-exporter", Usage: "none, stdout or otlp (default: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)", EnvVars: env("TRACE_EXPORTER")},
+			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
+			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
+			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
+			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
+			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
+			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
+		},
+		Commands: []*cli.Command{{
+			Name:  "version",
+			Usage: "print the version",
+			Flags: []cli.Flag{},
+			Action: func(c *cli.Context) error {
+				fmt.Fprintln(c.App.Writer, "lbproxy", version)
+				return nil
+			},
+		}},
+		Action: run,
+	}
+}
+
+func run(c *cli.Context) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
+	}
+	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg := lbproxy.Config{
+		ProxyCluster: c.String("proxy-cluster"), ID: c.String("id"),
+		Prefix: c.String("prefix"), ConfigFile: c.String("config"), BFEConfDir: c.String("bfe-conf"),
+		Listen: c.String("listen"), ListenTLS: c.String("listen-tls"), Admin: c.String("admin"),
+		AdminToken: c.String("admin-token"), CacheDir: c.String("cache-dir"),
+		TrustedProxies: c.StringSlice("trusted-proxy"), Logger: logger,
+		TraceExporter: c.String("trace-exporter"), TraceSample: c.Float64("trace-sample"),
+		ShutdownTimeout: c.Duration("shutdown-timeout"), MaxBodyBytes: c.Int64("max-body-bytes"),
+		Front: server.FrontOptions{
+			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
+			MaxHeaderBytes: c.Int("max-header-bytes"),
+		},
+		Version: version,
+	}
+	if e := c.String("etcd"); e != "" {
+		for _, ep := range strings.Split(e, ",") {
+			if ep = strings.TrimSpace(ep); ep != "" {
+				cfg.Etcd.Endpoints = append(cfg.Etcd.Endpoints, ep)
+			}
+		}
+		cfg.Etcd.CACert, cfg.Etcd.Cert, cfg.Etcd.Key = c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key")
+		cfg.Etcd.Username, cfg.Etcd.Password = c.String("etcd-user"), c.String("etcd-password")
+	}
+	if cfg.ID == "" {
+		h, err := os.Hostname()
+		if err != nil {
+			return fmt.Errorf("--id not given and no host name: %w", err)
+		}
+		cfg.ID = sanitizeID(h)
+	}
+	certs, keys := c.StringSlice("tls-cert"), c.StringSlice("tls-key")
+	if len(certs) != len(keys) {
+		return fmt.Errorf("--tls-cert given %d times and --tls-key %d times: give them in pairs", len(certs), len(keys))
+	}
+	for i := range certs {
+		cfg.Certs = append(cfg.Certs, lbproxy.CertPair{Cert: certs[i], Key: keys[i]})
+	}
+	if f := c.String("sticky-secret-file"); f != "" {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return fmt.Errorf("--sticky-secret-file: %w", err)
+		}
+		if len(strings.TrimSpace(string(b))) < 16 {
+			return fmt.Errorf("--sticky-secret-file %s: want at least 16 bytes of secret", f)
+		}
+		cfg.StickySecret = []byte(strings.TrimSpace(string(b)))
+	}
+	switch a := c.String("access-log"); a {
+	case "off", "":
+	case "stdout", "-":
+		cfg.AccessLog = os.Stdout
+	default:
+		f, err := os.OpenFile(a, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--access-log: %w", err)
+		}
+		defer f.Close()
+		cfg.AccessLog = f
+	}
+	if cfg.BFEConfDir != "" && (cfg.Listen == "" || cfg.Admin == "") {
+		sc, err := bfe.ReadServerConf(cfg.BFEConfDir)
+		if err != nil {
+			return fmt.Errorf("--bfe-conf: %w", err)
+		}
+		if cfg.Listen == "" && sc.HTTPPort > 0 {
+			cfg.Listen = ":" + strconv.Itoa(sc.HTTPPort)
+		}
+		if cfg.Admin == "" && sc.MonitorPort > 0 {
+			cfg.Admin = "127.0.0.1:" + strconv.Itoa(sc.MonitorPort)
+		}
+	}
+	if cfg.Listen == "" && cfg.ListenTLS == "" {
+		cfg.Listen = "127.0.0.1:8080"
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	if err := lbproxy.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+// sanitizeID turns a host name into a valid key name.
+func sanitizeID(h string) string {
+	var b strings.Builder
+	for _, r := range h {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('-')
+		}
+	}
+	return strings.Trim(b.String(), "-._")
+}

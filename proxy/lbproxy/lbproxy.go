@@ -1,0 +1,601 @@
+// Package lbproxy assembles a whole Sluice proxy: the request path
+// (proxy/server) on the client listeners, the admin API, the config source
+// (an etcd watch with a disk cache, or a snapshot / BFE configuration file),
+// status and demand reports, telemetry and graceful shutdown. The lbproxy
+// binary is a thin flag layer over Run; integration tests call Run in-process.
+package lbproxy
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.uber.org/zap"
+
+	"github.com/sluicelb/sluice/agent/probe"
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/proxy/admin"
+	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/configwatch"
+	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/proxy/statusreport"
+	"github.com/sluicelb/sluice/proxy/telemetry"
+)
+
+// Etcd says how to reach etcd.
+type Etcd struct {
+	Endpoints []string
+	// CACert, Cert and Key are PEM files for TLS / mTLS; empty means plain.
+	CACert, Cert, Key string
+	// Username and Password authenticate; empty means none.
+	Username, Password string
+	// DialTimeout bounds the first connection; default 5s (Run does not
+	// wait for etcd: a proxy starts from its disk cache when etcd is down).
+	DialTimeout time.Duration
+}
+
+// CertPair is one TLS certificate and key file pair.
+type CertPair struct{ Cert, Key string }
+
+// Config is one proxy's configuration. Exactly one of Etcd.Endpoints,
+// ConfigFile and BFEConfDir selects the config source.
+type Config struct {
+	// ProxyCluster is the proxy cluster whose snapshot is served (e.g. BFE1).
+	ProxyCluster string
+	// ID is this proxy's unique id within its proxy cluster.
+	ID string
+	// Etcd, Prefix: the etcd source (Prefix default /sluice).
+	Etcd   Etcd
+	Prefix string
+	// ConfigFile is a snapshot or desired-state file (--config).
+	ConfigFile string
+	// BFEConfDir is a BFE configuration directory (--bfe-conf).
+	BFEConfDir string
+
+	// Listen is the plain HTTP address; Listener, when set, is used instead.
+	Listen   string
+	Listener net.Listener
+	// ListenTLS is the HTTPS address (HTTP/2 and HTTP/1.1), served with Certs.
+	ListenTLS   string
+	TLSListener net.Listener
+	Certs       []CertPair
+	// Admin is the admin API address (default 127.0.0.1:9090);
+	// AdminListener, when set, is used instead.
+	Admin         string
+	AdminListener net.Listener
+	// AdminToken is required when the admin API is not on loopback.
+	AdminToken string
+
+	// CacheDir holds the last good snapshot (etcd source only). Default:
+	// <user cache dir>/sluice, or /var/lib/sluice.
+	CacheDir string
+	// TrustedProxies are CIDRs whose X-Forwarded-For is believed, in
+	// addition to the snapshot's settings.
+	TrustedProxies []string
+	// StickySecret keys sticky-cookie HMACs; empty means a random key per
+	// process (cookies then do not survive a restart).
+	StickySecret []byte
+	// MaxBodyBytes caps request bodies (413); default 64 MiB, -1 no cap.
+	MaxBodyBytes int64
+	// Front limits (see server.FrontOptions).
+	Front server.FrontOptions
+	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
+	ShutdownTimeout time.Duration
+	// StallTimeout of the etcd watch (default configwatch's).
+	StallTimeout time.Duration
+	// ReportInterval of status and demand reports (default 5s).
+	ReportInterval time.Duration
+
+	// AccessLog receives JSON access-log lines; nil turns it off.
+	AccessLog io.Writer
+	// Logger for everything else; nil means JSON on stderr.
+	Logger *slog.Logger
+	// TraceExporter is telemetry's exporter name ("" = from OTEL_* env).
+	TraceExporter string
+	// TraceSample is the root sampling ratio 0..1.
+	TraceSample float64
+	// SpanProcessor is added to the tracer provider (tests).
+	SpanProcessor sdktrace.SpanProcessor
+	// Probe is the active health probe of the balancer (nil: agent/probe's
+	// http/https/tcp/tls checks).
+	Probe balance.ProbeFunc
+	// Version is reported in status and traces.
+	Version string
+	// Started, when set, is called once every listener is bound.
+	Started func(Addrs)
+}
+
+// Addrs are the bound addresses.
+type Addrs struct {
+	HTTP, HTTPS, Admin string
+}
+
+// DefaultCacheDir is where the last good snapshot is kept by default.
+func DefaultCacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "sluice")
+	}
+	return "/var/lib/sluice"
+}
+
+func (c *Config) check() error {
+	sources := 0
+	for _, set := range []bool{len(c.Etcd.Endpoints) > 0, c.ConfigFile != "", c.BFEConfDir != ""} {
+		if set {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return errors.New("lbproxy: give exactly one config source: etcd endpoints, a config file or a BFE conf dir")
+	}
+	if err := keys.ValidName(c.ProxyCluster); err != nil {
+		return fmt.Errorf("lbproxy: proxy cluster: %w", err)
+	}
+	if len(c.Etcd.Endpoints) > 0 {
+		if err := keys.ValidName(c.ID); err != nil {
+			return fmt.Errorf("lbproxy: id: %w", err)
+		}
+	}
+	if c.Listen == "" && c.Listener == nil && c.ListenTLS == "" && c.TLSListener == nil {
+		return errors.New("lbproxy: no client listener: set a listen address")
+	}
+	if (c.ListenTLS != "" || c.TLSListener != nil) && len(c.Certs) == 0 {
+		return errors.New("lbproxy: a TLS listener needs at least one certificate and key pair")
+	}
+	if c.Admin == "" {
+		c.Admin = "127.0.0.1:9090"
+	}
+	if c.AdminListener == nil {
+		if err := admin.CheckBind(c.Admin, c.AdminToken); err != nil {
+			return err
+		}
+	} else if err := admin.CheckBind(c.AdminListener.Addr().String(), c.AdminToken); err != nil {
+		return err
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = 64 << 20
+	} else if c.MaxBodyBytes < 0 {
+		c.MaxBodyBytes = 0
+	}
+	if c.ReportInterval <= 0 {
+		c.ReportInterval = 5 * time.Second
+	}
+	return nil
+}
+
+// Run serves until ctx is done, then shuts down gracefully: stops accepting,
+// lets in-flight requests finish within ShutdownTimeout, revokes its etcd
+// leases and returns nil. It returns an error only when it cannot start.
+func Run(ctx context.Context, cfg Config) (err error) {
+	if err := cfg.check(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	log = log.With("proxy_cluster", cfg.ProxyCluster, "id", cfg.ID)
+	started := time.Now()
+
+	tel, err := telemetry.Setup(ctx, telemetry.Options{
+		ServiceName: "lbproxy", ServiceInstance: cfg.ID, Version: cfg.Version,
+		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor,
+	})
+	if err != nil {
+		return fmt.Errorf("lbproxy: %w", err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if e := tel.Shutdown(sctx); e != nil {
+			log.Warn("telemetry shutdown", "err", e)
+		}
+	}()
+
+	promReg := prometheus.NewRegistry()
+	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	trusted, err := server.ParseTrusted(cfg.TrustedProxies)
+	if err != nil {
+		return fmt.Errorf("lbproxy: %w", err)
+	}
+	certs, err := loadCerts(cfg.Certs)
+	if err != nil {
+		return err
+	}
+	var accessLog *slog.Logger
+	if cfg.AccessLog != nil {
+		accessLog = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
+	}
+	probeFn := cfg.Probe
+	if probeFn == nil {
+		probeFn = activeProbe
+	}
+	reg := balance.NewRegistry(balance.RegistryOptions{Probe: probeFn, Logger: log, StickySecret: cfg.StickySecret})
+	pools := forward.NewPools(forward.Options{})
+	defer pools.Close()
+	srv, err := server.New(server.Options{
+		Registry: reg, Pools: pools, TrustedProxies: trusted, MaxBodyBytes: cfg.MaxBodyBytes,
+		AccessLog: accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
+		Metrics: promReg,
+	})
+	if err != nil {
+		return fmt.Errorf("lbproxy: %w", err)
+	}
+	promReg.MustRegister(newTableCollector(srv))
+
+	// Listeners first: a port clash is a start-up error, not a late surprise.
+	var closers []io.Closer
+	defer func() {
+		if err != nil {
+			for _, c := range closers {
+				c.Close()
+			}
+		}
+	}()
+	listen := func(l net.Listener, addr string) (net.Listener, error) {
+		if l != nil || addr == "" {
+			return l, nil
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("lbproxy: listen %s: %w", addr, err)
+		}
+		closers = append(closers, l)
+		return l, nil
+	}
+	httpL, err := listen(cfg.Listener, cfg.Listen)
+	if err != nil {
+		return err
+	}
+	tlsL, err := listen(cfg.TLSListener, cfg.ListenTLS)
+	if err != nil {
+		return err
+	}
+	adminL, err := listen(cfg.AdminListener, cfg.Admin)
+	if err != nil {
+		return err
+	}
+
+	// Background work is owned by bgCtx, cancelled after the listeners drained.
+	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopBG()
+	var wg sync.WaitGroup
+	goBG := func(name string, f func(context.Context) error) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(bgCtx); err != nil && bgCtx.Err() == nil {
+				log.Error(name+" stopped", "err", err)
+			}
+		}()
+	}
+	goBG("health checks", func(ctx context.Context) error { reg.Run(ctx); return nil })
+
+	src := &source{srv: srv, log: log}
+	var rep *statusreport.Reporter
+	apply := func(s *snapshot.Snapshot) error {
+		err := srv.Apply(s)
+		if err != nil {
+			log.Warn("snapshot rejected", "version", s.Meta.Version, "err", err)
+		} else {
+			log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash)
+		}
+		if rep != nil {
+			rep.Notify()
+		}
+		return err
+	}
+
+	switch {
+	case len(cfg.Etcd.Endpoints) > 0:
+		cli, err := newEtcdClient(cfg.Etcd)
+		if err != nil {
+			return err
+		}
+		defer cli.Close()
+		layout, err := keys.New(cfg.Prefix)
+		if err != nil {
+			return fmt.Errorf("lbproxy: prefix: %w", err)
+		}
+		dir := cfg.CacheDir
+		if dir == "" {
+			dir = DefaultCacheDir()
+		}
+		cache, err := diskcache.Open(dir, cfg.ProxyCluster)
+		if err != nil {
+			return fmt.Errorf("lbproxy: disk cache: %w", err)
+		}
+		w, err := configwatch.New(configwatch.Config{
+			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, Apply: apply, Cache: cache,
+			Logger: log, StallTimeout: cfg.StallTimeout, Metrics: promReg,
+		})
+		if err != nil {
+			return fmt.Errorf("lbproxy: %w", err)
+		}
+		src.watcher = w
+		dm := &demandMeter{window: 10 * time.Second, now: time.Now, counts: srv.Counts}
+		rep, err = statusreport.New(statusreport.Config{
+			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
+			Interval: cfg.ReportInterval, Logger: log,
+			Status: func() report.ProxyStatus {
+				st := src.proxyStatus(cfg, started)
+				st.AdminAddr, st.ListenAddr = addrOf(adminL), addrOf(httpL)
+				return st
+			},
+			Demand: func() report.Demand {
+				rates, secs := dm.rates()
+				return report.Demand{ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Clusters: rates,
+					WindowSeconds: secs, UpdatedAt: time.Now()}
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("lbproxy: %w", err)
+		}
+		goBG("config watch", w.Run)
+		goBG("status report", rep.Run)
+	default:
+		path, err := startFileSource(cfg, log, apply, goBG)
+		if err != nil {
+			return err
+		}
+		src.file = path
+	}
+
+	adminH, err := admin.New(admin.Config{
+		Server: srv, Registry: reg, Gatherer: promReg, Token: cfg.AdminToken, Logger: log,
+		Status: func() any { return src.adminStatus() },
+	})
+	if err != nil {
+		return fmt.Errorf("lbproxy: %w", err)
+	}
+	front := cfg.Front
+	front.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	var servers []*http.Server
+	serve := func(name string, l net.Listener, hs *http.Server, tlsOn bool) {
+		servers = append(servers, hs)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if tlsOn {
+				err = hs.ServeTLS(l, "", "")
+			} else {
+				err = hs.Serve(l)
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error(name+" server stopped", "err", err)
+			}
+		}()
+	}
+	if httpL != nil {
+		hs, err := srv.HTTPServer(front)
+		if err != nil {
+			return err
+		}
+		serve("http", httpL, hs, false)
+	}
+	if tlsL != nil {
+		f := front
+		f.Certificates = certs
+		hs, err := srv.HTTPServer(f)
+		if err != nil {
+			return err
+		}
+		serve("https", tlsL, hs, true)
+	}
+	adminHS := &http.Server{Handler: adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
+	serve("admin", adminL, adminHS, false)
+	addrs := Addrs{HTTP: addrOf(httpL), HTTPS: addrOf(tlsL), Admin: addrOf(adminL)}
+	log.Info("lbproxy started", "http", addrs.HTTP, "https", addrs.HTTPS, "admin", addrs.Admin, "version", cfg.Version)
+	if cfg.Started != nil {
+		cfg.Started(addrs)
+	}
+
+	<-ctx.Done()
+	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	var swg sync.WaitGroup
+	for _, hs := range servers {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			if err := hs.Shutdown(sctx); err != nil {
+				log.Warn("in-flight requests cut at the shutdown deadline", "err", err)
+				hs.Close()
+			}
+		}()
+	}
+	swg.Wait()
+	stopBG() // the status reporter revokes its lease on the way out
+	wg.Wait()
+	log.Info("stopped")
+	return nil
+}
+
+func addrOf(l net.Listener) string {
+	if l == nil {
+		return ""
+	}
+	return l.Addr().String()
+}
+
+func loadCerts(pairs []CertPair) ([]tls.Certificate, error) {
+	var out []tls.Certificate
+	for _, p := range pairs {
+		c, err := tls.LoadX509KeyPair(p.Cert, p.Key)
+		if err != nil {
+			return nil, fmt.Errorf("lbproxy: certificate %s / key %s: %w", p.Cert, p.Key, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+func newEtcdClient(e Etcd) (*clientv3.Client, error) {
+	dt := e.DialTimeout
+	if dt <= 0 {
+		dt = 5 * time.Second
+	}
+	cc := clientv3.Config{
+		Endpoints: e.Endpoints, DialTimeout: dt, Username: e.Username, Password: e.Password,
+		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+		Logger: zapNop(),
+	}
+	if e.CACert != "" || e.Cert != "" {
+		tc := &tls.Config{MinVersion: tls.VersionTLS12}
+		if e.CACert != "" {
+			pem, err := os.ReadFile(e.CACert)
+			if err != nil {
+				return nil, fmt.Errorf("lbproxy: etcd CA: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("lbproxy: etcd CA %s: no PEM certificate found", e.CACert)
+			}
+			tc.RootCAs = pool
+		}
+		if e.Cert != "" || e.Key != "" {
+			c, err := tls.LoadX509KeyPair(e.Cert, e.Key)
+			if err != nil {
+				return nil, fmt.Errorf("lbproxy: etcd client certificate: %w", err)
+			}
+			tc.Certificates = []tls.Certificate{c}
+		}
+		cc.TLS = tc
+	}
+	cli, err := clientv3.New(cc)
+	if err != nil {
+		return nil, fmt.Errorf("lbproxy: etcd client: %w", err)
+	}
+	return cli, nil
+}
+
+// source reports where the configuration comes from.
+type source struct {
+	srv     *server.Server
+	log     *slog.Logger
+	watcher *configwatch.Watcher
+	file    string
+}
+
+// Status is the document of GET /v1/status.
+type Status struct {
+	AppliedVersion  uint64            `json:"applied_version"`
+	AppliedHash     string            `json:"applied_hash,omitempty"`
+	AppliedAt       time.Time         `json:"applied_at,omitzero"`
+	Source          string            `json:"source"`
+	File            string            `json:"file,omitempty"`
+	RejectedVersion uint64            `json:"rejected_version,omitempty"`
+	RejectedReason  string            `json:"rejected_reason,omitempty"`
+	LatestVersion   uint64            `json:"latest_version,omitempty"`
+	EtcdConnected   *bool             `json:"etcd_connected,omitempty"`
+	StaleSeconds    float64           `json:"stale_seconds"`
+	LastSync        time.Time         `json:"last_sync,omitzero"`
+	WatchRestarts   map[string]uint64 `json:"watch_restarts,omitempty"`
+}
+
+func (s *source) adminStatus() Status {
+	st := Status{AppliedVersion: s.srv.Version()}
+	if snap := s.srv.Snapshot(); snap != nil {
+		st.AppliedHash = snap.Meta.Hash
+	}
+	if s.watcher == nil {
+		st.Source, st.File = "file", s.file
+		return st
+	}
+	ws := s.watcher.Status()
+	connected := ws.Connected
+	st.AppliedHash, st.AppliedAt, st.Source = ws.AppliedHash, ws.AppliedAt, ws.Source
+	st.RejectedVersion, st.RejectedReason, st.LatestVersion = ws.RejectedVersion, ws.RejectedReason, ws.LatestVersion
+	st.EtcdConnected, st.LastSync, st.WatchRestarts = &connected, ws.LastSync, ws.WatchRestarts
+	st.StaleSeconds = ws.StaleSeconds(time.Now())
+	return st
+}
+
+func (s *source) proxyStatus(cfg Config, started time.Time) report.ProxyStatus {
+	ws := s.watcher.Status()
+	now := time.Now()
+	return report.ProxyStatus{
+		ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
+		AppliedVersion: ws.AppliedVersion, AppliedHash: ws.AppliedHash, AppliedAt: ws.AppliedAt,
+		RejectedVersion: ws.RejectedVersion, RejectedReason: ws.RejectedReason, LatestVersion: ws.LatestVersion,
+		WatchLagSeconds: ws.StaleSeconds(now), EtcdConnected: ws.Connected, Source: ws.Source,
+		BinaryVersion: cfg.Version, StartedAt: started, UpdatedAt: now,
+	}
+}
+
+// tableCollector exports per-instance health and in-flight of the applied
+// table at scrape time: only addresses in the current table get series.
+type tableCollector struct {
+	srv      *server.Server
+	healthy  *prometheus.Desc
+	inflight *prometheus.Desc
+}
+
+func newTableCollector(srv *server.Server) *tableCollector {
+	return &tableCollector{
+		srv: srv,
+		healthy: prometheus.NewDesc("sluice_proxy_instance_healthy",
+			"1 when the instance is available to the balancer, 0 when ejected, checking or excluded.",
+			[]string{"cluster", "subcluster", "instance", "state"}, nil),
+		inflight: prometheus.NewDesc("sluice_proxy_instance_inflight",
+			"Requests in flight to the instance.", []string{"cluster", "subcluster", "instance"}, nil),
+	}
+}
+
+func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.healthy
+	ch <- c.inflight
+}
+
+func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
+	t := c.srv.Table()
+	if t == nil {
+		return
+	}
+	collectTable(t, func(cluster, sub string, addr netip.AddrPort, state string, healthy bool, inflight int64) {
+		h := 0.0
+		if healthy {
+			h = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, h, cluster, sub, addr.String(), state)
+		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cluster, sub, addr.String())
+	})
+}
+
+func zapNop() *zap.Logger { return zap.NewNop() }
+
+// activeProbe runs one health check with the agent's prober, so a proxy and
+// an agent judge a backend by the same rules.
+func activeProbe(ctx context.Context, addr netip.AddrPort, p config.Probe, timeout time.Duration) error {
+	t, err := probe.FromPolicy(addr, p, timeout)
+	if err != nil {
+		return err
+	}
+	return probe.Check(ctx, t)
+}

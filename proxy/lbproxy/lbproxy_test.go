@@ -1,0 +1,403 @@
+package lbproxy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/proxy/admin"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const prefix = "/lbproxytest"
+
+var layout = keys.MustNew(prefix)
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond) // poll interval
+	}
+}
+
+func backendServer(t *testing.T, name string, hits *atomic.Int64) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hits != nil {
+			hits.Add(1)
+		}
+		if r.URL.Path == "/slow" {
+			time.Sleep(300 * time.Millisecond) // the backend is slow on purpose: a request in flight at shutdown
+		}
+		io.WriteString(w, name)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func snapFor(version uint64, backendURL string, weights map[string]int) *snapshot.Snapshot {
+	host, port, _ := net.SplitHostPort(strings.TrimPrefix(backendURL, "http://"))
+	var p int
+	for _, c := range port {
+		p = p*10 + int(c-'0')
+	}
+	s := &snapshot.Snapshot{
+		Meta: snapshot.Meta{ProxyCluster: "BFE1", Version: version, CreatedAt: time.Unix(1700000000, 0).UTC()},
+		Products: map[string]config.Product{"demo": {Hosts: []string{"demo.test"},
+			Rules: []config.Rule{{Name: "all", Cond: "default_t()", Cluster: "main"}}}},
+		DefaultProduct: "demo",
+		Clusters: map[string]snapshot.Cluster{"main": {
+			SubClusters: map[string]config.SubCluster{"SC1": {IDC: "IDC1", Instances: []config.Instance{{Addr: host, Port: p, Weight: 1}}}},
+			Policy:      config.DefaultPolicy(),
+			Row:         snapshot.Row{Denominator: 100, Weights: weights},
+		}},
+	}
+	s.Meta.Hash = snapshot.ContentHash(s)
+	return s
+}
+
+// publish writes s as the scheduler does: parts, then manifest + pointer in one txn.
+func publish(t *testing.T, cli *clientv3.Client, s *snapshot.Snapshot) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	m, parts, err := snapshot.Encode(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range parts {
+		k, _ := layout.Part(p.Digest)
+		if _, err := cli.Put(ctx, k, string(p.Data)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mraw, _ := json.Marshal(m)
+	praw, _ := json.Marshal(snapshot.Pointer{Version: s.Meta.Version, Hash: s.Meta.Hash})
+	sk, _ := layout.Snapshot("BFE1", s.Meta.Version)
+	ck, _ := layout.Current("BFE1")
+	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(sk, string(mraw)), clientv3.OpPut(ck, string(praw))).Commit(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type running struct {
+	addrs Addrs
+	stop  context.CancelFunc
+	done  chan error
+}
+
+func start(t *testing.T, cfg Config) *running {
+	t.Helper()
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	al, _ := net.Listen("tcp", "127.0.0.1:0")
+	cfg.Listener, cfg.AdminListener = l, al
+	if cfg.ProxyCluster == "" {
+		cfg.ProxyCluster = "BFE1"
+	}
+	if cfg.ID == "" {
+		cfg.ID = "p1"
+	}
+	cfg.Prefix = prefix
+	cfg.TraceExporter = "none"
+	cfg.ReportInterval = 200 * time.Millisecond
+	cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	started := make(chan Addrs, 1)
+	cfg.Started = func(a Addrs) { started <- a }
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{stop: cancel, done: make(chan error, 1)}
+	go func() { r.done <- Run(ctx, cfg) }()
+	select {
+	case r.addrs = <-started:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("Run: %v", err)
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("Run did not start")
+	}
+	t.Cleanup(func() { r.shutdown(t) })
+	return r
+}
+
+func (r *running) shutdown(t *testing.T) {
+	r.stop()
+	select {
+	case err := <-r.done:
+		if err != nil {
+			t.Errorf("Run returned %v, want nil after shutdown", err)
+		}
+		r.done <- nil // later calls return at once
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return after cancel")
+	}
+}
+
+func httpGet(t *testing.T, url string, host string) (int, string, http.Header) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if host != "" {
+		req.Host = host
+	}
+	c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer res.Body.Close()
+	b, _ := io.ReadAll(res.Body)
+	return res.StatusCode, string(b), res.Header
+}
+
+func adminStatus(t *testing.T, r *running) Status {
+	_, body, _ := httpGet(t, "http://"+r.addrs.Admin+"/v1/status", "")
+	var st Status
+	if err := json.Unmarshal([]byte(body), &st); err != nil {
+		t.Fatalf("status %q: %v", body, err)
+	}
+	return st
+}
+
+// I5 through the whole binary path: an invalid snapshot is rejected, the
+// reason shows in /v1/status, traffic is unchanged; a valid newer one applies.
+func TestInvalidSnapshotRejectedTrafficUnchanged(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	b1 := backendServer(t, "b1", nil)
+	b2 := backendServer(t, "b2", nil)
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir()})
+	if code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/readyz", ""); code != 503 {
+		t.Fatalf("readyz before any snapshot: %d, want 503", code)
+	}
+	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v1 applied", func() bool {
+		code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/readyz", "")
+		return code == 200
+	})
+	bad := snapFor(2, b2.URL, map[string]int{"SC1": 60}) // row does not sum to 100
+	publish(t, cli, bad)
+	eventually(t, 10*time.Second, "v2 rejected", func() bool { return adminStatus(t, r).RejectedVersion == 2 })
+	st := adminStatus(t, r)
+	if st.AppliedVersion != 1 || !strings.Contains(st.RejectedReason, "SC1") && !strings.Contains(st.RejectedReason, "row") {
+		t.Fatalf("status %+v: want applied 1 and a reason naming the row", st)
+	}
+	for i := 0; i < 5; i++ {
+		if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
+			t.Fatalf("after rejection: %d %q, want 200 from b1", code, body)
+		}
+	}
+	publish(t, cli, snapFor(3, b2.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v3 serves b2", func() bool {
+		_, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test")
+		return body == "b2"
+	})
+	// The status key in etcd carries the applied version.
+	sk, _ := layout.Status("BFE1", "p1")
+	eventually(t, 10*time.Second, "status key at v3", func() bool {
+		res, err := cli.Get(context.Background(), sk)
+		return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":3`)
+	})
+}
+
+// A proxy restarted while etcd is down serves its last good snapshot from
+// the disk cache.
+func TestRestartWithEtcdDownServesDiskCache(t *testing.T) {
+	srv, cli := etcdtest.New(t)
+	b1 := backendServer(t, "b1", nil)
+	dir := t.TempDir()
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: dir})
+	publish(t, cli, snapFor(4, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
+	r.shutdown(t)
+	srv.Stop()
+
+	r2 := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints(), DialTimeout: time.Second}, CacheDir: dir, ID: "p2"})
+	eventually(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
+	st := adminStatus(t, r2)
+	if st.Source != "disk-cache" || st.EtcdConnected == nil || *st.EtcdConnected {
+		t.Fatalf("status %+v: want source disk-cache, etcd not connected", st)
+	}
+	if code, body, _ := httpGet(t, "http://"+r2.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
+		t.Fatalf("served %d %q, want 200 from b1 out of the disk cache", code, body)
+	}
+	// etcd back: the proxy converges to what is published meanwhile.
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	cli2, err := srv.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli2.Close()
+	b2 := backendServer(t, "b2", nil)
+	publish(t, cli2, snapFor(5, b2.URL, map[string]int{"SC1": 100}))
+	eventually(t, 20*time.Second, "v5 applied after etcd restart", func() bool { return adminStatus(t, r2).AppliedVersion == 5 })
+	if code, body, _ := httpGet(t, "http://"+r2.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b2" {
+		t.Fatalf("after convergence: %d %q, want 200 from b2", code, body)
+	}
+}
+
+// Graceful shutdown lets an in-flight request finish and removes the status key.
+func TestGracefulShutdownFinishesInFlight(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	var hits atomic.Int64
+	b1 := backendServer(t, "b1", &hits)
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir()})
+	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+	sk, _ := layout.Status("BFE1", "p1")
+	eventually(t, 10*time.Second, "status key", func() bool {
+		res, err := cli.Get(context.Background(), sk)
+		return err == nil && len(res.Kvs) == 1
+	})
+	type out struct {
+		code int
+		body string
+	}
+	got := make(chan out, 1)
+	go func() {
+		req, _ := http.NewRequest(http.MethodGet, "http://"+r.addrs.HTTP+"/slow", nil)
+		req.Host = "demo.test"
+		res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+		if err != nil {
+			got <- out{body: err.Error()}
+			return
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		got <- out{res.StatusCode, string(b)}
+	}()
+	eventually(t, 5*time.Second, "slow request at the backend", func() bool { return hits.Load() == 1 })
+	r.shutdown(t)
+	if o := <-got; o.code != 200 || o.body != "b1" {
+		t.Fatalf("in-flight request at shutdown: %d %q, want 200 b1", o.code, o.body)
+	}
+	res, err := cli.Get(context.Background(), sk)
+	if err != nil || len(res.Kvs) != 0 {
+		t.Fatalf("status key still present after graceful shutdown (%v)", err)
+	}
+}
+
+func TestAdminRefusesExposedBindWithoutToken(t *testing.T) {
+	err := Run(context.Background(), Config{ProxyCluster: "BFE1", ID: "p1", ConfigFile: "x.json",
+		Listen: "127.0.0.1:0", Admin: "0.0.0.0:0", Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if !errors.Is(err, admin.ErrTokenRequired) {
+		t.Fatalf("Run = %v, want ErrTokenRequired", err)
+	}
+}
+
+func adminDo(t *testing.T, method, url, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, url, strings.NewReader(body))
+	res, err := (&http.Client{Timeout: 10 * time.Second}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var m map[string]any
+	raw, _ := io.ReadAll(res.Body)
+	if err := json.Unmarshal(raw, &m); err != nil {
+		t.Fatalf("%s %s: not a JSON object: %q", method, url, raw)
+	}
+	return res.StatusCode, m
+}
+
+func TestAdminAPI(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	b1 := backendServer(t, "b1", nil)
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir()})
+	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+	base := "http://" + r.addrs.Admin
+	addr := strings.TrimPrefix(b1.URL, "http://")
+
+	code, tv := adminDo(t, "GET", base+"/v1/table", "")
+	if code != 200 || !strings.Contains(toJSON(tv), addr) {
+		t.Fatalf("/v1/table %d %v: want the instance %s", code, tv, addr)
+	}
+	code, ex := adminDo(t, "GET", base+"/v1/explain?url=http://demo.test/a&client_ip=192.0.2.1", "")
+	if code != 200 || ex["cluster"] != "main" || ex["client_ip"] != "192.0.2.1" || !strings.Contains(toJSON(ex), addr) {
+		t.Fatalf("/v1/explain %d %v", code, ex)
+	}
+	if code, e := adminDo(t, "GET", base+"/v1/explain?url=not-a-url", ""); code != 400 || e["error"] == nil {
+		t.Fatalf("bad explain: %d %v, want 400 with error", code, e)
+	}
+	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"`+addr+`","drain":true,"ttl":"1m"}`); code != 200 {
+		t.Fatalf("set override: %d %v", code, e)
+	}
+	if code, _, h := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test"); code != 503 || h.Get("X-Sluice-Reason") != "no-available-instance" {
+		t.Fatalf("drained only instance: %d %q, want 503 no-available-instance", code, h.Get("X-Sluice-Reason"))
+	}
+	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"`+addr+`","weight":-1,"ttl":"1m"}`); code != 400 || !strings.Contains(toJSON(e), "weight") {
+		t.Fatalf("bad weight: %d %v, want 400 naming weight", code, e)
+	}
+	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"`+addr+`","drain":true}`); code != 400 || !strings.Contains(toJSON(e), "ttl") {
+		t.Fatalf("missing ttl: %d %v, want 400 naming ttl", code, e)
+	}
+	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"10.9.9.9:80","drain":true,"ttl":"1m"}`); code != 404 {
+		t.Fatalf("unknown address: %d %v, want 404", code, e)
+	}
+	if code, e := adminDo(t, "DELETE", base+"/v1/overrides/"+addr, ""); code != 200 {
+		t.Fatalf("clear override: %d %v", code, e)
+	}
+	if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
+		t.Fatalf("after clearing: %d %q", code, body)
+	}
+	_, metrics, _ := httpGet(t, base+"/metrics", "")
+	for _, want := range []string{
+		`sluice_proxy_requests_total{cluster="main",code="2xx",subcluster="SC1"}`,
+		`sluice_proxy_subcluster_weight{cluster="main",subcluster="SC1"} 100`,
+		`sluice_proxy_instance_healthy{cluster="main",instance="` + addr + `"`,
+		`sluice_proxy_snapshot_version`,
+		`sluice_proxy_snapshot_staleness_seconds`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+func toJSON(v any) string {
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+func TestAdminTokenRequiredWhenSet(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir(), AdminToken: "s3cret"})
+	if code, _ := adminDo(t, "GET", "http://"+r.addrs.Admin+"/v1/status", ""); code != 401 {
+		t.Fatalf("no token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", "http://"+r.addrs.Admin+"/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		t.Fatalf("with token: %d, want 200", res.StatusCode)
+	}
+	http.DefaultClient.CloseIdleConnections()
+	if code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/healthz", ""); code != 200 {
+		t.Fatalf("healthz needs no token: %d", code)
+	}
+}
