@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# bench/run.sh — lbproxy vs nginx vs HAProxy vs direct, side by side.
+#
+# Each proxy is pinned to core 0 with one worker (GOMAXPROCS=1 for lbproxy);
+# the load generator and the 4 backends (weights 5/3/1/1, 100-byte bodies)
+# run on core 1. Rounds are interleaved A B C D A B C D ... and the medians
+# printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
+# request (utime+stime from /proc/<pid>/stat), and p50/p99 at a fixed
+# 2000 req/s (open loop), with ratios to nginx. lbproxy runs twice: lean
+# (access log, tracing off) and full (access log to a file, 1 % trace
+# sampling to an in-process exporter-less provider, metrics always on).
+#
+# Usage: bench/run.sh [ROUNDS=3] [DURATION=10s]   (make bench)
+set -euo pipefail
+ROUNDS=${ROUNDS:-3}
+DURATION=${DURATION:-10s}
+RATE=${RATE:-2000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+need() { command -v "$1" >/dev/null 2>&1; }
+if ! need nginx || ! need haproxy; then
+  echo "installing nginx and haproxy (Debian packages)..." >&2
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx haproxy) >&2
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+HAPROXY=$(command -v haproxy || echo /usr/sbin/haproxy)
+
+echo "building lbproxy and benchtool..." >&2
+(cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
+(cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
+
+B=(127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 127.0.0.1:19104)
+W=(5 3 1 1)
+taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
+
+# --- configurations ---------------------------------------------------------
+{
+  echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;"
+  echo "events { worker_connections 4096; }"
+  echo "http { access_log off; keepalive_requests 1000000;"
+  echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
+  echo " upstream be {"
+  for i in 0 1 2 3; do echo "  server ${B[$i]} weight=${W[$i]};"; done
+  echo "  keepalive 64; }"
+  echo " server { listen 127.0.0.1:18081; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+} > "$WORK/nginx.conf"
+{
+  echo "global"; echo "  nbthread 1"; echo "  maxconn 4096"
+  echo "defaults"; echo "  mode http"; echo "  timeout connect 2s"; echo "  timeout client 60s"; echo "  timeout server 60s"; echo "  http-reuse always"
+  echo "frontend fe"; echo "  bind 127.0.0.1:18082"; echo "  default_backend be"
+  echo "backend be"; echo "  balance roundrobin"
+  for i in 0 1 2 3; do echo "  server s$i ${B[$i]} weight ${W[$i]}"; done
+} > "$WORK/haproxy.cfg"
+INST=""
+for i in 0 1 2 3; do
+  INST+="{\"addr\":\"${B[$i]%:*}\",\"port\":${B[$i]#*:},\"weight\":${W[$i]}},"
+done
+cat > "$WORK/snapshot.json" <<JSON
+{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
+ "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
+ "default_product":"bench",
+ "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
+   "row":{"denominator":100,"weights":{"SC1":100}}}}}
+JSON
+
+# --- proxies (core 0) ---------------------------------------------------------
+taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!
+taskset -c 0 "$HAPROXY" -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
+  --listen 127.0.0.1:18083 --admin 127.0.0.1:19083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --config "$WORK/snapshot.json" \
+  --listen 127.0.0.1:18084 --admin 127.0.0.1:19084 --access-log "$WORK/access.log" --trace-exporter stdout \
+  --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
+
+declare -A URL=([nginx]=http://127.0.0.1:18081/ [haproxy]=http://127.0.0.1:18082/ [lbproxy]=http://127.0.0.1:18083/ [lbproxy-full]=http://127.0.0.1:18084/ [direct]=http://${B[0]}/)
+declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-full]=$FULL_PID [direct]=0)
+NAMES=(nginx haproxy lbproxy lbproxy-full direct)
+
+for n in "${NAMES[@]}"; do
+  for i in $(seq 50); do
+    curl -fs -o /dev/null -H 'Host: bench.test' "${URL[$n]}" && break
+    sleep 0.2  # waiting for a process to bind (no readiness hook for nginx/haproxy)
+  done
+done
+# nginx forks a worker: measure the worker (the child of the master).
+NGINX_WORKER=$(pgrep -P "$NGINX_PID" | head -1 || true)
+[ -n "$NGINX_WORKER" ] && PID[nginx]=$NGINX_WORKER
+
+ticks() { # utime+stime of a process and its children threads, in clock ticks
+  [ "$1" = 0 ] && { echo 0; return; }
+  awk '{print $14+$15}' "/proc/$1/stat"
+}
+HZ=$(getconf CLK_TCK)
+declare -A RPS CPU P50 P99
+for r in $(seq "$ROUNDS"); do
+  for n in "${NAMES[@]}"; do
+    t0=$(ticks "${PID[$n]}")
+    out=$(taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
+    t1=$(ticks "${PID[$n]}")
+    reqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
+    rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
+    cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
+    lat=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
+    RPS[$n]+="$rps "; CPU[$n]+="$cpu "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
+    P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
+    echo "round $r $n: $out | cpu_us/req=$cpu | $lat" >&2
+  done
+done
+median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+printf "\n%-13s %10s %12s %8s %10s %10s\n" proxy "req/s" "CPU µs/req" "÷nginx" "p50 ms" "p99 ms"
+NG=$(median <<<"${CPU[nginx]}")
+for n in "${NAMES[@]}"; do
+  c=$(median <<<"${CPU[$n]}")
+  ratio=$(awk -v a="$c" -v b="$NG" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
+  [ "$n" = direct ] && { c="-"; ratio="-"; }
+  printf "%-13s %10s %12s %8s %10s %10s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")"
+done
+echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
