@@ -29,7 +29,7 @@ var layout = keys.MustNew("/sluice")
 func snap(w, extra int) *snapshot.Snapshot {
 	insts := []config.Instance{{Addr: "127.0.0.1", Port: 8001, Weight: 1}}
 	for i := range extra {
-		b := make([]byte, 2048)
+		b := make([]byte, 16384)
 		rand.Read(b)
 		insts = append(insts, config.Instance{Addr: "10.0.0.1", Port: 1 + i, Weight: 1, Labels: map[string]string{"x": hex.EncodeToString(b)}})
 	}
@@ -171,7 +171,7 @@ func TestPausedLeaderIsFenced(t *testing.T) {
 	}
 	before, _ := cli.Get(ctx, layout.Root(), clientv3.WithPrefix(), clientv3.WithCountOnly())
 	// S1 resumes with its stale view and tries to publish, big and small.
-	for _, s := range []*snapshot.Snapshot{snap(10, 0), snap(20, 300)} {
+	for _, s := range []*snapshot.Snapshot{snap(10, 0), snap(20, 40)} {
 		_, err := p.Publish(ctx, stale, s, "stale")
 		if !errors.Is(err, ErrFenced) {
 			t.Fatalf("stale leader publish: %v, want ErrFenced", err)
@@ -203,7 +203,7 @@ func TestCrashBetweenPartsAndPointerThenCollect(t *testing.T) {
 	if _, err := p.Publish(ctx, l, snap(50, 0), "small"); err != nil {
 		t.Fatal(err)
 	}
-	big := snap(30, 700)
+	big := snap(30, 90)
 	_, parts, err := snapshot.Encode(big)
 	if err != nil || len(parts) < 2 {
 		t.Fatalf("want a snapshot in ≥2 parts, have %d (%v)", len(parts), err)
@@ -251,7 +251,7 @@ func TestHistoryBounded(t *testing.T) {
 	for i := range 8 {
 		extra := 0
 		if i == 0 {
-			extra = 300 // v1 lives in parts, which must go with it
+			extra = 40 // v1 lives in parts, which must go with it
 		}
 		if _, err := p.Publish(ctx, l, snap(10+i, extra), fmt.Sprint("step ", i)); err != nil {
 			t.Fatal(err)
