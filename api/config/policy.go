@@ -67,7 +67,7 @@ type Balance struct {
 	// average load (125 = 1.25×); 0 disables. Applies to sticky modes.
 	BoundedLoadPercent int `json:"bounded_load_percent,omitempty"`
 	// StickyCookie is the cookie name for sticky-cookie. Default "SLUICE_STICKY".
-	StickyCookie string `json:"sticky_cookie,omitempty"`
+	StickyCookie string `json:"sticky_cookie"`
 	// FailFast: a sub-cluster with no available instance fails its share
 	// (503) instead of spreading it over the rest of the row.
 	FailFast bool `json:"fail_fast,omitempty"`
@@ -136,11 +136,11 @@ type Probe struct {
 	// Scheme: http (default), https, tcp or tls.
 	Scheme string `json:"scheme"`
 	// Path for http(s). Default "/healthz".
-	Path string `json:"path,omitempty"`
+	Path string `json:"path"`
 	// Host header / SNI. Default: the instance address.
 	Host string `json:"host,omitempty"`
 	// Status that counts as success: "200", "2xx", "2xx|30x", "200-299". Default "2xx".
-	Status string `json:"status,omitempty"`
+	Status string `json:"status"`
 	// Body, when set, must appear in the response body.
 	Body string `json:"body,omitempty"`
 	// InsecureSkipVerify skips certificate checks for https/tls probes.

@@ -72,6 +72,9 @@ func New(prefix string) (Layout, error) {
 		return Layout{}, fmt.Errorf("prefix %q must start with \"/\"", truncate(prefix))
 	}
 	p := strings.TrimSuffix(prefix, "/")
+	if p == "" {
+		return Layout{}, fmt.Errorf("prefix %q has no name after \"/\"; want e.g. %s", truncate(prefix), DefaultPrefix)
+	}
 	for _, seg := range strings.Split(p[1:], "/") {
 		if err := ValidName(seg); err != nil {
 			return Layout{}, fmt.Errorf("prefix %q: %w", truncate(prefix), err)
@@ -140,6 +143,10 @@ func (l Layout) ParseInstance(key string) (InstanceKey, error) {
 	ap, err := netip.ParseAddrPort(parts[2])
 	if err != nil || ap.Port() == 0 {
 		return InstanceKey{}, fmt.Errorf("key %q: %q is not ip:port", truncate(key), truncate(parts[2]))
+	}
+	if ap.String() != parts[2] {
+		// One spelling per instance: "1.2.3.4:080" would be a second key for 1.2.3.4:80.
+		return InstanceKey{}, fmt.Errorf("key %q: %q is not in canonical form %s", truncate(key), truncate(parts[2]), ap)
 	}
 	for _, n := range parts[:2] {
 		if err := ValidName(n); err != nil {
