@@ -179,7 +179,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 
 	workCtx, stopWork := context.WithCancel(ctx)
-	regCtx, stopReg := context.WithCancel(ctx)
+	// The registrar stops only when told (after Abandon when the lease is
+	// to be kept), never on its own when ctx ends, so it cannot revoke first.
+	regCtx, stopReg := context.WithCancel(context.WithoutCancel(ctx))
 	regDone := make(chan struct{})
 	go func() {
 		defer close(regDone)

@@ -465,8 +465,10 @@ func TestFlappingBackendBoundedWrites(t *testing.T) {
 	_, _, puts, _ := ev.snapshot()
 	bound := int(elapsed/cfg.MinWriteGap) + 2
 	t.Logf("%d probes (each a state change) in %s → %d writes; bound %d", b.probes.Load(), elapsed.Round(time.Millisecond), puts, bound)
-	if int64(puts) != r.a.Writes() {
-		t.Fatalf("etcd saw %d writes, agent counted %d", puts, r.a.Writes())
+	// A write cut off by the stop may be applied by etcd without the agent
+	// hearing back: etcd may see one more than the agent counted.
+	if w := r.a.Writes(); int64(puts) != w && int64(puts) != w+1 {
+		t.Fatalf("etcd saw %d writes, agent counted %d", puts, w)
 	}
 	if puts < 2 || puts > bound {
 		t.Fatalf("%d writes; want 2..%d", puts, bound)
