@@ -2,7 +2,9 @@ package codec
 
 import (
 	"fmt"
+	"math"
 	"regexp"
+	"strconv"
 
 	yamlv3 "go.yaml.in/yaml/v3"
 )
@@ -31,6 +33,14 @@ func walkYAML(n *yamlv3.Node, depth int) error {
 	if n.Kind == yamlv3.ScalarNode && n.Style == 0 && ambiguousNumber.MatchString(n.Value) {
 		return fmt.Errorf("yaml: line %d column %d: %s is ambiguous (YAML 1.1 reads it as a non-decimal number); write a plain decimal number, or quote it if it is a string",
 			n.Line, n.Column, n.Value)
+	}
+	if n.Kind == yamlv3.ScalarNode && n.Style == 0 && n.ShortTag() == "!!float" {
+		// The converter writes 1.0 and 1e3 as the JSON integers 1 and 1000,
+		// which would slip past the integer check that rejects them in JSON.
+		if f, err := strconv.ParseFloat(n.Value, 64); err == nil && f == math.Trunc(f) && !math.IsInf(f, 0) {
+			return fmt.Errorf("yaml: line %d column %d: %s is written as a fraction or with an exponent; write a plain integer (%s) or quote it if it is a string",
+				n.Line, n.Column, n.Value, strconv.FormatFloat(f, 'f', -1, 64))
+		}
 	}
 	if n.Kind == yamlv3.AliasNode {
 		return nil // the anchored node is checked where it is defined
