@@ -159,7 +159,7 @@ func randomProblem(r *rand.Rand) Problem {
 
 func TestSolveMatchesLPOracle(t *testing.T) {
 	r := rand.New(rand.NewPCG(1, 5))
-	const n = 1500
+	const n = 1000
 	for i := range n {
 		p := randomProblem(r)
 		sol, err := Solve(p)

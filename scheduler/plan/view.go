@@ -1,0 +1,73 @@
+package plan
+
+import (
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+)
+
+// View is everything the planner reads: one consistent picture of the
+// inputs. Compute never modifies it.
+type View struct {
+	// State is the desired state: topology, clusters (with static
+	// instances), pins, drains and scheduler settings.
+	State *config.State
+	// Members[cluster][subCluster] are the instances to publish (static and
+	// agent-registered), each with State "healthy", "unhealthy" or
+	// "draining" ("" is healthy). A cluster missing here (or a nil map) uses
+	// State's static instances.
+	Members map[string]map[string][]config.Instance
+	// Demand[proxyCluster][cluster] in requests/s as observed by the
+	// proxies. Missing or ≤ 0: State.Scheduler.DefaultDemandRPS; if that is
+	// 0 too, the row uses the capacity-proportional fallback.
+	Demand map[string]map[string]float64
+	// Shifts active now, with the points applied so far.
+	Shifts []ActiveShift
+}
+
+// ActiveShift is a shift intent and how far its ramp has got.
+type ActiveShift struct {
+	Shift config.Shift
+	// AppliedPercent is the points (percent of the row) moved so far; the
+	// plan moves exactly this much, capped by what the From IDC has.
+	AppliedPercent int
+}
+
+// Result is one plan: a snapshot per proxy cluster and the per-cluster
+// optimisation details.
+type Result struct {
+	// Snapshots per proxy cluster. Meta has only ProxyCluster and Hash set.
+	// Snapshots share unchanged sub-cluster maps and policies with earlier
+	// results: treat them as immutable.
+	Snapshots map[string]*snapshot.Snapshot
+	// Clusters holds the optimisation of each backend cluster.
+	Clusters map[string]ClusterPlan
+	// Recomputed lists (sorted) the clusters recomputed by this call; the
+	// others were unchanged inputs served from the cache.
+	Recomputed []string
+}
+
+// ClusterPlan is the optimisation of one backend cluster.
+type ClusterPlan struct {
+	// ProxyClusters and SubClusters label Flow's rows and columns (sorted).
+	ProxyClusters []string
+	SubClusters   []string
+	// Mode per proxy cluster: "optimal", "capacity-proportional", "pinned"
+	// or "unavailable".
+	Mode map[string]string
+	// DemandRPS per proxy cluster as used by the solver (the pseudo-demand
+	// for capacity-proportional rows, the real demand otherwise).
+	DemandRPS []float64
+	// CapacityRPS per sub-cluster after target utilisation.
+	CapacityRPS []float64
+	// Flow[b][s] and Drop[b] in requests/s: the optimum before rounding and
+	// guardrails (pinned rows: the pinned share of the demand).
+	Flow [][]float64
+	Drop []float64
+	// Objective is the solver's optimum (rows it solved only).
+	Objective float64
+	// Utilisation is the projected load over capacity per sub-cluster with
+	// the published rows and the known demand (1 = at target utilisation).
+	Utilisation map[string]float64
+	// Recomputed is true when this call computed the cluster.
+	Recomputed bool
+}
