@@ -438,7 +438,8 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 	switch c.mode {
 	case config.SubclusterConsistent:
 		c.slots = buildSlots(c)
-	case config.SubclusterBFE:
+	case config.SubclusterBFE, config.SubclusterRequest:
+		// Request mode draws a random point in the same ranges.
 		c.bfeRanges = bfeRanges(c, nil)
 	}
 	return c, addrs, nil

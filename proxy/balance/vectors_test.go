@@ -146,3 +146,29 @@ func TestSum64MatchesMurmur3(t *testing.T) {
 		}
 	}
 }
+
+// Request mode draws every request independently: the realised split follows
+// the row, blackhole included, even from a single client.
+func TestRequestModeFollowsRowWithBlackhole(t *testing.T) {
+	pol := policy(func(p *config.Policy) { p.Balance.SubclusterMode = config.SubclusterRequest })
+	e := newEnv(t, snap(1, pol, 10, sc{name: "SC1", weight: 45, weights: []int{1}}, sc{name: "SC2", weight: 45, weights: []int{1}}))
+	counts := map[string]int{}
+	const n = 20000
+	ip := netip.MustParseAddr("192.0.2.1")
+	for range n {
+		p, err := e.pick(ip)
+		switch {
+		case errors.Is(err, ErrBlackhole):
+			counts["bh"]++
+		case err != nil:
+			t.Fatal(err)
+		default:
+			counts[p.SubCluster]++ // e.pick reported Done
+		}
+	}
+	for k, want := range map[string]float64{"SC1": 45, "SC2": 45, "bh": 10} {
+		if got := 100 * float64(counts[k]) / n; got < want-2 || got > want+2 {
+			t.Errorf("%s share %.2f%%, want %.0f%% ± 2 (%v)", k, got, want, counts)
+		}
+	}
+}
