@@ -21,6 +21,7 @@ type Server struct {
 	Endpoints []string
 	Dir       string
 	cfg       *embed.Config
+	running   bool
 }
 
 // Options tune Start. The zero value is fine for tests.
@@ -82,11 +83,16 @@ func Start(o Options) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after 30s")
 	}
-	return &Server{Etcd: e, Endpoints: []string{cu.String()}, Dir: dir, cfg: cfg}, nil
+	return &Server{Etcd: e, Endpoints: []string{cu.String()}, Dir: dir, cfg: cfg, running: true}, nil
 }
 
 // Stop stops the server and keeps its data directory (Restart reuses it).
+// Stopping a stopped server does nothing.
 func (s *Server) Stop() {
+	if !s.running {
+		return
+	}
+	s.running = false
 	s.Etcd.Close()
 	<-s.Etcd.Server.StopNotify()
 }
@@ -104,6 +110,7 @@ func (s *Server) Restart() error {
 		return fmt.Errorf("embedded etcd not ready after restart")
 	}
 	s.Etcd = e
+	s.running = true
 	return nil
 }
 

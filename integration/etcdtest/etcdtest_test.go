@@ -29,3 +29,9 @@ func TestStartPutGetRestart(t *testing.T) {
 		t.Fatalf("got %v", r.Kvs)
 	}
 }
+
+func TestStopTwiceThenCleanup(t *testing.T) {
+	s, _ := New(t)
+	s.Stop()
+	s.Stop() // and the cleanup stops it a third time
+}
