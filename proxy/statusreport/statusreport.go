@@ -205,7 +205,11 @@ func (r *Reporter) session(ctx context.Context) bool {
 					r.revoke(ctx, id)
 					return true
 				}
+				// The client gave up on the lease (etcd unreachable past the
+				// TTL), but etcd may still hold it, e.g. after a restart that
+				// renewed it: revoke it so no key outlives this session.
 				r.log.Warn("status lease keepalive ended; granting a new one", "lease", int64(id))
+				r.revoke(ctx, id)
 				return true
 			}
 		case <-tick.C:

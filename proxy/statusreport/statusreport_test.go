@@ -3,7 +3,6 @@ package statusreport
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"log/slog"
 	"sync/atomic"
 	"testing"
@@ -54,7 +53,7 @@ func startReporter(t *testing.T, cli *clientv3.Client, p *fakeProxy, ttl, interv
 	r, err := New(Config{
 		Client: cli, Layout: layout, ProxyCluster: "BFE1", ID: "proxy-1",
 		Status: p.status, Demand: p.demand, Interval: interval, TTL: ttl,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: slog.New(slog.NewTextHandler(testWriter{t}, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -224,3 +223,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// testWriter sends the reporter's log to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(b []byte) (int, error) { w.t.Log(string(b)); return len(b), nil }
