@@ -147,7 +147,7 @@ func (a *api) table(w http.ResponseWriter, r *http.Request) {
 
 // explain answers GET /v1/explain?url=...&method=...&client_ip=...&header=K:V&cookie=K=V.
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
-	req, peer, err := explainRequest(r.URL.Query())
+	req, peer, err := ExplainRequest(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -165,7 +165,11 @@ func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func explainRequest(q url.Values) (*http.Request, netip.Addr, error) {
+// ExplainRequest builds the request that /v1/explain (and lbctl explain
+// --config, offline) describes from its query: url, method, client_ip (the
+// peer address; X-Forwarded-For in a header= counts only from trusted
+// proxies), header=NAME:VALUE and cookie=NAME=VALUE (repeatable).
+func ExplainRequest(q url.Values) (*http.Request, netip.Addr, error) {
 	raw := q.Get("url")
 	if raw == "" {
 		return nil, netip.Addr{}, errors.New("query parameter url is required (e.g. url=http://example.test/path)")
