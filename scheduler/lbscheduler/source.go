@@ -1,0 +1,147 @@
+package lbscheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
+	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/inventory"
+	"github.com/sluicelb/sluice/scheduler/plan"
+	"github.com/sluicelb/sluice/scheduler/shift"
+)
+
+// PlanDoc is what GET and POST /v1/plan return.
+type PlanDoc struct {
+	SchedulerID string    `json:"scheduler_id"`
+	Leader      bool      `json:"leader"`
+	WhatIf      bool      `json:"what_if,omitempty"`
+	ComputedAt  time.Time `json:"computed_at"`
+	// StateRevision is the etcd revision of the desired state used.
+	StateRevision int64 `json:"state_revision"`
+	// DebouncedInstances are kept only by the grace period.
+	DebouncedInstances int `json:"debounced_instances"`
+	// ProxyClusters: the rows and explanations per proxy cluster.
+	ProxyClusters map[string]ProxyClusterPlan `json:"proxy_clusters"`
+	// Clusters: per backend cluster flows, drops, objective, utilisation.
+	Clusters map[string]plan.ClusterPlan `json:"clusters"`
+}
+
+// ProxyClusterPlan is one proxy cluster's computed snapshot, summarised.
+type ProxyClusterPlan struct {
+	// Hash is the computed content hash; LiveVersion/LiveHash what is live.
+	Hash        string             `json:"hash"`
+	LiveVersion uint64             `json:"live_version,omitempty"`
+	LiveHash    string             `json:"live_hash,omitempty"`
+	Rows        map[string]RowPlan `json:"rows"`
+}
+
+// RowPlan is one row with how it was computed.
+type RowPlan struct {
+	Row         snapshot.Row          `json:"row"`
+	Explanation *snapshot.Explanation `json:"explanation,omitempty"`
+}
+
+func newPlanDoc(id string, leader bool, now time.Time, v inventory.View, res plan.Result, live map[string]*snapshot.Snapshot) *PlanDoc {
+	d := &PlanDoc{
+		SchedulerID: id, Leader: leader, ComputedAt: now.UTC(), StateRevision: v.StateRevision,
+		DebouncedInstances: v.Debounced, ProxyClusters: map[string]ProxyClusterPlan{}, Clusters: res.Clusters,
+	}
+	for pc, s := range res.Snapshots {
+		p := ProxyClusterPlan{Hash: s.Meta.Hash, Rows: map[string]RowPlan{}}
+		if l := live[pc]; l != nil {
+			p.LiveVersion, p.LiveHash = l.Meta.Version, l.Meta.Hash
+		}
+		for cn, c := range s.Clusters {
+			p.Rows[cn] = RowPlan{Row: c.Row, Explanation: c.Explanation}
+		}
+		d.ProxyClusters[pc] = p
+	}
+	return d
+}
+
+// source implements api.Source.
+type source struct{ s *Scheduler }
+
+func (src source) Ready() bool { return src.s.inv.Synced() }
+
+func (src source) Plan(ctx context.Context) (any, error) {
+	d := src.s.doc.Load()
+	if d == nil {
+		return nil, api.ErrNotReady
+	}
+	return d, nil
+}
+
+func (src source) History(ctx context.Context, pc string) (any, error) {
+	h, err := src.s.pub.History(ctx, pc)
+	if err != nil {
+		return nil, err
+	}
+	return map[string]any{"proxy_cluster": pc, "versions": h}, nil
+}
+
+// WhatIf applies w to a copy of the current inputs and computes, without
+// publishing. The modified desired state must pass validate.State.
+func (src source) WhatIf(ctx context.Context, w api.WhatIf) (any, error) {
+	s := src.s
+	v := s.inv.View()
+	if !v.Synced || v.State == nil {
+		return nil, api.ErrNotReady
+	}
+	st := *v.State
+	st.Pins = slices.Clone(st.Pins)
+	st.Drains = slices.Clone(st.Drains)
+	intents := map[string]config.Shift{}
+	for id, e := range v.Shifts {
+		intents[id] = e.Shift
+	}
+	// Shifts as recorded in etcd, plus the proposed one.
+	active := followerShifts(intents, v.Progress)
+	switch {
+	case len(w.Pins) > 0:
+		for _, p := range w.Pins {
+			st.Pins = slices.DeleteFunc(st.Pins, func(x config.Pin) bool {
+				return x.ProxyCluster == p.ProxyCluster && x.Cluster == p.Cluster
+			})
+			st.Pins = append(st.Pins, p)
+		}
+	case w.Drain != "":
+		c, sc, _ := strings.Cut(w.Drain, "/")
+		st.Drains = append(st.Drains, config.Drain{Cluster: c, SubCluster: sc, Reason: "what-if"})
+	case w.Shift != nil:
+		sh := *w.Shift
+		if sh.ID == "" {
+			sh.ID = "what-if"
+		}
+		active = append(active, shift.Active{Shift: sh, AppliedPercent: sh.Percent})
+	}
+	if err := validate.State(&st); err != nil {
+		return nil, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
+	}
+	v.State = &st
+	s.whatIfMu.Lock()
+	defer s.whatIfMu.Unlock()
+	prev := s.livePrev(ctx)
+	res, err := s.whatIf.Compute(planView(v, active), prev)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
+	}
+	d := newPlanDoc(s.cfg.ID, s.IsLeader(), s.cfg.Now(), v, res, prev)
+	d.WhatIf = true
+	return d, nil
+}
+
+// livePrev reads the live snapshots without touching the control loop's cache.
+func (s *Scheduler) livePrev(ctx context.Context) map[string]*snapshot.Snapshot {
+	prev, err := s.pub.LoadCurrent(ctx, nil)
+	if err != nil {
+		s.log.Warn("what-if: reading live snapshots", "err", err)
+	}
+	return prev
+}
