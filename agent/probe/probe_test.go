@@ -355,3 +355,5 @@ func TestFromPolicy(t *testing.T) {
 		t.Fatal("want error for invalid address")
 	}
 }
+
+func mustAddr(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
