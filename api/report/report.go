@@ -25,10 +25,10 @@ type Instance struct {
 	// Reason explains the state (last probe error, "SIGTERM", ...).
 	Reason string `json:"reason,omitempty"`
 	// Load signals; zero when unknown.
-	InFlight   int     `json:"in_flight,omitempty"`
-	RPS        float64 `json:"rps,omitempty"`
-	CPUPercent float64 `json:"cpu_percent,omitempty"`
-	MemPercent float64 `json:"mem_percent,omitempty"`
+	InFlight   int       `json:"in_flight,omitempty"`
+	RPS        float64   `json:"rps,omitempty"`
+	CPUPercent float64   `json:"cpu_percent,omitempty"`
+	MemPercent float64   `json:"mem_percent,omitempty"`
 	UpdatedAt  time.Time `json:"updated_at"`
 }
 
@@ -79,7 +79,7 @@ type ClusterDemand struct {
 
 // Leader is what the scheduler leader writes under keys.Layout.Leader.
 type Leader struct {
-	ID        string    `json:"id"`
-	APIAddr   string    `json:"api_addr"`
-	Since     time.Time `json:"since"`
+	ID      string    `json:"id"`
+	APIAddr string    `json:"api_addr"`
+	Since   time.Time `json:"since"`
 }

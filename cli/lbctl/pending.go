@@ -1,12 +1,8 @@
 package lbctl
 
-import (
-	"github.com/urfave/cli/v2"
-)
+import "fmt"
 
-func planCommand() *cli.Command {
-	return &cli.Command{Name: "plan", Usage: "projected weights for a what-if (not published)"}
-}
-func explainCommand() *cli.Command {
-	return &cli.Command{Name: "explain", Usage: "where would a request go, and why"}
+// planScenario is wired to scheduler/scenario once it lands.
+func planScenario(e *env, path string) error {
+	return fmt.Errorf("plan --scenario %s: offline scenarios are not available in this build", path)
 }
