@@ -30,9 +30,13 @@ type sink interface {
 func watchLoop(ctx context.Context, cli *clientv3.Client, prefix string, s sink, stall time.Duration, log *slog.Logger, resyncs func()) {
 	backoff := 100 * time.Millisecond
 	for ctx.Err() == nil {
-		err := watchRound(ctx, cli, prefix, s, stall)
+		listed, err := watchRound(ctx, cli, prefix, s, stall)
 		if ctx.Err() != nil {
 			return
+		}
+		if listed {
+			// The round worked for a while: start backing off from scratch.
+			backoff = 100 * time.Millisecond
 		}
 		resyncs()
 		log.Warn("inventory watch resync", "prefix", prefix, "err", err, "backoff", backoff)
@@ -47,13 +51,14 @@ func watchLoop(ctx context.Context, cli *clientv3.Client, prefix string, s sink,
 	}
 }
 
-// watchRound is one list-then-watch; it returns why the watch ended.
-func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink, stall time.Duration) error {
+// watchRound is one list-then-watch; it returns whether the listing worked
+// and why the watch ended.
+func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink, stall time.Duration) (listed bool, err error) {
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	resp, err := cli.Get(lctx, prefix, clientv3.WithPrefix())
 	cancel()
 	if err != nil {
-		return fmt.Errorf("list %s: %w", prefix, err)
+		return false, fmt.Errorf("list %s: %w", prefix, err)
 	}
 	rev := resp.Header.Revision
 	s.reset(resp.Kvs, rev)
@@ -67,10 +72,10 @@ func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink
 	for {
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return true, ctx.Err()
 		case <-timer.C:
 			if asked {
-				return errStalled
+				return true, errStalled
 			}
 			// Nothing for a while: ask for a progress notification; if even
 			// that does not come, the watch is stuck and we list again.
@@ -79,13 +84,13 @@ func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink
 			timer.Reset(stall)
 		case wr, ok := <-wch:
 			if !ok {
-				return errors.New("watch channel closed")
+				return true, errors.New("watch channel closed")
 			}
 			if wr.CompactRevision != 0 {
-				return fmt.Errorf("watch compacted at %d", wr.CompactRevision)
+				return true, fmt.Errorf("watch compacted at %d", wr.CompactRevision)
 			}
 			if err := wr.Err(); err != nil {
-				return fmt.Errorf("watch: %w", err)
+				return true, fmt.Errorf("watch: %w", err)
 			}
 			asked = false
 			timer.Reset(stall)
