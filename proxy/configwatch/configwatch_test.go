@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.uber.org/goleak"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/faultproxy"
@@ -431,3 +432,26 @@ func TestPointerDeletedKeepsLastGood(t *testing.T) {
 	}
 }
 
+
+// I5 for semantic errors: a snapshot that decodes but breaks a rule of
+// api/validate (a row not summing to its denominator) is never applied.
+func TestRejectsSemanticallyInvalid(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	rec := newRecorder()
+	publish(t, cli, testSnapshot(1))
+	w := start(t, Config{Client: cli, Apply: rec.apply})
+	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	s := testSnapshot(2)
+	c := s.Clusters["demo-main"]
+	c.Row = snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 50, "SC2": 45, config.Blackhole: 10}}
+	s.Clusters["demo-main"] = c
+	s.Meta.Hash = snapshot.ContentHash(s)
+	publish(t, cli, s)
+	eventually(t, 20*time.Second, "v2 rejected", func() bool { return w.Status().RejectedVersion == 2 })
+	if st := w.Status(); !strings.Contains(st.RejectedReason, "invalid snapshot") || !strings.Contains(st.RejectedReason, "105") || st.AppliedVersion != 1 {
+		t.Fatalf("status = %+v; want v2 rejected naming the sum 105", st)
+	}
+	if got := rec.versions(); !equal(got, []uint64{1}) {
+		t.Fatalf("Apply got %v, want [1]", got)
+	}
+}

@@ -3,6 +3,7 @@ package diskcache
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -128,6 +129,15 @@ func TestCorruptFiles(t *testing.T) {
 			body := b[strings.IndexByte(string(b), '\n')+1:]
 			return rebuild([]byte(strings.Replace(string(body), `"proxy_cluster":"BFE1"`, `"proxy_cluster":"BFE2"`, 1)))
 		}, `"BFE2"`},
+		{"semantically invalid (row sum)", func(b []byte) []byte {
+			s := testSnapshot(7)
+			c := s.Clusters["demo-main"]
+			c.Row.Weights["SC1"] = 95
+			s.Clusters["demo-main"] = c
+			s.Meta.Hash = snapshot.ContentHash(s)
+			body, _ := json.Marshal(s)
+			return rebuild(body)
+		}, "invalid snapshot v7"},
 		{"content hash mismatch", func(b []byte) []byte {
 			body := b[strings.IndexByte(string(b), '\n')+1:]
 			return rebuild([]byte(strings.Replace(string(body), `"port":8001`, `"port":8002`, 1)))

@@ -195,6 +195,7 @@ func TestLoadErrorsNameTheProblem(t *testing.T) {
 		{"bad hash", `{"meta":{"proxy_cluster":"BFE1","version":1,"hash":"00"}}`, "", "meta.hash"},
 		{"fractional port", `{"meta":{"proxy_cluster":"BFE1"},"clusters":{"c":{"subclusters":{"S":{"idc":"I","instances":[{"addr":"127.0.0.1","port":1.5,"weight":1}]}},"row":{"denominator":100,"weights":{"S":100}}}}}`, "", "port"},
 		{"empty", ``, "", "empty"},
+		{"row does not sum", `{"meta":{"proxy_cluster":"BFE1"},"clusters":{"c":{"subclusters":{"S":{"idc":"I","instances":[{"addr":"127.0.0.1","port":80,"weight":1}]}},"row":{"denominator":100,"weights":{"S":90}}}}}`, "", "invalid snapshot"},
 	}
 	for _, c := range cases {
 		p := filepath.Join(dir, strings.ReplaceAll(c.name, " ", "_"))
