@@ -77,6 +77,9 @@ type clusterInput struct {
 type clusterOutput struct {
 	rows map[string]snapshot.Cluster
 	plan ClusterPlan
+	// prefix and rowJSON are the cluster's encoding for contentHash.
+	prefix  []byte
+	rowJSON map[string][]byte
 }
 
 func available(in config.Instance) bool {
@@ -416,6 +419,7 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		}
 		out.rows[pc] = snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy, Row: r, Explanation: e}
 	}
+	encodeCluster(&out, snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy})
 	return out, nil
 }
 

@@ -148,8 +148,8 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 		for _, name := range names {
 			s.Clusters[name] = outs[name].rows[pc]
 		}
-		applyHysteresis(s, prev[pc], hystPoints, set.hysteresis)
-		s.Meta.Hash = snapshot.ContentHash(s)
+		kept := applyHysteresis(s, prev[pc], hystPoints, set.hysteresis)
+		s.Meta.Hash = contentHash(s, names, outs, kept)
 		res.Snapshots[pc] = s
 	}
 	return res, nil
@@ -157,24 +157,26 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 
 // applyHysteresis keeps prev's rows when every row that is not pinned
 // changed by less than threshold points and the set of clusters is the same.
-func applyHysteresis(s, prev *snapshot.Snapshot, threshold, percent int) {
-	if prev == nil || threshold <= 0 || len(prev.Clusters) != len(s.Clusters) {
-		return
+// It reports whether it replaced any row. A threshold of 1 point or less
+// changes nothing (a change below 1 point is no change).
+func applyHysteresis(s, prev *snapshot.Snapshot, threshold, percent int) bool {
+	if prev == nil || threshold <= 1 || len(prev.Clusters) != len(s.Clusters) {
+		return false
 	}
 	changed := false
 	for name, c := range s.Clusters {
 		pc, ok := prev.Clusters[name]
 		if !ok || pc.Row.Denominator != c.Row.Denominator || pc.Row.Pinned != c.Row.Pinned || c.Row.Pinned && maxRowChange(pc.Row.Weights, c.Row.Weights) > 0 {
-			return
+			return false
 		}
 		d := maxRowChange(pc.Row.Weights, c.Row.Weights)
 		if d >= threshold {
-			return
+			return false
 		}
 		changed = changed || d > 0
 	}
 	if !changed {
-		return
+		return false
 	}
 	for name, c := range s.Clusters {
 		pr := prev.Clusters[name].Row
@@ -189,6 +191,7 @@ func applyHysteresis(s, prev *snapshot.Snapshot, threshold, percent int) {
 		c.Explanation = &e
 		s.Clusters[name] = c
 	}
+	return true
 }
 
 // globalDigest covers the inputs every cluster depends on.
