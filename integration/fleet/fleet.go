@@ -241,7 +241,7 @@ func (f *Fleet) StartAgent(b *Backend) error {
 		"--etcd", f.Endpoints, "--cluster", b.Cluster, "--subcluster", b.SubCluster, "--idc", b.IDC,
 		"--addr", b.Addr, "--weight", "10", "--probe-path", "/healthz", "--probe-interval", "500ms",
 		"--rise", "1", "--fall", "2", "--metrics-url", "http://" + b.Addr + "/metrics",
-		"--report-interval", "2s", "--lease-ttl", "3s", "--drain-timeout", "3s", "--admin", admin,
+		"--report-interval", "2s", "--lease-ttl", "3s", "--drain-timeout", "3s", "--drain-min", "1s", "--admin", admin,
 	}, f.LogDir, f.opts.Env)
 	if err != nil {
 		return err
