@@ -432,7 +432,6 @@ func TestPointerDeletedKeepsLastGood(t *testing.T) {
 	}
 }
 
-
 // I5 for semantic errors: a snapshot that decodes but breaks a rule of
 // api/validate (a row not summing to its denominator) is never applied.
 func TestRejectsSemanticallyInvalid(t *testing.T) {
