@@ -350,3 +350,30 @@ func TestShiftRampPublishesStepsWithProgress(t *testing.T) {
 		return err == nil && len(r.Kvs) == 1 && strings.Contains(string(r.Kvs[0].Value), `"state":"aborted"`)
 	})
 }
+
+// TestGraceExpiryRepublishesWithoutOtherChanges: nothing else changes after
+// the agents vanish; the loop wakes itself when the grace period ends.
+func TestGraceExpiryRepublishesWithoutOtherChanges(t *testing.T) {
+	srv, cli := etcdtest.New(t)
+	put(t, cli, layout.Desired(), desired(0, "1s"))
+	lease, err := cli.Grant(context.Background(), 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, _ := layout.Instance("demo-main", "SC1", netip.MustParseAddrPort("127.0.0.1:9001"))
+	b, _ := json.Marshal(report.Instance{Weight: 10, CapacityRPS: 1000, State: config.StateHealthy})
+	put(t, cli, k, string(b), clientv3.WithLease(lease.ID))
+	startScheduler(t, srv, "S1", nil)
+	eventually(t, "agent published", func() bool {
+		l := live(t, cli, "BFE1")
+		return l != nil && instances(l, "SC1")["127.0.0.1:9001"]
+	})
+	v := live(t, cli, "BFE1").Meta.Version
+	if _, err := cli.Revoke(context.Background(), lease.ID); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "agent removed after grace", func() bool { return !instances(live(t, cli, "BFE1"), "SC1")["127.0.0.1:9001"] })
+	if got := live(t, cli, "BFE1").Meta.Version; got != v+1 {
+		t.Fatalf("version %d after grace, want %d (one publish, not one per event)", got, v+1)
+	}
+}
