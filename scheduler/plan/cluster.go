@@ -358,9 +358,9 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		}
 		prev := in.prevRows[pc]
 		switch {
+		case prev == nil:
 		case shifted:
 			e.Notes = append(e.Notes, "max-step not applied: the row carries a shift, whose ramp sets the pace")
-		case prev == nil:
 		case prev.Denominator != set.den:
 			e.Notes = append(e.Notes, fmt.Sprintf("max-step not applied: denominator changed %d→%d", prev.Denominator, set.den))
 		default:

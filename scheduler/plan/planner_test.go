@@ -378,8 +378,8 @@ func TestIncrementality(t *testing.T) {
 func randomState(r *rand.Rand, nb, nc, ns int) *config.State {
 	nidc := 3
 	st := &config.State{
-		Topology: config.Topology{ProxyClusters: map[string]config.ProxyCluster{}, LocalityCost: map[string]map[string]int{}},
-		Clusters: map[string]config.Cluster{},
+		Topology:  config.Topology{ProxyClusters: map[string]config.ProxyCluster{}, LocalityCost: map[string]map[string]int{}},
+		Clusters:  map[string]config.Cluster{},
 		Scheduler: config.DefaultSchedulerSettings(),
 	}
 	for i := range nidc {

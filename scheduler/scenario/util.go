@@ -1,0 +1,14 @@
+package scenario
+
+import "sort"
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func sortStrings(xs []string) { sort.Strings(xs) }
