@@ -114,7 +114,9 @@ func (p *Pools) newUpstream(k key) *Upstream {
 		WriteBufferSize:       8 << 10,
 		ReadBufferSize:        8 << 10,
 	}
-	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D()}
+	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D(),
+		dial: dial, connect: connect, rht: k.responseHeader, maxIdle: k.pool.MaxIdleConnsPerHost,
+		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0, now: time.Now}
 	if k.pool.MaxConnsPerHost > 0 {
 		u.slots = make(chan struct{}, k.pool.MaxConnsPerHost)
 	}
@@ -136,6 +138,7 @@ func (p *Pools) Retain(keep func(netip.AddrPort) bool) {
 	p.mu.Unlock()
 	for _, u := range drop {
 		u.transport.CloseIdleConnections()
+		u.closeIdle()
 	}
 }
 
@@ -157,6 +160,20 @@ type Upstream struct {
 	transport    *http.Transport
 	slots        chan struct{} // nil: no cap
 	queueTimeout time.Duration
+
+	// The HTTP/1.1 client of Do (h1.go, pool.go).
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	connect     time.Duration // dial timeout (0: none)
+	rht         time.Duration // response-header timeout (0: none)
+	maxIdle     int           // idle connections kept (0: no keep-alive)
+	idleTimeout time.Duration // idle connections closed after (0: never)
+	noKeepAlive bool
+	now         func() time.Time
+	idleMu      sync.Mutex
+	idle        []*conn // oldest first; Do takes the newest
+	closed      bool
+	reaper      *time.Timer
+	reaperAt    time.Time // when the reaper fires (zero: not armed)
 }
 
 // RoundTrip sends req to the backend. Over the connection cap it waits up to
@@ -208,6 +225,12 @@ func (u *Upstream) acquire(ctx context.Context) error {
 }
 
 func (u *Upstream) release() { <-u.slots }
+
+func (u *Upstream) releaseSlot() {
+	if u.slots != nil {
+		<-u.slots
+	}
+}
 
 // InUse is the number of held slots (0 without a cap).
 func (u *Upstream) InUse() int { return len(u.slots) }

@@ -24,6 +24,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/route"
 	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/forward"
 )
 
 // ReasonHeader names the header on every response the proxy generates; its
@@ -76,6 +77,13 @@ type reqState struct {
 	attempts                                int
 	status                                  int
 	code                                    string
+
+	recording bool // the server span is sampled: child spans and attributes are worth building
+
+	// fast path (fast.go): reused across attempts, allocated with the state
+	fwd   forward.Request
+	extra [5]forward.HeaderField
+	rep   reply
 }
 
 // ServeHTTP handles one client request.
@@ -98,10 +106,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.ctx = r.Context()
 	if s.tracing {
 		ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", trace.WithSpanKind(trace.SpanKindServer),
-			trace.WithAttributes(attribute.String("http.request.method", r.Method),
+		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", trace.WithSpanKind(trace.SpanKindServer))
+		// Attributes only for sampled requests: building them is most of a
+		// span's cost, and 99 % of requests are not sampled.
+		if st.recording = st.span.IsRecording(); st.recording {
+			st.span.SetAttributes(attribute.String("http.request.method", r.Method),
 				attribute.String("url.path", r.URL.Path), attribute.String("server.address", r.Host),
-				attribute.String("client.address", st.clientIP.String())))
+				attribute.String("client.address", st.clientIP.String()))
+		}
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -172,6 +184,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st.sel = c.bc.NewSelection(r, st.clientIP)
 	defer st.sel.Release()
+	if s.fast && !isUpgrade(r.Header) {
+		st.serveFast(ctx, w, r)
+		return
+	}
 	s.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, stateKey{}, st)))
 }
 
@@ -322,7 +338,7 @@ func (st *reqState) finish(r *http.Request) {
 			st.c.stats.errors.Add(1)
 		}
 	}
-	if st.span != nil {
+	if st.recording {
 		st.span.SetAttributes(st.attrs()...)
 		st.span.SetAttributes(attribute.Int("http.response.status_code", st.status))
 		if st.code != "" {
@@ -331,6 +347,8 @@ func (st *reqState) finish(r *http.Request) {
 		if st.status >= 500 || st.code == CodeAborted {
 			st.span.SetStatus(codes.Error, st.code)
 		}
+	}
+	if st.span != nil {
 		st.span.End()
 	}
 	if s.access != nil {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -142,6 +143,10 @@ func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 	go func() { reg.Run(ctx); close(done) }()
 	o := po.opts
 	o.Registry = reg
+	if o.UpstreamClient == "" {
+		// TestStdUpstreamClientSuite reruns this package with "std".
+		o.UpstreamClient = os.Getenv(upstreamEnv)
+	}
 	if o.Pools == nil {
 		o.Pools = forward.NewPools(forward.Options{})
 	}

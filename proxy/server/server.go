@@ -58,6 +58,10 @@ type Options struct {
 	Propagator propagation.TextMapPropagator
 	// Metrics registers the request metrics; nil means none are exported.
 	Metrics prometheus.Registerer
+	// UpstreamClient is UpstreamFast (forward's HTTP/1.1 client for plain
+	// requests, the default) or UpstreamStd (httputil.ReverseProxy over
+	// http.Transport for everything). Upgrades always take the std path.
+	UpstreamClient string
 	// Now is the clock of the access log and latencies; nil means time.Now.
 	Now func() time.Time
 }
@@ -77,6 +81,7 @@ type Server struct {
 	metrics *metrics
 	now     func() time.Time
 	rp      *httputil.ReverseProxy
+	fast    bool // UpstreamFast
 	rt      atomic.Pointer[runtime]
 	applyMu sync.Mutex
 	stats   sync.Map // cluster name → *clusterStats, survives swaps
@@ -125,6 +130,13 @@ func New(o Options) (*Server, error) {
 	s := &Server{
 		reg: o.Registry, pools: o.Pools, trusted: o.TrustedProxies, maxBody: o.MaxBodyBytes,
 		access: o.AccessLog, log: o.Logger, prop: o.Propagator, now: o.Now,
+	}
+	switch o.UpstreamClient {
+	case "", UpstreamFast:
+		s.fast = true
+	case UpstreamStd:
+	default:
+		return nil, fmt.Errorf("server: Options.UpstreamClient %q: want %q or %q", o.UpstreamClient, UpstreamFast, UpstreamStd)
 	}
 	if s.pools == nil {
 		s.pools = forward.NewPools(forward.Options{})

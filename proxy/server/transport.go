@@ -50,18 +50,21 @@ const (
 	failDeadline                     // the request's overall deadline passed
 	failClient                       // the client went away
 	failBody                         // the client's body failed (too large, broken)
+	failStale                        // a reused keep-alive connection was closed by the backend before it answered
 )
 
 // tryAgain is the one place that decides whether a failed attempt may be
 // retried (Caddy's tryAgain). Connection failures and the local pool limit are
 // always retryable as long as no body byte left for a backend (nothing was
-// sent). Anything else only when the request is replayable: no body or a
+// sent); so is a kept-alive connection the backend had closed before it
+// answered (failStale, redone on a new connection inside forward). Anything
+// else only when the request is replayable: no body or a
 // buffered one, and an idempotent method unless the policy allows others. A
 // response byte never reached the client here: retries happen inside
 // RoundTrip, before ReverseProxy writes anything.
 func tryAgain(f *failure, replayable bool, bodySent bool) bool {
 	switch f.kind {
-	case failDial, failPoolFull:
+	case failDial, failPoolFull, failStale:
 		return replayable || !bodySent
 	case failTimeout, failUpstream, failStatus:
 		return replayable
@@ -96,7 +99,7 @@ func (st *reqState) roundTrip(out *http.Request) (*http.Response, error) {
 			}
 			return nil, failError(f)
 		}
-		if st.s.tracing {
+		if st.recording {
 			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
 				attribute.Int("sluice.attempt", pick.Attempt+1),
 				attribute.String("sluice.retry.after", failError(f).code),
@@ -110,7 +113,7 @@ func (st *reqState) roundTrip(out *http.Request) (*http.Response, error) {
 // next asks the selection for the next pick and records the decision.
 func (st *reqState) next(last *failure) (balance.Pick, error) {
 	var sp trace.Span
-	if st.s.tracing {
+	if st.recording {
 		_, sp = st.s.tracer.Start(st.ctx, "sluice.pick")
 	}
 	pick, err := st.sel.Next()
@@ -226,7 +229,10 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 		req.Body = http.NoBody
 	}
 	var sp trace.Span
-	if st.s.tracing {
+	if st.s.tracing && !st.recording {
+		st.s.prop.Inject(st.ctx, propagation.HeaderCarrier(req.Header))
+	}
+	if st.recording {
 		var sctx context.Context
 		sctx, sp = st.s.tracer.Start(st.ctx, "sluice.forward", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(
@@ -281,6 +287,7 @@ func nop() {}
 // and overall deadline), tryCtx the attempt's (per-try deadline).
 func (st *reqState) classify(reqCtx, tryCtx context.Context, err error) *failure {
 	var de *forward.DialError
+	var rbe *forward.BodyReadError
 	var mbe *http.MaxBytesError
 	var ne net.Error
 	switch {
@@ -301,6 +308,8 @@ func (st *reqState) classify(reqCtx, tryCtx context.Context, err error) *failure
 	case tryCtx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
 		return &failure{kind: failTimeout, err: err}
 	case st.stream != nil && isBodyReadError(err):
+		return &failure{kind: failBody, err: err}
+	case errors.As(err, &rbe):
 		return &failure{kind: failBody, err: err}
 	default:
 		return &failure{kind: failUpstream, err: err}

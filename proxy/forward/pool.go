@@ -1,0 +1,114 @@
+package forward
+
+import (
+	"bufio"
+	"context"
+	"sync"
+	"time"
+)
+
+// getConn returns the most recently used idle connection that is not past
+// the idle timeout, or dials a new one (failures are *DialError).
+func (u *Upstream) getConn(ctx context.Context) (*conn, error) {
+	u.idleMu.Lock()
+	for n := len(u.idle); n > 0; n = len(u.idle) {
+		c := u.idle[n-1]
+		u.idle[n-1] = nil
+		u.idle = u.idle[:n-1]
+		if u.idleTimeout > 0 && u.now().Sub(c.idleAt) >= u.idleTimeout {
+			c.close()
+			continue
+		}
+		u.idleMu.Unlock()
+		return c, nil
+	}
+	u.idleMu.Unlock()
+	dctx := ctx
+	if u.connect > 0 {
+		var cancel context.CancelFunc
+		dctx, cancel = context.WithTimeout(ctx, u.connect)
+		defer cancel()
+	}
+	nc, err := u.dial(dctx, "tcp", u.hostPort)
+	if err != nil {
+		return nil, &DialError{Err: err}
+	}
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10), u: u}, nil
+}
+
+// putIdle keeps c for reuse, or closes it when the pool is full or released.
+func (u *Upstream) putIdle(c *conn) {
+	u.idleMu.Lock()
+	defer u.idleMu.Unlock()
+	if u.closed || len(u.idle) >= u.maxIdle {
+		c.close()
+		return
+	}
+	c.idleAt = u.now()
+	u.idle = append(u.idle, c)
+	if u.idleTimeout > 0 && u.reaperAt.IsZero() {
+		u.armReaper(u.idleTimeout)
+	}
+}
+
+// armReaper schedules reapIdle; idleMu is held. One timer per upstream, no
+// goroutine until it fires.
+func (u *Upstream) armReaper(d time.Duration) {
+	u.reaperAt = u.now().Add(d)
+	if u.reaper == nil {
+		u.reaper = time.AfterFunc(d, u.reapIdle)
+	} else {
+		u.reaper.Reset(d)
+	}
+}
+
+// reapIdle closes the connections idle for the idle timeout and re-arms for
+// the oldest remaining one.
+func (u *Upstream) reapIdle() {
+	u.idleMu.Lock()
+	defer u.idleMu.Unlock()
+	u.reaperAt = time.Time{}
+	if u.closed {
+		return
+	}
+	now := u.now()
+	i := 0
+	for ; i < len(u.idle) && now.Sub(u.idle[i].idleAt) >= u.idleTimeout; i++ {
+		u.idle[i].close()
+		u.idle[i] = nil
+	}
+	u.idle = append(u.idle[:0], u.idle[i:]...)
+	if len(u.idle) > 0 {
+		u.armReaper(u.idleTimeout - now.Sub(u.idle[0].idleAt))
+	}
+}
+
+// closeIdle closes every idle connection and makes connections returned
+// later close instead of pooling.
+func (u *Upstream) closeIdle() {
+	u.idleMu.Lock()
+	defer u.idleMu.Unlock()
+	u.closed = true
+	for i, c := range u.idle {
+		c.close()
+		u.idle[i] = nil
+	}
+	u.idle = u.idle[:0]
+	if u.reaper != nil {
+		u.reaper.Stop()
+	}
+	u.reaperAt = time.Time{}
+}
+
+// IdleConns is the number of idle pooled connections of Do (for tests and
+// metrics).
+func (u *Upstream) IdleConns() int {
+	u.idleMu.Lock()
+	defer u.idleMu.Unlock()
+	return len(u.idle)
+}
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
+func putBuf(b *[]byte) { bufPool.Put(b) }

@@ -1,0 +1,303 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/forward"
+)
+
+// Upstream clients (Options.UpstreamClient).
+const (
+	// UpstreamFast forwards plain requests with forward's purpose-built
+	// HTTP/1.1 client (Upstream.Do) and writes the answer straight to the
+	// client; upgrades still take the std path.
+	UpstreamFast = "fast"
+	// UpstreamStd forwards everything through httputil.ReverseProxy and
+	// http.Transport.
+	UpstreamStd = "std"
+)
+
+// reply is the backend's answer to one attempt on the fast path, relayed or
+// held (a retry-on status that may still be relayed if no retry follows).
+type reply struct {
+	res    forward.Response
+	pick   balance.Pick
+	result balance.Result
+	cancel context.CancelFunc
+	span   trace.Span
+	done   bool
+}
+
+// finish closes the body and reports the attempt's outcome, once.
+func (rp *reply) finish() {
+	if rp.done {
+		return
+	}
+	rp.done = true
+	rp.res.Body.Close()
+	rp.pick.Done(rp.result)
+	rp.cancel()
+	if rp.span != nil {
+		if rp.result.Err != nil {
+			rp.span.SetStatus(codes.Error, rp.result.Err.Error())
+		}
+		rp.span.End()
+	}
+}
+
+// forwardedSkip are client headers the fast path never forwards (the
+// X-Forwarded-* ones are replaced through Request.Extra).
+var forwardedSkip = []string{"Forwarded"}
+
+// serveFast runs the attempts of one request over forward's HTTP/1.1 client
+// and relays the answer: the same decisions as roundTrip (next, attempt,
+// tryAgain) without ReverseProxy's request cloning and Transport's
+// goroutine hand-offs.
+func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	fr := st.outbound(r)
+	var last *failure
+	var held *reply
+	for {
+		pick, err := st.next(last)
+		if err != nil {
+			if held != nil {
+				st.relay(w, held) // no further attempt: the backend's own answer
+				return
+			}
+			st.generated(w, st.giveUp(err, last))
+			return
+		}
+		if held != nil {
+			held.finish()
+			clear(h)
+			held = nil
+		}
+		rep, f := st.attemptFast(ctx, fr, pick, h)
+		if f == nil {
+			st.relay(w, rep)
+			return
+		}
+		last = f
+		if f.kind == failStatus {
+			held = rep
+		} else {
+			clear(h)
+		}
+		bodySent := st.stream != nil && st.stream.read.Load() > 0
+		if !tryAgain(f, st.replayable, bodySent) {
+			if held != nil {
+				st.relay(w, held)
+				return
+			}
+			st.generated(w, failError(f))
+			return
+		}
+		if st.recording {
+			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
+				attribute.Int("sluice.attempt", pick.Attempt+1),
+				attribute.String("sluice.retry.after", failError(f).code),
+				attribute.String("sluice.subcluster", pick.SubCluster),
+				attribute.String("sluice.instance", st.instance)))
+			sp.End()
+		}
+	}
+}
+
+// outbound fills the request every attempt sends: the client's request with
+// the forwarding headers of rewrite.
+func (st *reqState) outbound(r *http.Request) *forward.Request {
+	fr := &st.fwd
+	fr.Method, fr.URI, fr.Host, fr.Header, fr.Skip = r.Method, r.URL.RequestURI(), r.Host, r.Header, forwardedSkip
+	peer := st.peer.String()
+	xff := peer
+	if prior := r.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
+		xff = strings.Join(prior, ", ") + ", " + peer
+	}
+	xfp := "http"
+	if prior := r.Header["X-Forwarded-Proto"]; st.peerTrust && len(prior) > 0 {
+		xfp = prior[0]
+	} else if r.TLS != nil {
+		xfp = "https"
+	}
+	xfh := r.Host
+	if prior := r.Header["X-Forwarded-Host"]; st.peerTrust && len(prior) > 0 {
+		xfh = prior[0]
+	}
+	fr.Extra = append(st.extra[:0],
+		forward.HeaderField{Name: "X-Forwarded-For", Value: xff},
+		forward.HeaderField{Name: "X-Forwarded-Proto", Value: xfp},
+		forward.HeaderField{Name: "X-Forwarded-Host", Value: xfh})
+	switch {
+	case st.buf != nil:
+		fr.BodyBytes = st.buf
+	case st.stream != nil:
+		fr.Body, fr.BodyLength = st.stream, r.ContentLength
+		if r.ContentLength < 0 {
+			fr.BodyLength = -1
+			fr.Trailer = func() http.Header { return r.Trailer }
+		}
+		fr.ExpectContinue = hasExpectContinue(r.Header)
+	}
+	fr.RetryStale = st.retryStale
+	return fr
+}
+
+func hasExpectContinue(h http.Header) bool {
+	for _, v := range h["Expect"] {
+		if strings.EqualFold(strings.TrimSpace(v), "100-continue") {
+			return true
+		}
+	}
+	return false
+}
+
+// retryStale is asked when an attempt failed on a kept-alive connection the
+// backend had closed before answering; the decision is tryAgain's.
+func (st *reqState) retryStale(written bool) bool {
+	bodySent := written || (st.stream != nil && st.stream.read.Load() > 0)
+	return tryAgain(&failure{kind: failStale}, st.replayable, bodySent)
+}
+
+// attemptFast forwards the request to one pick. The response header goes
+// into h (the client's response header).
+func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick balance.Pick, h http.Header) (*reply, *failure) {
+	p := &st.c.policy
+	up := st.s.pools.Get(pick.Endpoint.Addr(), p.Pool, p.Timeouts)
+	tctx := ctx
+	cancel := context.CancelFunc(nop)
+	if d := p.Timeouts.PerTry.D(); d > 0 {
+		tctx, cancel = context.WithTimeout(ctx, d)
+	}
+	fr.Extra = fr.Extra[:3]
+	var sp trace.Span
+	if st.s.tracing {
+		sctx := st.ctx
+		if st.recording {
+			sctx, sp = st.s.tracer.Start(st.ctx, "sluice.forward", trace.WithSpanKind(trace.SpanKindClient),
+				trace.WithAttributes(
+					attribute.String("sluice.cluster", st.c.name),
+					attribute.String("sluice.subcluster", pick.SubCluster),
+					attribute.String("sluice.instance", st.instance),
+					attribute.Int("sluice.attempt", pick.Attempt),
+					attribute.String("server.address", st.instance)))
+		}
+		st.s.prop.Inject(sctx, extraCarrier{fr})
+	}
+	start := time.Now()
+	res, err := up.Do(tctx, fr, h)
+	lat := time.Since(start)
+	if err != nil {
+		f := st.classify(ctx, tctx, err)
+		cancel()
+		pick.Done(balance.Result{Err: err, Kind: resultKind(f.kind), Latency: lat})
+		if sp != nil {
+			sp.SetAttributes(attribute.String("sluice.error_code", failError(f).code))
+			sp.SetStatus(codes.Error, err.Error())
+			sp.End()
+		}
+		return nil, f
+	}
+	if sp != nil {
+		sp.SetAttributes(attribute.Int("http.response.status_code", res.Status))
+	}
+	if pick.SetCookie != nil {
+		h.Add("Set-Cookie", pick.SetCookie.String())
+	}
+	rep := &st.rep
+	*rep = reply{res: res, pick: pick, cancel: cancel, span: sp,
+		result: balance.Result{Kind: balance.KindStatus, Status: res.Status, Latency: lat}}
+	if st.c.retryOnStatus(res.Status) {
+		return rep, &failure{kind: failStatus, status: res.Status, err: errStatus}
+	}
+	return rep, nil
+}
+
+// relay writes the backend's answer to the client. A body that fails after
+// the header was sent aborts the client connection (http.ErrAbortHandler),
+// so a truncated answer never looks complete.
+func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
+	defer rep.finish()
+	st.status = rep.res.Status
+	if st.status >= 500 {
+		st.c.stats.errors.Add(1)
+	}
+	w.WriteHeader(st.status)
+	body := rep.res.Body
+	fl, _ := w.(http.Flusher)
+	flush := fl != nil && rep.res.ContentLength < 0
+	bp := bufs.Get().(*[]byte)
+	defer bufs.Put(bp)
+	buf := *bp
+	for {
+		n, err := body.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				panic(http.ErrAbortHandler) // the client went away mid-answer
+			}
+			if flush {
+				fl.Flush()
+			}
+		}
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			rep.result.Err, rep.result.Kind = err, balance.KindConnect
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				rep.result.Kind = balance.KindTimeout
+			}
+			panic(http.ErrAbortHandler)
+		}
+	}
+	if tr := body.Trailer(); len(tr) > 0 {
+		h := w.Header()
+		for k, vv := range tr {
+			h[http.TrailerPrefix+k] = vv
+		}
+	}
+}
+
+// extraCarrier injects trace context into the fast path's extra headers.
+type extraCarrier struct{ r *forward.Request }
+
+func (c extraCarrier) Get(key string) string {
+	k := http.CanonicalHeaderKey(key)
+	for _, f := range c.r.Extra {
+		if f.Name == k {
+			return f.Value
+		}
+	}
+	return ""
+}
+
+func (c extraCarrier) Set(key, value string) {
+	k := http.CanonicalHeaderKey(key)
+	for i, f := range c.r.Extra {
+		if f.Name == k {
+			c.r.Extra[i].Value = value
+			return
+		}
+	}
+	c.r.Extra = append(c.r.Extra, forward.HeaderField{Name: k, Value: value})
+}
+
+func (c extraCarrier) Keys() []string {
+	out := make([]string, len(c.r.Extra))
+	for i, f := range c.r.Extra {
+		out[i] = f.Name
+	}
+	return out
+}

@@ -1,0 +1,28 @@
+package server
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// upstreamEnv selects the upstream client of newProxy (empty: the default).
+const upstreamEnv = "SLUICE_TEST_UPSTREAM_CLIENT"
+
+// TestStdUpstreamClientSuite runs every test of this package once more with
+// the std upstream client (ReverseProxy + http.Transport), the path upgrades
+// still take and the --upstream-client std fallback, so that both stay
+// correct.
+func TestStdUpstreamClientSuite(t *testing.T) {
+	if os.Getenv(upstreamEnv) != "" {
+		t.Logf("already the %s run", os.Getenv(upstreamEnv))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1")
+	cmd.Env = append(os.Environ(), upstreamEnv+"="+UpstreamStd)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("std upstream client run failed: %v\n%s", err, out)
+	}
+}
