@@ -354,7 +354,8 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 	func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: rec.apply, Cache: openCache(t, cacheDir), Logger: discard()})
+		cache := openCache(t, cacheDir)
+		w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: rec.apply, Cache: cache, Logger: discard()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -362,7 +363,7 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 		go func() { done <- w.Run(ctx) }()
 		eventually(t, 20*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
 		eventually(t, 10*time.Second, "v3 cached", func() bool {
-			s, err := openCache(t, cacheDir).Load()
+			s, err := cache.Load()
 			return err == nil && s.Meta.Version == 3
 		})
 		cancel()

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -35,6 +36,9 @@ var ErrCorrupt = errors.New("disk cache corrupt")
 // magic starts every cache file; the version lets the format evolve.
 const magic = "sluice-snapshot-cache/v1"
 
+// staleTemp is the age past which Open deletes leftover temp files.
+const staleTemp = time.Minute
+
 // maxFile bounds what Load reads (header + the largest decodable snapshot).
 const maxFile = snapshot.MaxDecoded + 4096
 
@@ -46,7 +50,8 @@ type Cache struct {
 }
 
 // Open returns the cache for proxyCluster in dir, creating dir (0700) if
-// needed and removing temporary files left by an interrupted Save.
+// needed and removing temporary files left by an interrupted Save (older
+// than a minute).
 func Open(dir string, proxyCluster string) (*Cache, error) {
 	if err := keys.ValidName(proxyCluster); err != nil {
 		return nil, fmt.Errorf("open disk cache: proxy cluster: %w", err)
@@ -58,9 +63,13 @@ func Open(dir string, proxyCluster string) (*Cache, error) {
 		return nil, fmt.Errorf("open disk cache: %w", err)
 	}
 	c := &Cache{dir: dir, proxyCluster: proxyCluster, path: filepath.Join(dir, proxyCluster+".snapshot")}
+	// Remove what an interrupted Save left behind. Recent temp files may
+	// belong to a Save in progress (another Cache on the same directory).
 	stale, _ := filepath.Glob(filepath.Join(dir, proxyCluster+".snapshot.tmp-*"))
 	for _, f := range stale {
-		_ = os.Remove(f)
+		if fi, err := os.Stat(f); err == nil && time.Since(fi.ModTime()) > staleTemp {
+			_ = os.Remove(f)
+		}
 	}
 	return c, nil
 }

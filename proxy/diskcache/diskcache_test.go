@@ -88,7 +88,16 @@ func TestCrashMidWriteKeepsOldFile(t *testing.T) {
 	if err != nil || got.Meta.Version != 5 {
 		t.Fatalf("Load after crash = %v, %v; want v5", got, err)
 	}
-	// Reopening (the restarted process) removes the leftover.
+	// A recent temp file may be a Save in progress: Open keeps it.
+	open(t, dir)
+	if _, err := os.Stat(tmp); err != nil {
+		t.Fatalf("fresh temp file removed by Open: %v", err)
+	}
+	// Reopening later (the restarted process) removes the leftover.
+	old := time.Now().Add(-2 * staleTemp)
+	if err := os.Chtimes(tmp, old, old); err != nil {
+		t.Fatal(err)
+	}
 	c2 := open(t, dir)
 	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("temp file still there after Open: %v", err)
