@@ -75,7 +75,20 @@ func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink
 			return true, ctx.Err()
 		case <-timer.C:
 			if asked {
-				return true, errStalled
+				// etcd does not answer a progress request while the watch's
+				// start revision is still in the future (nothing at all was
+				// written since our listing). Tell that quiet case from a
+				// stuck watch by the store's revision.
+				gctx, cancel := context.WithTimeout(ctx, stall)
+				r, err := cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+				cancel()
+				if err != nil || r.Header.Revision > rev {
+					return true, errStalled
+				}
+				s.heard(rev)
+				asked = false
+				timer.Reset(stall)
+				continue
 			}
 			// Nothing for a while: ask for a progress notification; if even
 			// that does not come, the watch is stuck and we list again.
@@ -94,6 +107,7 @@ func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink
 			}
 			asked = false
 			timer.Reset(stall)
+			rev = max(rev, wr.Header.Revision)
 			if len(wr.Events) > 0 {
 				s.apply(wr.Events, wr.Header.Revision)
 			} else {
