@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"math"
 	"sync"
 
@@ -225,15 +224,14 @@ func globalDigest(st *config.State, proxies []string, set settings) [sha256.Size
 // clusterDigest covers everything computeCluster reads. Maps are walked in
 // a fixed order (sorted sub-cluster names, then the blackhole).
 func clusterDigest(global [sha256.Size]byte, in clusterInput) [sha256.Size]byte {
-	h := sha256.New()
-	w := digestWriter{h: h}
-	h.Write(global[:])
+	w := digestWriter{buf: make([]byte, 0, 4096)}
+	w.buf = append(w.buf, global[:]...)
 	w.str(in.name)
 	pol, err := json.Marshal(in.cfg.Policy)
 	if err != nil {
 		panic("plan: marshal policy: " + err.Error()) // plain values only
 	}
-	h.Write(pol)
+	w.buf = append(w.buf, pol...)
 	scs := sortedKeys(in.cfg.SubClusters)
 	for _, name := range scs {
 		sc := in.cfg.SubClusters[name]
@@ -303,36 +301,31 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput) [sha256.Size]byte 
 			row(r.Weights)
 		}
 	}
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+	return w.sum()
 }
 
-type digestWriter struct {
-	h   hash.Hash
-	buf [8]byte
-}
+// digestWriter buffers the encoded inputs; they are hashed once at the end
+// (many tiny hash writes cost more than the hashing).
+type digestWriter struct{ buf []byte }
 
-func (w *digestWriter) int(v int) {
-	binary.LittleEndian.PutUint64(w.buf[:], uint64(v))
-	w.h.Write(w.buf[:])
-}
+func (w *digestWriter) int(v int) { w.buf = binary.LittleEndian.AppendUint64(w.buf, uint64(v)) }
 
 func (w *digestWriter) f64(v float64) {
-	binary.LittleEndian.PutUint64(w.buf[:], math.Float64bits(v))
-	w.h.Write(w.buf[:])
+	w.buf = binary.LittleEndian.AppendUint64(w.buf, math.Float64bits(v))
 }
 
 func (w *digestWriter) bool(v bool) {
 	if v {
-		w.int(1)
+		w.buf = append(w.buf, 1)
 	} else {
-		w.int(0)
+		w.buf = append(w.buf, 0)
 	}
 }
 
 // str writes a length-prefixed string, so adjacent strings cannot blur.
 func (w *digestWriter) str(s string) {
 	w.int(len(s))
-	w.h.Write([]byte(s))
+	w.buf = append(w.buf, s...)
 }
+
+func (w *digestWriter) sum() [sha256.Size]byte { return sha256.Sum256(w.buf) }
