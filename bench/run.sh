@@ -6,11 +6,16 @@
 # run on core 1. Rounds are interleaved A B C D A B C D ... and the medians
 # printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
 # request (utime+stime from /proc/<pid>/stat), and p50/p99 at a fixed
-# 2000 req/s (open loop), with ratios to nginx. lbproxy runs twice: lean
-# (access log, tracing off) and full (access log to a file, 1 % trace
-# sampling to an in-process exporter-less provider, metrics always on).
+# 2000 req/s (open loop), with ratios to nginx. lbproxy runs four times:
+#   lbproxy       lean: access log and tracing off (metrics are always on),
+#                 the default fast upstream client
+#   lbproxy-std   the same with --upstream-client std (ReverseProxy + Transport)
+#   lbproxy-full  access log to a file, retries on (policy defaults), 1 % trace
+#                 sampling exported over OTLP/HTTP to a local sink (benchtool sink)
+#   lbproxy-1k    lean, one cluster of 1 000 instances (the 4 backends + 996
+#                 more listeners of the same backend process, weight 1 each)
 #
-# Usage: bench/run.sh [ROUNDS=3] [DURATION=10s]   (make bench)
+# Usage: ROUNDS=3 DURATION=10s RATE=2000 bench/run.sh   (make bench)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
@@ -35,7 +40,11 @@ echo "building lbproxy and benchtool..." >&2
 
 B=(127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 127.0.0.1:19104)
 W=(5 3 1 1)
-taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
+EXTRA=() # the 996 more instances of the 1 000-instance cluster
+for p in $(seq 20000 20995); do EXTRA+=("127.0.0.1:$p"); done
+ALL=("${B[@]}" "${EXTRA[@]}")
+taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${ALL[*]}")" & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:19200 & PIDS+=($!)
 
 # --- configurations ---------------------------------------------------------
 {
@@ -59,26 +68,41 @@ INST=""
 for i in 0 1 2 3; do
   INST+="{\"addr\":\"${B[$i]%:*}\",\"port\":${B[$i]#*:},\"weight\":${W[$i]}},"
 done
-cat > "$WORK/snapshot.json" <<JSON
+snapshot() { # $1: instances JSON
+cat <<JSON
 {"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
  "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
  "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
+ "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[$1]}},
    "row":{"denominator":100,"weights":{"SC1":100}}}}}
 JSON
+}
+snapshot "${INST%,}" > "$WORK/snapshot.json"
+INST1K="$INST"
+for a in "${EXTRA[@]}"; do INST1K+="{\"addr\":\"${a%:*}\",\"port\":${a#*:},\"weight\":1},"; done
+snapshot "${INST1K%,}" > "$WORK/snapshot1k.json"
 
 # --- proxies (core 0) ---------------------------------------------------------
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!
 taskset -c 0 "$HAPROXY" -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
   --listen 127.0.0.1:18083 --admin 127.0.0.1:19083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id std --config "$WORK/snapshot.json" \
+  --listen 127.0.0.1:18085 --admin 127.0.0.1:19085 --access-log off --trace-sample 0 --upstream-client std \
+  2>"$WORK/std.log" & PIDS+=($!); STD_PID=$!
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:19200 \
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:18084 --admin 127.0.0.1:19084 --access-log "$WORK/access.log" --trace-exporter stdout \
+  --listen 127.0.0.1:18084 --admin 127.0.0.1:19084 --access-log "$WORK/access.log" --trace-exporter otlp \
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
+  --listen 127.0.0.1:18086 --admin 127.0.0.1:19086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
 
-declare -A URL=([nginx]=http://127.0.0.1:18081/ [haproxy]=http://127.0.0.1:18082/ [lbproxy]=http://127.0.0.1:18083/ [lbproxy-full]=http://127.0.0.1:18084/ [direct]=http://${B[0]}/)
-declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-full]=$FULL_PID [direct]=0)
-NAMES=(nginx haproxy lbproxy lbproxy-full direct)
+declare -A URL=([nginx]=http://127.0.0.1:18081/ [haproxy]=http://127.0.0.1:18082/ [lbproxy]=http://127.0.0.1:18083/
+  [lbproxy-std]=http://127.0.0.1:18085/ [lbproxy-full]=http://127.0.0.1:18084/ [lbproxy-1k]=http://127.0.0.1:18086/ [direct]=http://${B[0]}/)
+declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-std]=$STD_PID
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [direct]=0)
+NAMES=(${NAMES:-nginx haproxy lbproxy lbproxy-std lbproxy-full lbproxy-1k direct})
+echo "load before: $(uptime)" >&2
 
 for n in "${NAMES[@]}"; do
   for i in $(seq 50); do
@@ -119,4 +143,5 @@ for n in "${NAMES[@]}"; do
   [ "$n" = direct ] && { c="-"; ratio="-"; }
   printf "%-13s %10s %12s %8s %10s %10s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")"
 done
+echo "load after: $(uptime)"
 echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"

@@ -3,6 +3,7 @@
 //	benchtool backends -addrs 127.0.0.1:9101,127.0.0.1:9102   serve 100-byte bodies
 //	benchtool load -url URL -conns 64 -duration 10s          closed loop: req/s
 //	benchtool rate -url URL -rate 2000 -duration 10s         open loop: p50/p99 latency
+//	benchtool sink -addr 127.0.0.1:19200                     OTLP/HTTP trace sink (answers 200, counts)
 //
 // It uses only the standard library so the harness builds anywhere.
 package main
@@ -38,6 +39,8 @@ func main() {
 		err = load(os.Args[2:])
 	case "rate":
 		err = rate(os.Args[2:])
+	case "sink":
+		err = sink(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -74,6 +77,33 @@ func backends(args []string) error {
 	for _, s := range servers {
 		s.Close()
 	}
+	return nil
+}
+
+// sink accepts OTLP/HTTP exports (POST /v1/traces) and answers an empty
+// ExportTraceServiceResponse, so the "full" proxy exports to a real local
+// endpoint instead of stdout. It prints the number of exports on exit.
+func sink(args []string) error {
+	fs := flag.NewFlagSet("sink", flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:19200", "listen address")
+	fs.Parse(args)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	var n atomic.Int64
+	s := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		n.Add(1)
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		w.WriteHeader(http.StatusOK)
+	})}
+	l, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	go s.Serve(l)
+	<-ctx.Done()
+	s.Close()
+	fmt.Fprintf(os.Stderr, "sink: %d exports\n", n.Load())
 	return nil
 }
 

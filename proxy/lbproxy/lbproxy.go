@@ -97,6 +97,8 @@ type Config struct {
 	StickySecret []byte
 	// MaxBodyBytes caps request bodies (413); default 64 MiB, -1 no cap.
 	MaxBodyBytes int64
+	// UpstreamClient is server.UpstreamFast (default) or server.UpstreamStd.
+	UpstreamClient string
 	// Front limits (see server.FrontOptions).
 	Front server.FrontOptions
 	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
@@ -239,7 +241,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	defer pools.Close()
 	srv, err := server.New(server.Options{
 		Registry: reg, Pools: pools, TrustedProxies: trusted, MaxBodyBytes: cfg.MaxBodyBytes,
-		AccessLog: accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
+		UpstreamClient: cfg.UpstreamClient,
+		AccessLog:      accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
 		Metrics: promReg,
 	})
 	if err != nil {
