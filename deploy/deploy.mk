@@ -28,7 +28,8 @@ images:
 	  ./integration/cmd/demo-backend ./integration/cmd/etcd ./integration/cmd/healthcheck ./integration/cmd/deploy-init
 	@set -e; for i in $(IMAGES); do \
 	  echo "== docker build sluice/$$i:$(IMAGE_TAG)"; \
-	  DOCKER_BUILDKIT=0 docker build -q -t sluice/$$i:$(IMAGE_TAG) -f $(DEPLOY_DIR)/images/$$i.Dockerfile $(DEPLOY_BUILD) >/dev/null; \
+	  if ! DOCKER_BUILDKIT=0 docker build -t sluice/$$i:$(IMAGE_TAG) -f $(DEPLOY_DIR)/images/$$i.Dockerfile $(DEPLOY_BUILD) >$(DEPLOY_BUILD)/build-$$i.log 2>&1; then \
+	    cat $(DEPLOY_BUILD)/build-$$i.log; exit 1; fi; \
 	done
 	@docker images 'sluice/*' --format '{{.Repository}}:{{.Tag}} {{.Size}}'
 

@@ -1,0 +1,564 @@
+//go:build chaos
+
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+var scenarios = []struct {
+	name string
+	body func(r *run)
+}{
+	{"etcd-leader-kill", etcdLeaderKill},
+	{"etcd-quorum-lost", etcdQuorumLost},
+	{"etcd-all-down-proxy-restart", etcdAllDownProxyRestart},
+	{"etcd-member-frozen", etcdMemberFrozen},
+	{"proxy-partition-compaction", proxyPartitionCompaction},
+	{"scheduler-leader-kill", schedulerLeaderKill},
+	{"scheduler-leader-paused", schedulerLeaderPaused},
+	{"proxy-kill", proxyKill},
+	{"cache-corrupt-etcd-down", cacheCorruptEtcdDown},
+	{"instance-kill", instanceKill},
+	{"subcluster-stop", subclusterStop},
+	{"agent-kill", agentKill},
+	{"row-flap", rowFlap},
+}
+
+// publish changes BFE1's row and waits until the scheduler has published a
+// new BFE1 version; it returns that version.
+func (r *run) publish(sc1, sc2, bh int) uint64 {
+	r.t.Helper()
+	ctx, cancel := ctx10()
+	defer cancel()
+	before, err := r.env.current(ctx, "BFE1")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.env.setRow(ctx, sc1, sc2, bh, "chaos "+r.name); err != nil {
+		r.t.Fatalf("set row: %v", err)
+	}
+	var v uint64
+	eventually(r.t, "scheduler publishes the new row", 30*time.Second, func() error {
+		c, cc := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cc()
+		cur, err := r.env.current(c, "BFE1")
+		if err != nil {
+			return err
+		}
+		if cur <= before {
+			return fmt.Errorf("BFE1 still at v%d", cur)
+		}
+		v = cur
+		return nil
+	})
+	return v
+}
+
+// stuckEtcd checks that a write really fails (etcd without quorum).
+func (r *run) stuckEtcd() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := r.env.Etcd.Put(ctx, r.env.Layout.Root()+"chaos-probe", "x")
+	if err == nil {
+		return fmt.Errorf("a write succeeded: etcd still has quorum")
+	}
+	return nil
+}
+
+func (r *run) kill9(names ...string) {
+	for _, n := range names {
+		mustDocker(r.t, "kill", "--signal", "KILL", n)
+	}
+}
+
+func (r *run) startAll(names ...string) {
+	for _, n := range names {
+		mustDocker(r.t, "start", n)
+	}
+}
+
+func (r *run) waitHealthy(limit time.Duration, names ...string) time.Duration {
+	return eventually(r.t, fmt.Sprint(names, " healthy"), limit, func() error { return healthy(names...) })
+}
+
+func etcdLeaderKill(r *run) {
+	ctx, cancel := ctx10()
+	defer cancel()
+	leader, err := r.env.etcdLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(3 * time.Second)
+	r.kill9(leader)
+	took := eventually(r.t, "new etcd leader", 30*time.Second, func() error {
+		l, err := r.env.etcdLeader(context.Background())
+		if err == nil && l == leader {
+			return fmt.Errorf("old leader still reported")
+		}
+		return err
+	})
+	r.figure("etcd leader %s killed -9; new leader in %.1fs", leader, took.Seconds())
+	v := r.publish(40, 50, 10)
+	took = r.env.waitConverged(r.t, 60*time.Second)
+	r.figure("v%d published and applied everywhere %.1fs later with 2 of 3 members", v, took.Seconds())
+	r.startAll(leader)
+	r.waitHealthy(60*time.Second, leader)
+	r.publish(45, 45, 10)
+}
+
+func etcdQuorumLost(r *run) {
+	ctx, cancel := ctx10()
+	defer cancel()
+	leader, err := r.env.etcdLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var down []string
+	for _, m := range etcdMembers {
+		if m != leader {
+			down = append(down, m)
+		}
+	}
+	r.hold(2 * time.Second)
+	from := time.Now()
+	n0 := r.load.Count()
+	r.kill9(down...)
+	eventually(r.t, "quorum lost", 20*time.Second, r.stuckEtcd)
+	r.hold(30 * time.Second)
+	r.figure("I3: %d requests served while quorum was lost for %.0fs (%s down; failures counted below)", r.load.Count()-n0, time.Since(from).Seconds(), down)
+	r.startAll(down...)
+	r.waitHealthy(60*time.Second, etcdMembers...)
+	v := r.publish(40, 50, 10)
+	r.figure("quorum back; v%d published after recovery", v)
+	r.publish(45, 45, 10)
+}
+
+func etcdAllDownProxyRestart(r *run) {
+	p := proxies[1] // bfe1-p2
+	ctx, cancel := ctx10()
+	before, err := r.env.proxyStatus(ctx, p)
+	cancel()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(2 * time.Second)
+	from := time.Now()
+	r.kill9(etcdMembers...)
+	eventually(r.t, "etcd down", 20*time.Second, r.stuckEtcd)
+	kill := time.Now()
+	r.kill9(p.Name)
+	r.startAll(p.Name)
+	var st ProxyStatus
+	took := eventually(r.t, p.ID+" serving again from its disk cache", 60*time.Second, func() error {
+		c, cc := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cc()
+		var err error
+		st, err = r.env.proxyStatus(c, p)
+		if err != nil {
+			return err
+		}
+		if st.AppliedVersion == 0 {
+			return fmt.Errorf("no snapshot applied yet")
+		}
+		return nil
+	})
+	r.excuseProxy(p.ID, kill, time.Now())
+	if st.AppliedVersion != before.AppliedVersion {
+		r.t.Errorf("I3: %s restarted during the outage applied v%d, want its last good v%d", p.ID, st.AppliedVersion, before.AppliedVersion)
+	}
+	r.figure("I3: %s restarted with all etcd members down serves v%d (source %q) after %.1fs", p.ID, st.AppliedVersion, st.Source, took.Seconds())
+	n0 := r.load.Count()
+	r.hold(10 * time.Second)
+	r.figure("I3: %d requests during %.0fs with no etcd member", r.load.Count()-n0, time.Since(from).Seconds())
+	r.startAll(etcdMembers...)
+	r.waitHealthy(90*time.Second, etcdMembers...)
+	r.publish(40, 50, 10)
+	r.publish(45, 45, 10)
+}
+
+func etcdMemberFrozen(r *run) {
+	ctx, cancel := ctx10()
+	defer cancel()
+	leader, err := r.env.etcdLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(2 * time.Second)
+	mustDocker(r.t, "pause", leader)
+	paused := true
+	defer func() {
+		if paused {
+			_, _ = docker("unpause", leader)
+		}
+	}()
+	v := r.publish(40, 50, 10)
+	took := r.env.waitConverged(r.t, 60*time.Second)
+	r.figure("etcd leader %s frozen (docker pause): v%d published and applied everywhere %.1fs later", leader, v, took.Seconds())
+	r.hold(5 * time.Second)
+	mustDocker(r.t, "unpause", leader)
+	paused = false
+	r.waitHealthy(60*time.Second, leader)
+	r.publish(45, 45, 10)
+}
+
+func proxyPartitionCompaction(r *run) {
+	p := proxies[0] // bfe1-p1
+	ctx, cancel := ctx10()
+	before, err := r.env.proxyStatus(ctx, p)
+	cancel()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(2 * time.Second)
+	mustDocker(r.t, "network", "disconnect", controlNet, p.Name)
+	connected := false
+	defer func() {
+		if !connected {
+			_, _ = docker("network", "connect", "--ip", p.ControlIP, controlNet, p.Name)
+		}
+	}()
+	var last uint64
+	for i := 0; i < 50; i++ {
+		sc1 := 20 + i%40
+		last = r.publish(sc1, 90-sc1, 10)
+	}
+	ctx, cancel = ctx10()
+	defer cancel()
+	st, err := r.env.proxyStatus(ctx, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if st.AppliedVersion != before.AppliedVersion {
+		r.t.Errorf("%s cut off from etcd applied v%d (had v%d)", p.ID, st.AppliedVersion, before.AppliedVersion)
+	}
+	g, err := r.env.Etcd.Get(ctx, r.env.Layout.Desired())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if _, err := r.env.Etcd.Compact(ctx, g.Header.Revision); err != nil {
+		r.t.Fatalf("compact: %v", err)
+	}
+	r.figure("%s cut off from the etcd network while 50 versions were published (up to v%d); etcd compacted at revision %d; it kept serving v%d", p.ID, last, g.Header.Revision, st.AppliedVersion)
+	mustDocker(r.t, "network", "connect", "--ip", p.ControlIP, controlNet, p.Name)
+	connected = true
+	took := r.env.waitConverged(r.t, 90*time.Second)
+	r.figure("I4: reconnected %s applied v%d %.1fs later (watch resynced after compaction)", p.ID, last, took.Seconds())
+	r.publish(45, 45, 10)
+}
+
+func schedulerLeaderKill(r *run) {
+	ctx, cancel := ctx10()
+	defer cancel()
+	leader, err := r.env.schedulerLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(2 * time.Second)
+	r.kill9(leader)
+	var next string
+	took := eventually(r.t, "new scheduler leader", 30*time.Second, func() error {
+		l, err := r.env.schedulerLeader(context.Background())
+		if err != nil {
+			return err
+		}
+		if l == leader {
+			return fmt.Errorf("still %s", l)
+		}
+		next = l
+		return nil
+	})
+	g, err := r.env.Etcd.Get(ctx, r.env.Layout.Leader())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	v := r.publish(40, 50, 10)
+	authors, err := r.env.snapshotAuthors(ctx, "BFE1", g.Header.Revision)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	for ver, a := range authors {
+		if "sluice-"+a != next {
+			r.t.Errorf("I6: BFE1 v%d published by %q after %s took over", ver, a, next)
+		}
+	}
+	r.figure("scheduler leader %s killed -9; %s led after %.1fs and published v%d (%d snapshots since, all by it)", leader, next, took.Seconds(), v, len(authors))
+	r.startAll(leader)
+	r.waitHealthy(60*time.Second, leader)
+	r.publish(45, 45, 10)
+}
+
+func schedulerLeaderPaused(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	leader, err := r.env.schedulerLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(2 * time.Second)
+	mustDocker(r.t, "pause", leader)
+	pausedAt := time.Now()
+	paused := true
+	defer func() {
+		if paused {
+			_, _ = docker("unpause", leader)
+		}
+	}()
+	g, err := r.env.Etcd.Get(ctx, r.env.Layout.Leader())
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	rev0 := g.Header.Revision
+	var next string
+	eventually(r.t, "new scheduler leader", 30*time.Second, func() error {
+		l, err := r.env.schedulerLeader(context.Background())
+		if err != nil {
+			return err
+		}
+		if l == leader {
+			return fmt.Errorf("still %s", l)
+		}
+		next = l
+		return nil
+	})
+	r.publish(40, 50, 10)
+	// Keep it frozen well past its 5 s lease, change the desired state so
+	// the ex-leader has something to publish the moment it wakes up.
+	if rest := 12*time.Second - time.Since(pausedAt); rest > 0 {
+		r.hold(rest)
+	}
+	if err := r.env.setRow(ctx, 35, 55, 10, "chaos: while the ex-leader is frozen"); err != nil {
+		r.t.Fatal(err)
+	}
+	mustDocker(r.t, "unpause", leader)
+	paused = false
+	frozen := time.Since(pausedAt)
+	r.hold(8 * time.Second)
+	r.publish(45, 45, 10)
+	var n int
+	for _, pc := range []string{"BFE1", "BFE2"} {
+		authors, err := r.env.snapshotAuthors(ctx, pc, rev0)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		for ver, a := range authors {
+			n++
+			if "sluice-"+a != next {
+				r.t.Errorf("I6: %s v%d published by %q, the leader is %s", pc, ver, a, next)
+			}
+		}
+	}
+	l, err := r.env.schedulerLeader(ctx)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.figure("I6: %s frozen %.0fs (lease 5s) then resumed: 0 of %d snapshots since were its own; leader is %s", leader, frozen.Seconds(), n, l)
+}
+
+func proxyKill(r *run) {
+	p := proxies[2] // bfe2-p1
+	ctx, cancel := ctx10()
+	before, err := r.env.proxyStatus(ctx, p)
+	cancel()
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(3 * time.Second)
+	from := time.Now()
+	r.kill9(p.Name)
+	r.hold(2 * time.Second)
+	r.startAll(p.Name)
+	var st ProxyStatus
+	took := eventually(r.t, p.ID+" serving again", 60*time.Second, func() error {
+		c, cc := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cc()
+		var err error
+		st, err = r.env.proxyStatus(c, p)
+		if err == nil && st.AppliedVersion == 0 {
+			err = fmt.Errorf("no snapshot applied")
+		}
+		return err
+	})
+	r.excuseProxy(p.ID, from, time.Now())
+	if st.AppliedVersion < before.AppliedVersion {
+		r.t.Errorf("I1: %s came back with v%d after v%d", p.ID, st.AppliedVersion, before.AppliedVersion)
+	}
+	r.figure("%s killed -9 under load, back on v%d (source %q) %.1fs after restart; other proxies' failures counted below", p.ID, st.AppliedVersion, st.Source, took.Seconds())
+	r.hold(3 * time.Second)
+}
+
+func cacheCorruptEtcdDown(r *run) {
+	p := proxies[1] // bfe1-p2
+	r.hold(2 * time.Second)
+	r.kill9(etcdMembers...)
+	eventually(r.t, "etcd down", 20*time.Second, r.stuckEtcd)
+	from := time.Now()
+	r.kill9(p.Name)
+	junk := filepath.Join(r.dir, "BFE1.snapshot")
+	if err := os.WriteFile(junk, []byte("SLUICE-not-a-snapshot \x00\xff garbage"), 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	mustDocker(r.t, "cp", junk, p.Name+":/var/cache/sluice/BFE1.snapshot")
+	r.startAll(p.Name)
+	// The corrupt cache must not be applied: the proxy stays not ready.
+	var notReady int
+	eventually(r.t, p.ID+" up and refusing its corrupt cache", 30*time.Second, func() error {
+		resp, err := http.Get(p.Admin + "/readyz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			return fmt.Errorf("readyz %d, want 503", resp.StatusCode)
+		}
+		notReady++
+		c, cc := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cc()
+		st, err := r.env.proxyStatus(c, p)
+		if err != nil {
+			return err
+		}
+		if st.AppliedVersion != 0 {
+			return fmt.Errorf("applied v%d from a corrupt cache", st.AppliedVersion)
+		}
+		return nil
+	})
+	r.hold(5 * time.Second)
+	r.figure("I5: %s restarted with a corrupt cache and etcd down applied nothing (readyz 503); other proxies served on", p.ID)
+	r.startAll(etcdMembers...)
+	r.waitHealthy(90*time.Second, etcdMembers...)
+	took := eventually(r.t, p.ID+" ready from etcd", 60*time.Second, func() error { return healthy(p.Name) })
+	r.excuseProxy(p.ID, from, time.Now())
+	r.figure("I4: %s applied the current snapshot from etcd %.1fs after the members came back", p.ID, took.Seconds())
+}
+
+func instanceKill(r *run) {
+	b := backends[0] // sc1-1
+	r.hold(3 * time.Second)
+	r.kill9(b.Name)
+	r.hold(8 * time.Second)
+	r.startAll(b.Name)
+	r.waitHealthy(60*time.Second, b.Name, b.Agent)
+	var got int64
+	eventually(r.t, b.Name+" receives traffic again", 60*time.Second, func() error {
+		st, err := backendStats(r.env, r.dir)
+		if err != nil {
+			return err
+		}
+		got = st[b.Name].RequestsTotal
+		if got == 0 {
+			return fmt.Errorf("no request yet")
+		}
+		return nil
+	})
+	r.figure("%s killed -9 for 8s under load: retries hid it; back in rotation (%d requests since restart)", b.Name, got)
+}
+
+func subclusterStop(r *run) {
+	var names []string
+	for _, b := range backends {
+		if b.SubCluster == "SC2" {
+			names = append(names, b.Name)
+		}
+	}
+	r.hold(3 * time.Second)
+	from := time.Now()
+	mustDocker(r.t, append([]string{"stop", "--time", "2"}, names...)...)
+	r.hold(8 * time.Second)
+	outs := r.load.snapshotSince(from)
+	sc := tally(outs, nil)
+	r.figure("all of SC2 stopped for 8s: %d requests, %d to SC1, %d to SC2, %d blackholed, %d failed", sc.Total, sc.BySub["SC1"], sc.BySub["SC2"], sc.Blackhole, sc.Fail)
+	r.startAll(names...)
+	r.waitHealthy(60*time.Second, names...)
+}
+
+func agentKill(r *run) {
+	b := backends[3] // sc2-1
+	r.hold(2 * time.Second)
+	r.kill9(b.Agent)
+	host, _, _ := strings.Cut(b.Addr, ":")
+	took := eventually(r.t, "every proxy's table drops "+b.Addr, 60*time.Second, func() error {
+		for _, p := range proxies {
+			body, err := r.env.admin(p, "/v1/table")
+			if err != nil {
+				return err
+			}
+			if strings.Contains(body, host) {
+				return fmt.Errorf("%s still lists %s", p.ID, b.Addr)
+			}
+		}
+		return nil
+	})
+	r.figure("agent of %s killed -9: instance left every proxy's table %.1fs later (lease 3s + scheduler grace 5s)", b.Addr, took.Seconds())
+	r.env.waitConverged(r.t, 60*time.Second)
+	r.hold(time.Second) // requests in flight at the swap finish
+	st0, err := backendStats(r.env, r.dir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hold(5 * time.Second)
+	st1, err := backendStats(r.env, r.dir)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	delta := st1[b.Name].RequestsTotal - st0[b.Name].RequestsTotal
+	if delta != 0 {
+		r.t.Errorf("D8: %s got %d requests in 5s after it was deregistered", b.Name, delta)
+	}
+	r.figure("agent of %s killed -9 (backend up): deregistered, drained to %d requests in 5s, no failure", b.Addr, delta)
+	r.startAll(b.Agent)
+	r.waitHealthy(60*time.Second, b.Agent)
+	eventually(r.t, b.Name+" back in rotation", 60*time.Second, func() error {
+		st, err := backendStats(r.env, r.dir)
+		if err != nil {
+			return err
+		}
+		if st[b.Name].RequestsTotal == st1[b.Name].RequestsTotal {
+			return fmt.Errorf("no request yet")
+		}
+		return nil
+	})
+}
+
+func rowFlap(r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	v0, err := r.env.current(ctx, "BFE1")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	end := time.Now().Add(60 * time.Second)
+	writes := 0
+	for i := 0; time.Now().Before(end); i++ {
+		sc1 := 20 + (i*7)%50
+		if err := r.env.setRow(ctx, sc1, 90-sc1, 10, "chaos: row flap"); err != nil {
+			r.t.Fatalf("set row: %v", err)
+		}
+		writes++
+		<-tick.C
+	}
+	v := r.publish(30, 60, 10)
+	took := r.env.waitConverged(r.t, 60*time.Second)
+	from := time.Now()
+	r.hold(12 * time.Second)
+	sc := tally(r.load.snapshotSince(from), onCluster("BFE1"))
+	r.figure("BFE1's row rewritten %d times in 60s (every 100ms): v%d..v%d published; final row applied everywhere %.1fs later", writes, v0, v, took.Seconds())
+	share := func(n int) float64 { return 100 * float64(n) / float64(sc.Total) }
+	r.figure("D2: final shares over %d BFE1 requests: SC1 %.1f%% (want 30), SC2 %.1f%% (want 60), blackhole %.1f%% (want 10); tolerance ±6 points",
+		sc.Total, share(sc.BySub["SC1"]), share(sc.BySub["SC2"]), share(sc.Blackhole))
+	for name, got := range map[string]float64{"SC1": share(sc.BySub["SC1"]), "SC2": share(sc.BySub["SC2"]), "blackhole": share(sc.Blackhole)} {
+		want := map[string]float64{"SC1": 30, "SC2": 60, "blackhole": 10}[name]
+		if got < want-6 || got > want+6 {
+			r.t.Errorf("D2: %s share %.1f%%, want %.0f%% ± 6", name, got, want)
+		}
+	}
+	r.publish(45, 45, 10)
+}

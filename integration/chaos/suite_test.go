@@ -1,0 +1,160 @@
+//go:build chaos
+
+// Package chaos is the process-level chaos suite: it breaks the compose
+// fleet of deploy/compose on purpose (kill -9, docker pause, network
+// disconnects, corrupt files) while a client sends traffic through every
+// proxy, records every proxy's applied versions, every request's outcome
+// and every backend's received requests under $SLUICE_CHAOS_OUT, and checks
+// the invariants of RELIABILITY.md after each scenario. Run it with
+// `make chaos` (deploy/scripts/chaos.sh brings the fleet up and down).
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// run is one scenario in progress.
+type run struct {
+	t      *testing.T
+	env    *Env
+	name   string
+	dir    string
+	start  time.Time
+	load   *Load
+	vers   *Versions
+	lines  []string
+	excuse map[string][2]time.Time // proxy -> window whose failures are expected
+}
+
+// figure prints and records one result line.
+func (r *run) figure(format string, args ...any) {
+	line := fmt.Sprintf(format, args...)
+	r.lines = append(r.lines, line)
+	fmt.Printf("    %-28s %s\n", r.name+":", line)
+}
+
+// hold lets the traffic run for d (a traffic phase, not a wait for state).
+func (r *run) hold(d time.Duration) { time.Sleep(d) }
+
+// excuseProxy marks failures of one proxy between from and to as expected
+// (the proxy itself was killed, or started without a usable snapshot).
+func (r *run) excuseProxy(id string, from, to time.Time) { r.excuse[id] = [2]time.Time{from, to} }
+
+func (r *run) counted(o Outcome) bool {
+	w, ok := r.excuse[o.Proxy]
+	return !ok || o.Start.Before(w[0]) || !o.Start.Before(w[1])
+}
+
+// scenario runs body under client load and version recording, then checks
+// the common invariants: no failed or reset request (outside excused
+// windows), I1 monotonic applied versions, I4 convergence, D1 no blackholed
+// request at a backend, and the fleet healthy again.
+func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
+	t.Run(name, func(t *testing.T) {
+		dir := filepath.Join(env.Out, name)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		fleetReady(t, env)
+		r := &run{t: t, env: env, name: name, dir: dir, start: time.Now(), excuse: map[string][2]time.Time{}}
+		fmt.Printf("=== chaos %s\n", name)
+		r.vers = recordVersions(env)
+		r.load = startLoad(name, 2, 20)
+		stopped := false
+		stop := func() ([]Outcome, []VersionSample) {
+			stopped = true
+			outs, err := r.load.Stop(dir)
+			if err != nil {
+				t.Error(err)
+			}
+			samples, err := r.vers.Stop(dir)
+			if err != nil {
+				t.Error(err)
+			}
+			return outs, samples
+		}
+		defer func() {
+			if !stopped {
+				stop()
+			}
+		}()
+		body(r)
+		if t.Failed() {
+			return
+		}
+		took := env.waitConverged(t, 90*time.Second)
+		r.hold(2 * time.Second)
+		outs, samples := stop()
+		r.figure("I4: every proxy and its status key on the current version %.1fs after the last fault healed", took.Seconds())
+		n, err := monotonic(samples)
+		if err != nil {
+			t.Error(err)
+		}
+		r.figure("I1: applied versions never went back (%d status samples of 4 proxies)", n)
+		stats, err := backendStats(env, dir)
+		if err != nil {
+			t.Error(err)
+		}
+		bh, leaked := blackholeLeaks(outs, stats)
+		r.figure("D1: %d of %d blackholed requests reached a backend (%d of 6 backends' logs checked)", leaked, bh, len(stats))
+		if leaked != 0 {
+			t.Errorf("D1: %d blackholed requests reached a backend", leaked)
+		}
+		all := tally(outs, nil)
+		c := tally(outs, r.counted)
+		r.figure("traffic: %d requests, %d ok, %d blackholed, %d failed, %d reset (excused windows: %d failed of %d)",
+			c.Total, c.OK, c.Blackhole, c.Fail, c.Reset, all.Fail-c.Fail, all.Total-c.Total)
+		if c.Fail != 0 || c.Reset != 0 {
+			t.Errorf("%d failed and %d reset requests, e.g. %s", c.Fail, c.Reset, strings.Join(c.FailSample, "; "))
+		}
+		if c.Total < 100 {
+			t.Errorf("only %d requests counted: the load did not run", c.Total)
+		}
+		_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(strings.Join(r.lines, "\n")+"\n"), 0o644)
+		fmt.Printf("--- chaos %s: %s in %.0fs\n", name, map[bool]string{false: "PASS", true: "FAIL"}[t.Failed()], time.Since(r.start).Seconds())
+	})
+}
+
+// fleetReady waits until every container is healthy and every proxy runs
+// the current version.
+func fleetReady(t *testing.T, env *Env) {
+	t.Helper()
+	var names []string
+	names = append(names, etcdMembers...)
+	names = append(names, schedulers...)
+	for _, p := range proxies {
+		names = append(names, p.Name)
+	}
+	for _, b := range backends {
+		names = append(names, b.Name, b.Agent)
+	}
+	eventually(t, "fleet healthy", 120*time.Second, func() error { return healthy(names...) })
+	env.waitConverged(t, 60*time.Second)
+}
+
+func ctx10() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+func TestChaos(t *testing.T) {
+	env := newEnv(t)
+	ctx, cancel := ctx10()
+	err := env.setRow(ctx, 45, 45, 10, "chaos: baseline row")
+	cancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range scenarios {
+		scenario(t, env, s.name, s.body)
+	}
+}
