@@ -70,6 +70,9 @@ type clusterInput struct {
 	pins     map[string]*config.Pin
 	shifts   map[string][]ActiveShift
 	prevRows map[string]*snapshot.Row
+	// prevOpt is the previous plan's optimum (points, before rounding) per
+	// proxy cluster, from the previous snapshot's explanation.
+	prevOpt map[string]map[string]float64
 }
 
 // clusterOutput is one backend cluster's plan: its snapshot entry per proxy
@@ -234,8 +237,17 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 			if d > 0 && (minD == 0 || d < minD) {
 				minD = d
 			}
+			// The stability reference is the previous optimum when known:
+			// with the rounded row instead, each publish would pull the
+			// optimum towards its own rounding error and drift for a few
+			// rounds; with the optimum, unchanged inputs are a fixed point.
 			var prevW []float64
-			if r := in.prevRows[in.proxies[b]]; r != nil && r.Denominator > 0 {
+			if opt := in.prevOpt[in.proxies[b]]; opt != nil {
+				prevW = make([]float64, len(scs))
+				for j, name := range scs {
+					prevW[j] = max(0, opt[name]) / float64(set.den)
+				}
+			} else if r := in.prevRows[in.proxies[b]]; r != nil && r.Denominator > 0 {
 				prevW = make([]float64, len(scs))
 				for j, name := range scs {
 					prevW[j] = float64(r.Weights[name]) / float64(r.Denominator)

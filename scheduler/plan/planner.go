@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -92,6 +93,7 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 			topo: &st.Topology, set: set,
 			demand: make([]float64, len(proxies)), known: make([]bool, len(proxies)),
 			pins: pins[name], shifts: shifts[name], prevRows: make(map[string]*snapshot.Row, len(proxies)),
+			prevOpt: make(map[string]map[string]float64, len(proxies)),
 		}
 		if m, ok := v.Members[name]; ok {
 			in.members = m
@@ -108,11 +110,18 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 				if c, ok := s.Clusters[name]; ok {
 					r := c.Row
 					in.prevRows[pc] = &r
+					if e := c.Explanation; e != nil && (e.Mode == ModeOptimal || e.Mode == ModeFallback) && r.Denominator == set.den {
+						in.prevOpt[pc] = e.Optimum
+					}
 				}
 			}
 		}
-		key := clusterDigest(global, in)
 		entry, ok := p.cache[name]
+		var last *clusterOutput
+		if ok {
+			last = &entry.out
+		}
+		key := clusterDigest(global, in, last)
 		recomputed := !ok || entry.key != key
 		if recomputed {
 			out, err := computeCluster(in)
@@ -222,8 +231,12 @@ func globalDigest(st *config.State, proxies []string, set settings) [sha256.Size
 }
 
 // clusterDigest covers everything computeCluster reads. Maps are walked in
-// a fixed order (sorted sub-cluster names, then the blackhole).
-func clusterDigest(global [sha256.Size]byte, in clusterInput) [sha256.Size]byte {
+// a fixed order (sorted sub-cluster names, then the blackhole). A previous
+// row that is the very row this planner produced last time (the publisher
+// hands our snapshots back as prev) is covered by its cached encoding,
+// which is cheaper than walking its map; a different encoding of equal
+// content only costs one needless recomputation.
+func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutput) [sha256.Size]byte {
 	w := digestWriter{buf: make([]byte, 0, 4096)}
 	w.buf = append(w.buf, global[:]...)
 	w.str(in.name)
@@ -293,15 +306,29 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput) [sha256.Size]byte 
 			w.str(s.Shift.To)
 			w.int(s.AppliedPercent)
 		}
-		if r := in.prevRows[pc]; r != nil {
+		if r := in.prevRows[pc]; r != nil && last != nil && sameMap(r.Weights, last.rows[pc].Row.Weights) {
+			w.str("prev-own")
+			w.buf = append(w.buf, last.rowJSON[pc]...)
+		} else if r != nil {
 			w.str("prev")
 			w.int(r.Denominator)
 			w.bool(r.Pinned)
 			w.bool(r.AllowFullDrop)
 			row(r.Weights)
 		}
+		if opt := in.prevOpt[pc]; opt != nil {
+			w.str("opt")
+			for _, k := range keys {
+				w.f64(opt[k])
+			}
+		}
 	}
 	return w.sum()
+}
+
+// sameMap reports whether a and b are the same map object.
+func sameMap(a, b map[string]int) bool {
+	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // digestWriter buffers the encoded inputs; they are hashed once at the end
