@@ -1,0 +1,177 @@
+// Command lbscheduler computes the W matrix and publishes versioned
+// snapshots to etcd as the elected leader; `lbscheduler plan` computes a
+// scenario file offline.
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelb/sluice/scheduler/lbscheduler"
+	"github.com/sluicelb/sluice/scheduler/scenario"
+)
+
+// version is set at link time (-ldflags "-X main.version=...").
+var version = "dev"
+
+func main() {
+	if err := newApp(os.Stdout).Run(os.Args); err != nil {
+		fmt.Fprintln(os.Stderr, "lbscheduler:", err)
+		os.Exit(1)
+	}
+}
+
+func newApp(out io.Writer) *cli.App {
+	return &cli.App{
+		Name:      "lbscheduler",
+		Usage:     "compute Sluice weight matrices and publish them to etcd",
+		Writer:    out,
+		ErrWriter: os.Stderr,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "id", Usage: "scheduler id (also the snapshot author)", EnvVars: []string{"SLUICE_SCHEDULER_ID"}},
+			&cli.StringFlag{Name: "etcd", Usage: "comma-separated etcd endpoints", Value: "http://127.0.0.1:2379", EnvVars: []string{"SLUICE_ETCD"}},
+			&cli.StringFlag{Name: "etcd-cacert", Usage: "CA bundle to verify etcd", EnvVars: []string{"SLUICE_ETCD_CACERT"}},
+			&cli.StringFlag{Name: "etcd-cert", Usage: "client certificate for etcd (mTLS)", EnvVars: []string{"SLUICE_ETCD_CERT"}},
+			&cli.StringFlag{Name: "etcd-key", Usage: "client key for etcd (mTLS)", EnvVars: []string{"SLUICE_ETCD_KEY"}},
+			&cli.StringFlag{Name: "etcd-user", Usage: "etcd user", EnvVars: []string{"SLUICE_ETCD_USER"}},
+			&cli.StringFlag{Name: "etcd-password", Usage: "etcd password", EnvVars: []string{"SLUICE_ETCD_PASSWORD"}},
+			&cli.StringFlag{Name: "prefix", Usage: "etcd key prefix", Value: "/sluice", EnvVars: []string{"SLUICE_PREFIX"}},
+			&cli.StringFlag{Name: "api", Usage: "HTTP API address (non-loopback needs --api-token)", Value: "127.0.0.1:9400", EnvVars: []string{"SLUICE_SCHEDULER_API"}},
+			&cli.StringFlag{Name: "api-token", Usage: "bearer token required by the HTTP API", EnvVars: []string{"SLUICE_SCHEDULER_API_TOKEN"}},
+			&cli.DurationFlag{Name: "session-ttl", Usage: "leader lease TTL", Value: 5 * time.Second, EnvVars: []string{"SLUICE_SESSION_TTL"}},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}},
+		},
+		Action: runScheduler,
+		Commands: []*cli.Command{
+			{
+				Name:  "plan",
+				Usage: "compute a scenario file offline (no etcd) and print the matrix",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "input", Aliases: []string{"i"}, Usage: "scenario file (YAML or JSON; - for stdin)", Required: true},
+					&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Usage: "table or json", Value: "table"},
+				},
+				Action: runPlan,
+			},
+			{
+				Name:  "version",
+				Usage: "print the version",
+				Action: func(c *cli.Context) error {
+					_, err := fmt.Fprintln(c.App.Writer, "lbscheduler", version)
+					return err
+				},
+			},
+		},
+	}
+}
+
+func runPlan(c *cli.Context) error {
+	format := c.String("output")
+	if format != "table" && format != "json" {
+		return fmt.Errorf("--output %q: want table or json", format)
+	}
+	var raw []byte
+	var err error
+	if in := c.String("input"); in == "-" {
+		raw, err = io.ReadAll(io.LimitReader(os.Stdin, 64<<20))
+	} else {
+		raw, err = os.ReadFile(in)
+	}
+	if err != nil {
+		return fmt.Errorf("read scenario: %w", err)
+	}
+	rep, err := scenario.Run(raw)
+	if err != nil {
+		return fmt.Errorf("scenario %s: %w", c.String("input"), err)
+	}
+	return rep.Render(c.App.Writer, format)
+}
+
+func runScheduler(c *cli.Context) error {
+	if c.Args().Present() {
+		return fmt.Errorf("unknown command %q (see --help)", c.Args().First())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	slog.SetDefault(log)
+	if c.String("id") == "" {
+		return errors.New("--id is required (or SLUICE_SCHEDULER_ID)")
+	}
+	tlsCfg, err := etcdTLS(c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key"))
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	cfg := lbscheduler.Config{
+		ID:         c.String("id"),
+		Endpoints:  splitList(c.String("etcd")),
+		TLS:        tlsCfg,
+		Username:   c.String("etcd-user"),
+		Password:   c.String("etcd-password"),
+		Prefix:     c.String("prefix"),
+		APIAddr:    c.String("api"),
+		APIToken:   c.String("api-token"),
+		SessionTTL: c.Duration("session-ttl"),
+		Logger:     log,
+	}
+	// Run resigns leadership and revokes the session when ctx ends (SIGTERM).
+	err = lbscheduler.Run(ctx, cfg)
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func etcdTLS(ca, cert, key string) (*tls.Config, error) {
+	if ca == "" && cert == "" && key == "" {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if ca != "" {
+		pem, err := os.ReadFile(ca)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cacert: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("--etcd-cacert %s: no PEM certificates", ca)
+		}
+		cfg.RootCAs = pool
+	}
+	if (cert == "") != (key == "") {
+		return nil, errors.New("--etcd-cert and --etcd-key go together")
+	}
+	if cert != "" {
+		kp, err := tls.LoadX509KeyPair(cert, key)
+		if err != nil {
+			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{kp}
+	}
+	return cfg, nil
+}
