@@ -83,6 +83,9 @@ type clusterOutput struct {
 	// prefix and rowJSON are the cluster's encoding for contentHash.
 	prefix  []byte
 	rowJSON map[string][]byte
+	// prevEnc is each row's cache-key encoding as a previous row, for when
+	// the publisher hands it back.
+	prevEnc map[string][]byte
 }
 
 func available(in config.Instance) bool {
@@ -432,6 +435,17 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		out.rows[pc] = snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy, Row: r, Explanation: e}
 	}
 	encodeCluster(&out, snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy})
+	out.prevEnc = make(map[string][]byte, nb)
+	for pc, c := range out.rows {
+		var w digestWriter
+		var opt map[string]float64
+		if c.Explanation.Mode == ModeOptimal || c.Explanation.Mode == ModeFallback {
+			opt = c.Explanation.Optimum
+		}
+		r := c.Row
+		w.prev(keys, &r, opt)
+		out.prevEnc[pc] = w.buf
+	}
 	return out, nil
 }
 

@@ -272,24 +272,7 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutpu
 		}
 	}
 	keys := append(scs, config.Blackhole)
-	row := func(weights map[string]int) {
-		w.int(len(weights))
-		n := 0
-		for _, k := range keys {
-			if v, ok := weights[k]; ok {
-				w.int(v)
-				n++
-			} else {
-				w.int(-1)
-			}
-		}
-		if n != len(weights) { // names that are not sub-clusters: rare
-			for _, k := range sortedKeys(weights) {
-				w.str(k)
-				w.int(weights[k])
-			}
-		}
-	}
+	row := func(weights map[string]int) { w.row(keys, weights) }
 	for b, pc := range in.proxies {
 		w.str(pc)
 		w.f64(in.demand[b])
@@ -306,24 +289,66 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutpu
 			w.str(s.Shift.To)
 			w.int(s.AppliedPercent)
 		}
-		if r := in.prevRows[pc]; r != nil && last != nil && sameMap(r.Weights, last.rows[pc].Row.Weights) {
-			w.str("prev-own")
-			w.buf = append(w.buf, last.rowJSON[pc]...)
-		} else if r != nil {
-			w.str("prev")
-			w.int(r.Denominator)
-			w.bool(r.Pinned)
-			w.bool(r.AllowFullDrop)
-			row(r.Weights)
+		r := in.prevRows[pc]
+		if r == nil {
+			continue
 		}
-		if opt := in.prevOpt[pc]; opt != nil {
-			w.str("opt")
-			for _, k := range keys {
-				w.f64(opt[k])
-			}
+		if last != nil && sameMap(r.Weights, last.rows[pc].Row.Weights) && sameOpt(in.prevOpt[pc], last.rows[pc].Explanation) {
+			// Our own output handed back: its encoding was made when it
+			// was computed (the same bytes as below).
+			w.buf = append(w.buf, last.prevEnc[pc]...)
+		} else {
+			w.prev(keys, r, in.prevOpt[pc])
 		}
 	}
 	return w.sum()
+}
+
+// prev encodes a previous row and optimum for the cache key.
+func (w *digestWriter) prev(keys []string, r *snapshot.Row, opt map[string]float64) {
+	w.str("prev")
+	w.int(r.Denominator)
+	w.bool(r.Pinned)
+	w.bool(r.AllowFullDrop)
+	w.row(keys, r.Weights)
+	if opt != nil {
+		w.str("opt")
+		for _, k := range keys {
+			w.f64(opt[k])
+		}
+	}
+}
+
+// row encodes weights in the order of keys, then any other names.
+func (w *digestWriter) row(keys []string, weights map[string]int) {
+	w.int(len(weights))
+	n := 0
+	for _, k := range keys {
+		if v, ok := weights[k]; ok {
+			w.int(v)
+			n++
+		} else {
+			w.int(-1)
+		}
+	}
+	if n != len(weights) { // names that are not sub-clusters: rare
+		for _, k := range sortedKeys(weights) {
+			w.str(k)
+			w.int(weights[k])
+		}
+	}
+}
+
+// sameOpt reports whether opt is the optimum map of e (or both are absent
+// as previous optimum, since only optimal and fallback rows provide one).
+func sameOpt(opt map[string]float64, e *snapshot.Explanation) bool {
+	if e == nil || (e.Mode != ModeOptimal && e.Mode != ModeFallback) {
+		return opt == nil
+	}
+	if opt == nil || e.Optimum == nil {
+		return opt == nil && e.Optimum == nil
+	}
+	return reflect.ValueOf(opt).UnsafePointer() == reflect.ValueOf(e.Optimum).UnsafePointer()
 }
 
 // sameMap reports whether a and b are the same map object.
