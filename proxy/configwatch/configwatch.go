@@ -82,6 +82,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Rand seeds the backoff jitter; nil means a random seed.
 	Rand *rand.Rand
+	// OnChange, when set, is called from Run's goroutine after every apply
+	// and every rejection (e.g. statusreport.Reporter.Notify). It must not block.
+	OnChange func()
 }
 
 // Status is what the watcher has done so far.
@@ -547,6 +550,7 @@ func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 	w.m.applies.WithLabelValues("applied").Inc()
 	w.m.version.Set(float64(s.Meta.Version))
 	w.log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
+	w.changed()
 	if source == SourceEtcd && w.cfg.Cache != nil {
 		if err := w.cfg.Cache.Save(s); err != nil {
 			w.log.Error("saving snapshot to disk cache failed", "version", s.Meta.Version, "err", err)
@@ -561,6 +565,13 @@ func (w *Watcher) reject(version uint64, hash, reason string) {
 	w.mu.Unlock()
 	w.m.applies.WithLabelValues("rejected").Inc()
 	w.log.Error("snapshot rejected; keeping the last good one", "version", version, "reason", reason)
+	w.changed()
+}
+
+func (w *Watcher) changed() {
+	if w.cfg.OnChange != nil {
+		w.cfg.OnChange()
+	}
 }
 
 func (w *Watcher) setSynced() {

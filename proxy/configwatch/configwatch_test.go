@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -196,7 +197,8 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	rec := newRecorder()
 	rec.refuse[6] = errRefused
 	publish(t, cli, testSnapshot(1))
-	w := start(t, Config{Client: cli, Apply: rec.apply})
+	var changes atomic.Int64
+	w := start(t, Config{Client: cli, Apply: rec.apply, OnChange: func() { changes.Add(1) }})
 	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 
 	encode := func(s *snapshot.Snapshot) (snapshot.Manifest, []byte) {
@@ -250,6 +252,9 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	}
 	publish(t, cli, testSnapshot(9))
 	eventually(t, 20*time.Second, "valid v9 applied", func() bool { return rec.last() == 9 })
+	if n := changes.Load(); n != int64(len(cases))+2 {
+		t.Fatalf("OnChange called %d times, want %d (2 applies + %d rejections)", n, len(cases)+2, len(cases))
+	}
 	if st := w.Status(); st.AppliedVersion != 9 || st.RejectedVersion != 0 || st.RejectedReason != "" {
 		t.Fatalf("after a good apply: %+v", st)
 	}
