@@ -335,6 +335,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		w, err := configwatch.New(configwatch.Config{
 			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, Apply: apply, Cache: cache,
 			Logger: log, StallTimeout: cfg.StallTimeout, Metrics: promReg,
+			// Rejections never reach apply: report them promptly too.
+			OnChange: func() {
+				if rep != nil {
+					rep.Notify()
+				}
+			},
 		})
 		if err != nil {
 			return fmt.Errorf("lbproxy: %w", err)
@@ -361,7 +367,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		goBG("config watch", w.Run)
 		goBG("status report", rep.Run)
 	default:
-		path, err := startFileSource(cfg, log, apply, goBG)
+		path, err := startFileSource(cfg, log, apply, goBG, promReg)
 		if err != nil {
 			return err
 		}

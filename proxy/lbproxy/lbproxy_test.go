@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -399,5 +402,58 @@ func TestAdminTokenRequiredWhenSet(t *testing.T) {
 	http.DefaultClient.CloseIdleConnections()
 	if code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/healthz", ""); code != 200 {
 		t.Fatalf("healthz needs no token: %d", code)
+	}
+}
+
+// --config with a desired-state file: served at once, reloaded when the file
+// changes, and a bad edit keeps the last good configuration.
+func TestConfigFileReload(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "from-file") }))
+	defer backend.Close()
+	port := backend.Listener.Addr().(*net.TCPAddr).Port
+	state := func(weight int) string {
+		return fmt.Sprintf(`topology: {idcs: [IDC1], proxy_clusters: {BFE1: {idc: IDC1}}}
+products: {p: {hosts: [a.test], rules: [{cond: "default_t()", cluster: c}]}}
+clusters:
+  c:
+    subclusters:
+      S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port: %d, weight: %d}]}
+`, port, weight)
+	}
+	path := filepath.Join(t.TempDir(), "state.yaml")
+	if err := os.WriteFile(path, []byte(state(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, Config{ConfigFile: path})
+	if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "a.test"); code != 200 || body != "from-file" {
+		t.Fatalf("GET: %d %q", code, body)
+	}
+	v1 := adminStatus(t, r).AppliedVersion
+	os.WriteFile(path, []byte(state(5)), 0o644)
+	deadline := time.Now().Add(20 * time.Second)
+	for adminStatus(t, r).AppliedVersion == v1 {
+		if time.Now().After(deadline) {
+			t.Fatal("changed file not reloaded")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	v2 := adminStatus(t, r).AppliedVersion
+	os.WriteFile(path, []byte("topology: {idcs: [IDC1]\n"), 0o644) // broken YAML
+	deadline = time.Now().Add(20 * time.Second)
+	for {
+		_, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", "")
+		if strings.Contains(m, `sluice_proxy_config_reloads_total{result="invalid"} 1`) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the broken file was not noticed")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	if st := adminStatus(t, r); st.AppliedVersion != v2 {
+		t.Fatalf("a broken file changed the applied version: %d → %d", v2, st.AppliedVersion)
+	}
+	if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "a.test"); code != 200 || body != "from-file" {
+		t.Fatalf("GET after a bad reload: %d %q", code, body)
 	}
 }
