@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,8 +37,22 @@ type Options struct {
 	AutoCompactionRetention string
 }
 
-// Start starts an embedded etcd and waits until it serves.
+// Start starts an embedded etcd and waits until it serves. With ports
+// picked by the OS, a port taken by someone else between picking and binding
+// is retried with fresh ports.
 func Start(o Options) (*Server, error) {
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		var s *Server
+		s, err = start(o)
+		if err == nil || (o.ClientPort != 0 && o.PeerPort != 0) || !strings.Contains(err.Error(), "address already in use") {
+			return s, err
+		}
+	}
+	return nil, err
+}
+
+func start(o Options) (*Server, error) {
 	dir := o.Dir
 	if dir == "" {
 		d, err := os.MkdirTemp("", "sluice-etcd-*")
