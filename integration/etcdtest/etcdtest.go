@@ -48,6 +48,10 @@ func Start(o Options) (*Server, error) {
 		if err == nil || (o.ClientPort != 0 && o.PeerPort != 0) || !strings.Contains(err.Error(), "address already in use") {
 			return s, err
 		}
+		if o.Dir != "" {
+			// A failed start may have laid out a member with the old ports.
+			_ = os.RemoveAll(o.Dir)
+		}
 	}
 	return nil, err
 }
