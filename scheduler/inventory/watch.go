@@ -79,7 +79,7 @@ func watchRound(ctx context.Context, cli *clientv3.Client, prefix string, s sink
 				// start revision is still in the future (nothing at all was
 				// written since our listing). Tell that quiet case from a
 				// stuck watch by the store's revision.
-				gctx, cancel := context.WithTimeout(ctx, stall)
+				gctx, cancel := context.WithTimeout(ctx, max(stall, 5*time.Second))
 				r, err := cli.Get(gctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 				cancel()
 				if err != nil || r.Header.Revision > rev {

@@ -112,7 +112,7 @@ func TestQuietWatchIsNotAStall(t *testing.T) {
 	var resyncs atomic.Int32
 	done := make(chan struct{})
 	go func() {
-		watchLoop(ctx, cli, "/q/", s, 50*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { resyncs.Add(1) })
+		watchLoop(ctx, cli, "/q/", s, 100*time.Millisecond, slog.New(slog.NewTextHandler(io.Discard, nil)), func() { resyncs.Add(1) })
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
