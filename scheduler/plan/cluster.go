@@ -276,18 +276,18 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 			if d <= 0 {
 				continue
 			}
-			shares := make(map[string]float64, len(keys))
+			// The row is rounded from the optimum as recorded (to 1e-6
+			// points), so float noise in the solver cannot flip a tie and
+			// the same optimum always gives the same row.
 			opt := make(map[string]float64, len(keys))
 			for j, name := range scs {
-				shares[name] = sol.Flow[i][j]
 				opt[name] = round6(sol.Flow[i][j] / d * float64(set.den))
 			}
-			shares[config.Blackhole] = sol.Drop[i]
-			if sol.Drop[i] > 0 {
-				opt[config.Blackhole] = round6(sol.Drop[i] / d * float64(set.den))
+			if bh := round6(sol.Drop[i] / d * float64(set.den)); bh > 0 {
+				opt[config.Blackhole] = bh
 			}
 			exps[b].Optimum = opt
-			rows[b] = largestRemainder(keys, shares, set.den)
+			rows[b] = largestRemainder(keys, opt, set.den)
 		}
 		return nil
 	}

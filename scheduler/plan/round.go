@@ -36,7 +36,9 @@ func largestRemainder(keys []string, shares map[string]float64, total int) map[s
 		}
 		out[k] = int(f)
 		given += int(f)
-		rems = append(rems, rem{k, q - f})
+		// Quantised so that float noise cannot break a tie (12.5 vs
+		// 12.4999999999): ties go to the earlier key, run after run.
+		rems = append(rems, rem{k, math.Round((q-f)*1e9) / 1e9})
 	}
 	sort.SliceStable(rems, func(i, j int) bool { return rems[i].frac > rems[j].frac })
 	for i := 0; given < total; i++ {

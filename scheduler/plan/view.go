@@ -49,25 +49,25 @@ type Result struct {
 // ClusterPlan is the optimisation of one backend cluster.
 type ClusterPlan struct {
 	// ProxyClusters and SubClusters label Flow's rows and columns (sorted).
-	ProxyClusters []string
-	SubClusters   []string
+	ProxyClusters []string `json:"proxy_clusters"`
+	SubClusters   []string `json:"subclusters"`
 	// Mode per proxy cluster: "optimal", "capacity-proportional", "pinned"
 	// or "unavailable".
-	Mode map[string]string
+	Mode map[string]string `json:"mode"`
 	// DemandRPS per proxy cluster as used by the solver (the pseudo-demand
 	// for capacity-proportional rows, the real demand otherwise).
-	DemandRPS []float64
+	DemandRPS []float64 `json:"demand_rps"`
 	// CapacityRPS per sub-cluster after target utilisation.
-	CapacityRPS []float64
+	CapacityRPS []float64 `json:"capacity_rps"`
 	// Flow[b][s] and Drop[b] in requests/s: the optimum before rounding and
 	// guardrails (pinned rows: the pinned share of the demand).
-	Flow [][]float64
-	Drop []float64
+	Flow [][]float64 `json:"flow_rps"`
+	Drop []float64   `json:"drop_rps"`
 	// Objective is the solver's optimum (rows it solved only).
-	Objective float64
+	Objective float64 `json:"objective"`
 	// Utilisation is the projected load over capacity per sub-cluster with
 	// the published rows and the known demand (1 = at target utilisation).
-	Utilisation map[string]float64
+	Utilisation map[string]float64 `json:"utilisation"`
 	// Recomputed is true when this call computed the cluster.
-	Recomputed bool
+	Recomputed bool `json:"recomputed"`
 }
