@@ -82,8 +82,20 @@ func BenchmarkComputeFull(b *testing.B) {
 // capacity changed (target ≤ 10 ms): one cluster solved, 100 snapshots
 // assembled and hashed.
 func BenchmarkComputeOneClusterChanged(b *testing.B) {
+	benchOneClusterChanged(b, false)
+}
+
+// BenchmarkComputeOneClusterChangedNoHash is the same without the 100
+// snapshot content hashes (what a per-cluster, Merkle-style ContentHash
+// would leave to do).
+func BenchmarkComputeOneClusterChangedNoHash(b *testing.B) {
+	benchOneClusterChanged(b, true)
+}
+
+func benchOneClusterChanged(b *testing.B, skipHash bool) {
 	v := fleet(100, 200, 10)
 	p := NewPlanner()
+	p.skipHash = skipHash
 	res, err := p.Compute(v, nil)
 	if err != nil {
 		b.Fatal(err)

@@ -426,6 +426,12 @@ func TestInvariants(t *testing.T) {
 		st.Scheduler.MaxStepPercent = 100
 		st.Scheduler.HysteresisPercent = 0
 		st.Scheduler.Denominator = []int{100, 10000}[r.IntN(2)]
+		for _, c := range sortedKeys(st.Clusters) {
+			if r.IntN(4) == 0 {
+				scs := sortedKeys(st.Clusters[c].SubClusters)
+				st.Drains = append(st.Drains, config.Drain{Cluster: c, SubCluster: scs[r.IntN(len(scs))]})
+			}
+		}
 		dem := map[string]map[string]float64{}
 		for _, pc := range sortedKeys(st.Topology.ProxyClusters) {
 			dem[pc] = map[string]float64{}
@@ -457,6 +463,11 @@ func TestInvariants(t *testing.T) {
 				}
 				if sum != s.Row.Denominator {
 					t.Fatalf("iter %d %s/%s: row %v sums to %d", iter, pc, name, s.Row.Weights, sum)
+				}
+				for sc, sub := range s.SubClusters {
+					if sub.Excluded && s.Row.Weights[sc] > 0 {
+						t.Fatalf("iter %d %s/%s: drained %s has weight %d", iter, pc, name, sc, s.Row.Weights[sc])
+					}
 				}
 				if s.Row.Weights[config.Blackhole] > 0 && !overload && cp.Mode[pc] != ModeUnavailable {
 					t.Fatalf("iter %d %s/%s: blackhole %d without overload (demand %v capacity %v)", iter, pc, name, s.Row.Weights[config.Blackhole], totalDemand, totalCap)
