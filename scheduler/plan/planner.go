@@ -242,7 +242,7 @@ func globalDigest(st *config.State, proxies []string, set settings) [sha256.Size
 // which is cheaper than walking its map; a different encoding of equal
 // content only costs one needless recomputation.
 func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutput) [sha256.Size]byte {
-	w := digestWriter{buf: make([]byte, 0, 4096)}
+	w := digestWriter{buf: make([]byte, 0, 2048+len(in.proxies)*(64+24*len(in.cfg.SubClusters)))}
 	w.buf = append(w.buf, global[:]...)
 	w.str(in.name)
 	pol, err := json.Marshal(in.cfg.Policy)
