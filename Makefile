@@ -44,5 +44,9 @@ fuzz:
 run: build devtools
 	./bin/sluice-dev --bin bin
 
+## bench: lbproxy vs nginx vs HAProxy side by side (bench/run.sh; ROUNDS, DURATION, RATE, NAMES); see docs/BENCHMARKS.md
+bench:
+	ROUNDS=$${ROUNDS:-3} DURATION=$${DURATION:-10s} bash bench/run.sh
+
 clean:
 	rm -rf bin

@@ -38,13 +38,13 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
-B=(127.0.0.1:19101 127.0.0.1:19102 127.0.0.1:19103 127.0.0.1:19104)
+B=(127.0.0.1:29101 127.0.0.1:29102 127.0.0.1:29103 127.0.0.1:29104)
 W=(5 3 1 1)
 EXTRA=() # the 996 more instances of the 1 000-instance cluster
-for p in $(seq 20000 20995); do EXTRA+=("127.0.0.1:$p"); done
+for p in $(seq 30000 30995); do EXTRA+=("127.0.0.1:$p"); done
 ALL=("${B[@]}" "${EXTRA[@]}")
 taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${ALL[*]}")" & PIDS+=($!)
-taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:19200 & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:29200 & PIDS+=($!)
 
 # --- configurations ---------------------------------------------------------
 {
@@ -55,12 +55,12 @@ taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:19200 & PIDS+=($!)
   echo " upstream be {"
   for i in 0 1 2 3; do echo "  server ${B[$i]} weight=${W[$i]};"; done
   echo "  keepalive 64; }"
-  echo " server { listen 127.0.0.1:18081; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+  echo " server { listen 127.0.0.1:28081; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
 } > "$WORK/nginx.conf"
 {
   echo "global"; echo "  nbthread 1"; echo "  maxconn 4096"
   echo "defaults"; echo "  mode http"; echo "  timeout connect 2s"; echo "  timeout client 60s"; echo "  timeout server 60s"; echo "  http-reuse always"
-  echo "frontend fe"; echo "  bind 127.0.0.1:18082"; echo "  default_backend be"
+  echo "frontend fe"; echo "  bind 127.0.0.1:28082"; echo "  default_backend be"
   echo "backend be"; echo "  balance roundrobin"
   for i in 0 1 2 3; do echo "  server s$i ${B[$i]} weight ${W[$i]}"; done
 } > "$WORK/haproxy.cfg"
@@ -86,19 +86,19 @@ snapshot "${INST1K%,}" > "$WORK/snapshot1k.json"
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!
 taskset -c 0 "$HAPROXY" -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:18083 --admin 127.0.0.1:19083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
+  --listen 127.0.0.1:28083 --admin 127.0.0.1:29083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id std --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:18085 --admin 127.0.0.1:19085 --access-log off --trace-sample 0 --upstream-client std \
+  --listen 127.0.0.1:28085 --admin 127.0.0.1:29085 --access-log off --trace-sample 0 --upstream-client std \
   2>"$WORK/std.log" & PIDS+=($!); STD_PID=$!
-OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:19200 \
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:29200 \
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:18084 --admin 127.0.0.1:19084 --access-log "$WORK/access.log" --trace-exporter otlp \
+  --listen 127.0.0.1:28084 --admin 127.0.0.1:29084 --access-log "$WORK/access.log" --trace-exporter otlp \
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
-  --listen 127.0.0.1:18086 --admin 127.0.0.1:19086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
+  --listen 127.0.0.1:28086 --admin 127.0.0.1:29086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
 
-declare -A URL=([nginx]=http://127.0.0.1:18081/ [haproxy]=http://127.0.0.1:18082/ [lbproxy]=http://127.0.0.1:18083/
-  [lbproxy-std]=http://127.0.0.1:18085/ [lbproxy-full]=http://127.0.0.1:18084/ [lbproxy-1k]=http://127.0.0.1:18086/ [direct]=http://${B[0]}/)
+declare -A URL=([nginx]=http://127.0.0.1:28081/ [haproxy]=http://127.0.0.1:28082/ [lbproxy]=http://127.0.0.1:28083/
+  [lbproxy-std]=http://127.0.0.1:28085/ [lbproxy-full]=http://127.0.0.1:28084/ [lbproxy-1k]=http://127.0.0.1:28086/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-std]=$STD_PID
   [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [direct]=0)
 NAMES=(${NAMES:-nginx haproxy lbproxy lbproxy-std lbproxy-full lbproxy-1k direct})

@@ -1,0 +1,475 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"net/url"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", d, what)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for state
+	}
+}
+
+func testPool(maxIdle, maxConns int, queue, idle time.Duration) config.Pool {
+	return config.Pool{MaxIdleConnsPerHost: maxIdle, MaxConnsPerHost: maxConns,
+		QueueTimeout: config.Duration(queue), IdleTimeout: config.Duration(idle)}
+}
+
+func upstreamFor(t *testing.T, addr string, pool config.Pool, rht time.Duration) (*Pools, *Upstream) {
+	t.Helper()
+	ps := NewPools(Options{})
+	t.Cleanup(ps.Close)
+	tm := config.Timeouts{Connect: config.Duration(2 * time.Second), ResponseHeader: config.Duration(rht)}
+	return ps, ps.Get(netip.MustParseAddrPort(addr), pool, tm)
+}
+
+// dump is what a backend saw of one request, in a comparable form.
+func dump(r *http.Request) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s %s host=%s cl=%d te=%v\n", r.Method, r.RequestURI, r.Host, r.ContentLength, r.TransferEncoding)
+	keys := make([]string, 0, len(r.Header))
+	for k := range r.Header {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s: %q\n", k, r.Header[k])
+	}
+	body, err := io.ReadAll(r.Body)
+	fmt.Fprintf(&b, "body=%q err=%v trailer=%v\n", body, err, r.Trailer)
+	return b.String()
+}
+
+// diffCase is one request/response pair of the differential test.
+type diffCase struct {
+	method    string
+	uri       string
+	hval      string
+	body      []byte
+	chunked   bool // request body of unknown length
+	status    int
+	resChunk  bool // response without Content-Length (chunked)
+	resTrail  bool
+	resHeader string
+}
+
+// exchangeStd and exchangeFast send the same request through http.Transport
+// and Upstream.Do; each returns what the backend saw and what the client got.
+func runDiff(t *testing.T, c diffCase) (backendStd, backendFast, clientStd, clientFast string) {
+	t.Helper()
+	seen := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		seen <- dump(r)
+		if c.resTrail {
+			w.Header().Set("Trailer", "X-Sum")
+		}
+		w.Header().Set("X-Echo", c.resHeader)
+		body := strings.Repeat("b", len(c.body)+3)
+		if !c.resChunk {
+			w.Header().Set("Content-Length", fmt.Sprint(len(body)))
+		}
+		w.WriteHeader(c.status)
+		io.WriteString(w, body)
+		if c.resTrail {
+			w.Header().Set("X-Sum", "sum-"+c.resHeader)
+		}
+	}))
+	defer srv.Close()
+	addr := srv.Listener.Addr().String()
+
+	tr := &http.Transport{DisableCompression: true}
+	defer tr.CloseIdleConnections()
+	var rb io.Reader
+	if c.body != nil {
+		rb = bytes.NewReader(c.body)
+		if c.chunked {
+			rb = io.MultiReader(rb) // hides the length: chunked
+		}
+	}
+	req, err := http.NewRequest(c.method, "http://"+addr+c.uri, rb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "demo.test"
+	req.Header.Set("User-Agent", "diff")
+	req.Header.Set("X-Value", c.hval)
+	res, err := tr.RoundTrip(req)
+	if err != nil {
+		t.Fatalf("std: %v", err)
+	}
+	backendStd = <-seen
+	clientStd = clientDump(res.StatusCode, res.Header, res.Body, func() http.Header { return res.Trailer })
+
+	_, up := upstreamFor(t, addr, testPool(2, 0, 0, time.Minute), 0)
+	// The server forwards r.URL.RequestURI(), as ReverseProxy does.
+	fr := &Request{Method: c.method, URI: req.URL.RequestURI(), Host: "demo.test",
+		Header: http.Header{"User-Agent": {"diff"}, "X-Value": {c.hval}}}
+	if c.body != nil {
+		fr.Body, fr.BodyLength = bytes.NewReader(c.body), int64(len(c.body))
+		if c.chunked {
+			fr.Body, fr.BodyLength = io.MultiReader(bytes.NewReader(c.body)), -1
+		}
+	}
+	h := make(http.Header)
+	fres, err := up.Do(context.Background(), fr, h)
+	if err != nil {
+		t.Fatalf("fast: %v", err)
+	}
+	backendFast = <-seen
+	clientFast = clientDump(fres.Status, h, fres.Body, fres.Body.Trailer)
+	return
+}
+
+func clientDump(status int, h http.Header, body io.ReadCloser, trailer func() http.Header) string {
+	b, err := io.ReadAll(body)
+	body.Close()
+	h = h.Clone()
+	// Transport moves "Trailer" into Response.Trailer; Do keeps the
+	// announcement in the header for the relay to pass on.
+	for _, k := range []string{"Date", "Connection", "Keep-Alive", "Transfer-Encoding", "Trailer"} {
+		delete(h, k)
+	}
+	keys := make([]string, 0, len(h))
+	for k := range h {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var s strings.Builder
+	fmt.Fprintf(&s, "%d\n", status)
+	for _, k := range keys {
+		fmt.Fprintf(&s, "%s: %q\n", k, h[k])
+	}
+	tr := trailer()
+	if len(tr) == 0 {
+		tr = nil
+	}
+	fmt.Fprintf(&s, "body=%q err=%v trailer=%v\n", b, err, tr)
+	return s.String()
+}
+
+// FuzzDoMatchesTransport is the differential test of the fast client: the
+// same request sent through http.Transport and through Upstream.Do must reach
+// the backend identically and come back identically (status, end-to-end
+// headers, body, trailers). The seeds run in every `go test`.
+func FuzzDoMatchesTransport(f *testing.F) {
+	f.Add(uint8(0), "/", "v", []byte(nil), false, uint8(0), false, false, "e")
+	f.Add(uint8(1), "/post?x=1&y=%20", "a b", []byte("hello"), false, uint8(1), true, true, "t")
+	f.Add(uint8(1), "/chunk", "", []byte(strings.Repeat("z", 70000)), true, uint8(2), false, false, "")
+	f.Add(uint8(2), "/head", "h", []byte(nil), false, uint8(0), false, false, "x")
+	f.Add(uint8(0), "/nc", "v", []byte(nil), false, uint8(3), false, false, "n")
+	f.Add(uint8(3), "/put", "v", []byte("put-body"), true, uint8(4), true, true, "p")
+	f.Fuzz(func(t *testing.T, m uint8, path, hval string, body []byte, chunked bool, st uint8, resChunk, resTrail bool, resHeader string) {
+		methods := []string{http.MethodGet, http.MethodPost, http.MethodHead, http.MethodPut}
+		statuses := []int{200, 201, 204, 304, 503}
+		c := diffCase{method: methods[int(m)%len(methods)], hval: hval, body: body, chunked: chunked,
+			status: statuses[int(st)%len(statuses)], resChunk: resChunk, resTrail: resTrail, resHeader: resHeader}
+		if _, err := url.ParseRequestURI(path); err != nil || !strings.HasPrefix(path, "/") || strings.ContainsAny(path, " #\x00\r\n\t") || !validValue(hval) || !validValue(resHeader) {
+			return // not a request a front server would accept
+		}
+		c.uri = path
+		if c.method == http.MethodGet || c.method == http.MethodHead {
+			c.body, c.chunked = nil, false
+		}
+		if len(c.body) == 0 {
+			c.body, c.chunked = nil, false
+		}
+		bs, bf, cs, cf := runDiff(t, c)
+		if bs != bf {
+			t.Errorf("backend saw different requests:\nstd:\n%s\nfast:\n%s", bs, bf)
+		}
+		if cs != cf {
+			t.Errorf("client got different responses:\nstd:\n%s\nfast:\n%s", cs, cf)
+		}
+	})
+}
+
+func validValue(s string) bool {
+	if s != strings.TrimSpace(s) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < ' ' || s[i] == 0x7f || s[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
+// rawBackend accepts connections and runs serve on each.
+func rawBackend(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() { defer c.Close(); serve(c) }()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}
+
+// readReq reads one request head (no body) from br.
+func readReq(br *bufio.Reader) (string, error) {
+	var b strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return b.String(), err
+		}
+		b.WriteString(line)
+		if line == "\r\n" {
+			return b.String(), nil
+		}
+	}
+}
+
+func get(up *Upstream, ctx context.Context, retry func(bool) bool) (int, string, error) {
+	h := make(http.Header)
+	res, err := up.Do(ctx, &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{}, RetryStale: retry}, h)
+	if err != nil {
+		return 0, "", err
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	return res.Status, string(b), err
+}
+
+// A keep-alive connection the backend closed after its answer is redone on
+// a new connection when RetryStale allows it, and fails otherwise.
+func TestStaleReusedConnection(t *testing.T) {
+	var conns atomic.Int64
+	addr := rawBackend(t, func(c net.Conn) {
+		conns.Add(1)
+		br := bufio.NewReader(c)
+		if _, err := readReq(br); err != nil {
+			return
+		}
+		// Promises keep-alive, then closes: the next request on it is stale.
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+	})
+	for _, allow := range []bool{true, false} {
+		_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+		if s, b, err := get(up, context.Background(), nil); err != nil || s != 200 || b != "ok" {
+			t.Fatalf("first: %d %q %v", s, b, err)
+		}
+		eventually(t, 5*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+		var asked atomic.Int64
+		s, b, err := get(up, context.Background(), func(written bool) bool {
+			asked.Add(1)
+			if written {
+				t.Error("a body-less request reported written")
+			}
+			return allow
+		})
+		if asked.Load() != 1 {
+			t.Fatalf("allow=%v: RetryStale asked %d times, want 1", allow, asked.Load())
+		}
+		if allow && (err != nil || s != 200 || b != "ok") {
+			t.Fatalf("allowed retry: %d %q %v", s, b, err)
+		}
+		if !allow && err == nil {
+			t.Fatalf("refused retry: want an error, got %d", s)
+		}
+	}
+}
+
+// Over max_conns_per_host the request waits for the queue timeout and fails
+// with ErrPoolFull; a slot is released when the body is closed.
+func TestPoolLimitAndQueueTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
+	defer srv.Close()
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(1, 1, 50*time.Millisecond, time.Minute), 0)
+	res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b"}, make(http.Header))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if up.InUse() != 1 {
+		t.Fatalf("in use %d, want 1", up.InUse())
+	}
+	if _, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b"}, make(http.Header)); !errors.Is(err, ErrPoolFull) {
+		t.Fatalf("second request: %v, want ErrPoolFull", err)
+	}
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	if up.InUse() != 0 {
+		t.Fatalf("in use %d after close, want 0", up.InUse())
+	}
+	if s, _, err := get(up, context.Background(), nil); err != nil || s != 200 {
+		t.Fatalf("after release: %d %v", s, err)
+	}
+}
+
+// Idle connections are closed after idle_timeout.
+func TestIdleConnectionsReaped(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
+	defer srv.Close()
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, 100*time.Millisecond), 0)
+	if s, _, err := get(up, context.Background(), nil); err != nil || s != 200 {
+		t.Fatalf("%d %v", s, err)
+	}
+	if up.IdleConns() != 1 {
+		t.Fatalf("idle %d, want 1", up.IdleConns())
+	}
+	eventually(t, 5*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
+}
+
+// The response-header timeout and the context deadline are net timeouts.
+func TestResponseHeaderTimeoutAndDeadline(t *testing.T) {
+	addr := rawBackend(t, func(c net.Conn) { io.Copy(io.Discard, c) }) // never answers
+	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 100*time.Millisecond)
+	_, _, err := get(up, context.Background(), nil)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("response-header timeout: %v, want a net timeout", err)
+	}
+	_, up2 := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, _, err := get(up2, ctx, nil); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Fatalf("deadline: %v, want a net timeout", err)
+	}
+	// Cancelling (no deadline) interrupts the exchange too.
+	ctx3, cancel3 := context.WithCancel(context.Background())
+	time.AfterFunc(50*time.Millisecond, cancel3)
+	if _, _, err := get(up2, ctx3, nil); err == nil {
+		t.Fatal("cancelled exchange succeeded")
+	}
+}
+
+// With Expect: 100-continue a backend that answers at once never gets the
+// body, and the client body is never read.
+func TestExpectContinueFinalAnswerSkipsBody(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/reject" {
+			w.WriteHeader(http.StatusExpectationFailed)
+			return
+		}
+		b, _ := io.ReadAll(r.Body)
+		w.Write(b)
+	}))
+	defer srv.Close()
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, time.Minute), 0)
+	for _, tc := range []struct {
+		path   string
+		status int
+		reads  bool
+	}{{"/reject", 417, false}, {"/echo", 200, true}} {
+		var read atomic.Bool
+		body := readerFunc(func(p []byte) (int, error) {
+			if read.Swap(true) {
+				return 0, io.EOF
+			}
+			return copy(p, "payload"), nil
+		})
+		h := make(http.Header)
+		res, err := up.Do(context.Background(), &Request{Method: "POST", URI: tc.path, Host: "b", Header: http.Header{},
+			Body: body, BodyLength: 7, ExpectContinue: true}, h)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.path, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.Status != tc.status || read.Load() != tc.reads {
+			t.Fatalf("%s: status %d body %q read=%v, want %d read=%v", tc.path, res.Status, b, read.Load(), tc.status, tc.reads)
+		}
+		if tc.reads && string(b) != "payload" {
+			t.Fatalf("%s: echoed %q", tc.path, b)
+		}
+	}
+}
+
+type readerFunc func([]byte) (int, error)
+
+func (f readerFunc) Read(p []byte) (int, error) { return f(p) }
+
+// Hop-by-hop headers never cross the proxy, in either direction.
+func TestHopByHopRemoved(t *testing.T) {
+	got := make(chan http.Header, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- r.Header.Clone()
+		w.Header().Set("Connection", "X-Secret")
+		w.Header().Set("X-Secret", "s")
+		w.Header().Set("Keep-Alive", "timeout=5")
+		w.Header().Set("X-Kept", "k")
+		io.WriteString(w, "x")
+	}))
+	defer srv.Close()
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, time.Minute), 0)
+	h := make(http.Header)
+	res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{
+		"Connection": {"X-Forwarded-For, X-Drop"}, "X-Drop": {"d"}, "Keep-Alive": {"1"}, "Te": {"trailers, gzip"},
+		"Proxy-Authorization": {"p"}, "Upgrade": {"x"}, "X-Keep": {"k"}, "Forwarded": {"for=x"}},
+		Skip: []string{"Forwarded"}, Extra: []HeaderField{{"X-Forwarded-For", "10.0.0.1"}}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	rh := <-got
+	for _, k := range []string{"Connection", "X-Drop", "Keep-Alive", "Proxy-Authorization", "Upgrade", "Forwarded"} {
+		if _, ok := rh[k]; ok {
+			t.Errorf("backend got hop-by-hop/skipped %s: %q", k, rh[k])
+		}
+	}
+	if rh.Get("X-Keep") != "k" || rh.Get("Te") != "trailers" || rh.Get("X-Forwarded-For") != "10.0.0.1" {
+		t.Errorf("backend headers %v", rh)
+	}
+	for _, k := range []string{"Connection", "X-Secret", "Keep-Alive"} {
+		if _, ok := h[k]; ok {
+			t.Errorf("client got hop-by-hop %s", k)
+		}
+	}
+	if h.Get("X-Kept") != "k" {
+		t.Errorf("client headers %v", h)
+	}
+}
+
+// A body cut short by the backend is an error, never a clean EOF.
+func TestTruncatedBodyIsAnError(t *testing.T) {
+	addr := rawBackend(t, func(c net.Conn) {
+		readReq(bufio.NewReader(c))
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc")
+	})
+	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+	if _, b, err := get(up, context.Background(), nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("body %q err %v, want ErrUnexpectedEOF", b, err)
+	}
+	if up.IdleConns() != 0 {
+		t.Fatal("a broken connection was pooled")
+	}
+}
