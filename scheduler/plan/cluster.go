@@ -182,12 +182,7 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		}
 		fixRowSum(row, set.den)
 		applyDrainToPin(row, scs, subs, availList, byCap, exps[b])
-		for _, name := range scs {
-			if row[name] > 0 && !availSC[name] && !subs[name].Excluded {
-				exps[b].Notes = append(exps[b].Notes, fmt.Sprintf(
-					"warning: the pin puts %d points on %s, which has no available instance; the proxies spread that share over the rest of the row", row[name], name))
-			}
-		}
+		applyUnavailableToPin(row, scs, availSC, availList, byCap, exps[b])
 		rows[b] = row
 		plan.DemandRPS[b] = in.demand[b]
 		if in.known[b] {
@@ -495,6 +490,39 @@ func applyDrainToPin(row map[string]int, scs []string, subs map[string]config.Su
 			}
 		}
 		e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s is drained: its %d pinned points moved to %s", GuardDrain, name, w, to))
+	}
+}
+
+// applyUnavailableToPin moves a pinned row's weight off sub-clusters with no
+// available instance, to the pin's other available sub-clusters in
+// proportion, else to the available ones by capacity — never to the
+// blackhole: an outage must not turn into dropped traffic. When nothing is
+// available at all the pin is kept (the proxies' cross retries decide).
+// The operator's pin is unchanged; the published row says why it differs.
+func applyUnavailableToPin(row map[string]int, scs []string, availSC map[string]bool, avail []string, byCap func(string) float64, e *snapshot.Explanation) {
+	for _, name := range scs {
+		w := row[name]
+		if w == 0 || availSC[name] {
+			continue
+		}
+		var others []string
+		for _, o := range scs {
+			if o != name && row[o] > 0 && availSC[o] {
+				others = append(others, o)
+			}
+		}
+		row[name] = 0
+		to := "the pin's other sub-clusters"
+		if !spread(row, w, others, func(k string) float64 { return float64(row[k]) }) {
+			to = "available sub-clusters by capacity"
+			if !spread(row, w, avail, byCap) {
+				row[name] = w
+				e.Notes = append(e.Notes, fmt.Sprintf(
+					"warning: the pin puts %d points on %s, which has no available instance, and no other sub-cluster has one: kept", w, name))
+				continue
+			}
+		}
+		e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s has no available instance: its %d pinned points moved to %s", GuardUnavailable, name, w, to))
 	}
 }
 

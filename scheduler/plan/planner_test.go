@@ -283,14 +283,28 @@ func TestPinsAndDrains(t *testing.T) {
 	}
 }
 
-func TestPinOnUnavailableWarns(t *testing.T) {
+// A pinned share on a sub-cluster with nothing available moves to the pin's
+// other available sub-clusters, never to the blackhole; with nothing
+// available anywhere the pin is kept with a warning.
+func TestPinOnUnavailableMovesToAvailable(t *testing.T) {
 	st := twoIDC(1000, 1000)
 	sc := st.Clusters["demo-main"].SubClusters["SC1"]
 	sc.Instances[0].State = config.StateDraining
-	st.Pins = []config.Pin{{ProxyCluster: "BFE1", Cluster: "demo-main", Weights: map[string]int{"SC1": 50, "SC2": 50}}}
+	st.Pins = []config.Pin{{ProxyCluster: "BFE1", Cluster: "demo-main", Weights: map[string]int{"SC1": 45, "SC2": 45, config.Blackhole: 10}}}
 	res := mustCompute(t, NewPlanner(), View{State: st, Demand: demand(100, 100)}, nil)
-	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 50, "SC2": 50})
-	if n := strings.Join(res.Snapshots["BFE1"].Clusters["demo-main"].Explanation.Notes, "\n"); !strings.Contains(n, "warning: the pin puts 50 points on SC1") {
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 0, "SC2": 90, config.Blackhole: 10})
+	if g := guardrails(res, "BFE1", "demo-main"); !strings.Contains(g, GuardUnavailable+": SC1 has no available instance: its 45 pinned points moved to the pin's other sub-clusters") {
+		t.Fatalf("guardrails %q", g)
+	}
+	if !res.Snapshots["BFE1"].Clusters["demo-main"].Row.Pinned {
+		t.Fatal("row no longer marked pinned")
+	}
+
+	sc2 := st.Clusters["demo-main"].SubClusters["SC2"]
+	sc2.Instances[0].State = config.StateUnhealthy
+	res = mustCompute(t, NewPlanner(), View{State: st, Demand: demand(100, 100)}, nil)
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 45, "SC2": 45, config.Blackhole: 10})
+	if n := strings.Join(res.Snapshots["BFE1"].Clusters["demo-main"].Explanation.Notes, "\n"); !strings.Contains(n, "no other sub-cluster has one: kept") {
 		t.Fatalf("notes %q", n)
 	}
 }
