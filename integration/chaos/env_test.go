@@ -32,7 +32,7 @@ import (
 // The compose fleet (deploy/compose/docker-compose.yml, project "sluice").
 const (
 	project    = "sluice"
-	controlNet = project + "_control"
+	controlNet = project + "_mgmt" // the etcd (management) network
 )
 
 // Proxy is one lbproxy container with its ports published on 127.0.0.1.
@@ -111,7 +111,9 @@ func newEnv(t *testing.T) *Env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.Etcd, err = clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, TLS: tlsCfg, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+	e.Etcd, err = clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, TLS: tlsCfg, DialTimeout: 3 * time.Second, Logger: zap.NewNop(),
+		// Detect a frozen (docker pause) member quickly.
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,18 +300,37 @@ func (e *Env) waitConverged(t *testing.T, limit time.Duration) time.Duration {
 }
 
 // setRow rewrites BFE1's pin for demo-main (CAS on the desired state).
+// Each attempt has its own short deadline, so a frozen member that holds
+// one request does not stall the scenario.
 func (e *Env) setRow(ctx context.Context, sc1, sc2, bh int, reason string) error {
-	for attempt := 0; attempt < 5; attempt++ {
+	var last error
+	for attempt := 0; attempt < 10 && ctx.Err() == nil; attempt++ {
+		ok, err := e.trySetRow(ctx, sc1, sc2, bh, reason)
+		if ok {
+			return nil
+		}
+		last = err
+	}
+	if last == nil {
+		last = ctx.Err()
+	}
+	return fmt.Errorf("set BFE1 row: %w", last)
+}
+
+func (e *Env) trySetRow(ctx context.Context, sc1, sc2, bh int, reason string) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	{
 		r, err := e.Etcd.Get(ctx, e.Layout.Desired())
 		if err != nil {
-			return err
+			return false, err
 		}
 		if len(r.Kvs) == 0 {
-			return errors.New("no desired state")
+			return false, errors.New("no desired state")
 		}
 		var st config.State
 		if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
-			return err
+			return false, err
 		}
 		w := map[string]int{"SC1": sc1, "SC2": sc2, "GSLB_BLACKHOLE": bh}
 		i := slices.IndexFunc(st.Pins, func(p config.Pin) bool { return p.ProxyCluster == "BFE1" && p.Cluster == "demo-main" })
@@ -320,18 +341,18 @@ func (e *Env) setRow(ctx context.Context, sc1, sc2, bh int, reason string) error
 		st.Pins[i].Weights, st.Pins[i].Reason = w, reason
 		raw, err := json.Marshal(&st)
 		if err != nil {
-			return err
+			return false, err
 		}
 		tr, err := e.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.Layout.Desired()), "=", r.Kvs[0].ModRevision)).
 			Then(clientv3.OpPut(e.Layout.Desired(), string(raw))).Commit()
 		if err != nil {
-			return err
+			return false, err
 		}
-		if tr.Succeeded {
-			return nil
+		if !tr.Succeeded {
+			return false, errors.New("desired state changed meanwhile (CAS)")
 		}
+		return true, nil
 	}
-	return errors.New("desired state kept changing")
 }
 
 // etcdLeader returns the container name of the etcd leader.
@@ -383,7 +404,12 @@ func (e *Env) snapshotAuthors(ctx context.Context, pc string, afterRev int64) (m
 		if err := json.Unmarshal(kv.Value, &m); err != nil {
 			return nil, fmt.Errorf("%s: %w", kv.Key, err)
 		}
-		out[m.Meta.Version] = m.Meta.Author
+		// Authors are "lbscheduler/<id>"; keep the id.
+		a := m.Meta.Author
+		if i := strings.LastIndexByte(a, '/'); i >= 0 {
+			a = a[i+1:]
+		}
+		out[m.Meta.Version] = a
 	}
 	return out, nil
 }

@@ -46,6 +46,10 @@ func (o Outcome) Kind() string {
 	return "fail"
 }
 
+// runID makes request paths unique across suite runs against the same
+// backends.
+var runID = time.Now().UTC().Format("20060102T150405")
+
 // Load sends GET requests through every proxy at a fixed rate per worker and
 // records each outcome. Paths are unique (/chaos/<scenario>/<seq>) so a
 // backend's /stats tells which requests reached it.
@@ -102,7 +106,7 @@ func (l *Load) worker(ctx context.Context, p Proxy, c *http.Client, every time.D
 }
 
 func (l *Load) one(ctx context.Context, p Proxy, c *http.Client, seq int64) Outcome {
-	o := Outcome{Seq: seq, Proxy: p.ID, Path: fmt.Sprintf("/chaos/%s/%d", l.scenario, seq), Start: time.Now()}
+	o := Outcome{Seq: seq, Proxy: p.ID, Path: fmt.Sprintf("/chaos/%s/%s/%d", runID, l.scenario, seq), Start: time.Now()}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+o.Path, nil)
 	req.Host = "demo.local"
 	resp, err := c.Do(req)

@@ -35,14 +35,18 @@ var scenarios = []struct {
 // new BFE1 version; it returns that version.
 func (r *run) publish(sc1, sc2, bh int) uint64 {
 	r.t.Helper()
-	ctx, cancel := ctx10()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	before, err := r.env.current(ctx, "BFE1")
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	var before uint64
+	eventually(r.t, "read BFE1's current version", 30*time.Second, func() error {
+		c, cc := context.WithTimeout(ctx, 2*time.Second)
+		defer cc()
+		var err error
+		before, err = r.env.current(c, "BFE1")
+		return err
+	})
 	if err := r.env.setRow(ctx, sc1, sc2, bh, "chaos "+r.name); err != nil {
-		r.t.Fatalf("set row: %v", err)
+		r.t.Fatal(err)
 	}
 	var v uint64
 	eventually(r.t, "scheduler publishes the new row", 30*time.Second, func() error {

@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/config"
-	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/integration/fleet"
@@ -24,39 +23,7 @@ func liveSnapshot(ctx context.Context, f *fleet.Fleet, pc string) (*snapshot.Sna
 	if err != nil {
 		return nil, err
 	}
-	return readSnapshot(ctx, f.Client, f.Layout, pc, ptr.Version)
-}
-
-func readSnapshot(ctx context.Context, c *clientv3.Client, l keys.Layout, pc string, v uint64) (*snapshot.Snapshot, error) {
-	k, err := l.Snapshot(pc, v)
-	if err != nil {
-		return nil, err
-	}
-	r, err := c.Get(ctx, k)
-	if err != nil {
-		return nil, err
-	}
-	if len(r.Kvs) == 0 {
-		return nil, fmt.Errorf("snapshot %s v%d missing", pc, v)
-	}
-	var m snapshot.Manifest
-	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
-		return nil, err
-	}
-	return snapshot.Decode(m, func(d string) ([]byte, error) {
-		pk, err := l.Part(d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := c.Get(ctx, pk)
-		if err != nil {
-			return nil, err
-		}
-		if len(r.Kvs) == 0 {
-			return nil, snapshot.ErrMissingPart
-		}
-		return r.Kvs[0].Value, nil
-	})
+	return f.Snapshot(ctx, pc, ptr.Version)
 }
 
 // available counts the instances of a sub-cluster that take traffic.

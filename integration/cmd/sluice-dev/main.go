@@ -74,7 +74,7 @@ func printSummary(f *fleet.Fleet, bin string, took time.Duration) {
 	lbctl := filepath.Join(bin, "lbctl") + " --endpoints " + f.Endpoints
 	fmt.Fprintf(&b, "\nTry:\n")
 	fmt.Fprintf(&b, "  1. Which sub-cluster answers (BFE1's row is pinned to SC1 45 / SC2 45 / BLACKHOLE 10):\n")
-	fmt.Fprintf(&b, "     for i in $(seq 20); do curl -s -o /dev/null -w '%%{http_code} ' -H \"X-Forwarded-For: 10.0.0.$i\" %s/; curl -s -H \"X-Forwarded-For: 10.0.0.$i\" %s/ | grep -o '\"subcluster\":\"[^\"]*\"'; echo; done\n", bfe1.URL, bfe1.URL)
+	fmt.Fprintf(&b, "     for i in $(seq 20); do curl -s -o /dev/null -w '%%{http_code} %%header{x-sluice-backend-subcluster}%%header{x-sluice-reason}\\n' -H \"X-Forwarded-For: 10.0.0.$i\" %s/; done\n", bfe1.URL)
 	fmt.Fprintf(&b, "  2. The weight matrix:\n     %s weights get --cluster demo-main\n", lbctl)
 	fmt.Fprintf(&b, "  3. Shift 30%% of BFE1's demo-main traffic from IDC1 to IDC2 and wait until every proxy has it:\n     %s shift --cluster demo-main --proxy-cluster BFE1 --from IDC1 --to IDC2 --percent 30 --wait\n", lbctl)
 	fmt.Fprintf(&b, "  4. Rollout status of every proxy:\n     %s rollout status\n", lbctl)
