@@ -435,11 +435,13 @@ func cacheCorruptEtcdDown(r *run) {
 	})
 	r.hold(5 * time.Second)
 	r.figure("I5: %s restarted with a corrupt cache and etcd down applied nothing (readyz 503); other proxies served on", p.ID)
+	back := time.Now()
 	r.startAll(etcdMembers...)
 	r.waitHealthy(90*time.Second, etcdMembers...)
-	took := eventually(r.t, p.ID+" ready from etcd", 60*time.Second, func() error { return healthy(p.Name) })
+	eventually(r.t, p.ID+" ready from etcd", 60*time.Second, func() error { return healthy(p.Name) })
+	took := time.Since(back)
 	r.excuseProxy(p.ID, from, time.Now())
-	r.figure("I4: %s applied the current snapshot from etcd %.1fs after the members came back", p.ID, took.Seconds())
+	r.figure("I4: %s applied the current snapshot from etcd and was healthy %.1fs after the members were started", p.ID, took.Seconds())
 }
 
 func instanceKill(r *run) {

@@ -471,7 +471,8 @@ func leaderIndex(t *testing.T, f *fleet.Fleet) int {
 // tableView is the part of a proxy's /v1/table the suite reads.
 type tableView struct {
 	Clusters map[string]struct {
-		SubClusters map[string]struct {
+		SubClusters []struct {
+			Name      string         `json:"name"`
 			Instances []instanceView `json:"instances"`
 		} `json:"subclusters"`
 	} `json:"clusters"`
