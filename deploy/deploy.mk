@@ -42,6 +42,7 @@ deploy-up: images
 ## deploy-down: stop the fleet and remove its containers, networks and volumes
 deploy-down:
 	-$(COMPOSE_CMD) --profile tools down -v --remove-orphans --timeout 5
+	-@docker network ls -q --filter label=com.docker.compose.project=sluice | xargs -r docker network rm >/dev/null 2>&1
 
 ## chaos: the chaos suite against a fresh fleet; always torn down afterwards
 chaos: images

@@ -20,6 +20,8 @@ cleanup() {
     docker unpause "$c" >/dev/null 2>&1 || true
   done
   C --profile tools down -v --remove-orphans --timeout 5 >/dev/null 2>&1 || true
+  # Networks of an older compose file are not known to `down`.
+  docker network ls -q --filter label=com.docker.compose.project=sluice | xargs -r docker network rm >/dev/null 2>&1 || true
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -33,7 +35,7 @@ echo "fleet up in $((SECONDS - start))s; records in $out"
 
 (cd "$root/integration" && SLUICE_CHAOS_OUT="$out" SLUICE_COMPOSE_DIR="$cdir" \
   go test -tags chaos -count=1 -timeout "$timeout" -v -run "TestChaos/$run" ./chaos/) 2>&1 | tee "$out/test.log" \
-  | grep -E '^(=== chaos|--- chaos|    [a-z0-9-]+:|--- FAIL|FAIL|ok|PASS|panic|\s+\S+_test\.go:[0-9]+:)'
+  | grep --line-buffered -E '^(=== chaos|--- chaos|    [a-z0-9-]+:|--- FAIL|FAIL|ok|PASS|panic|\s+\S+_test\.go:[0-9]+:)'
 rc=${PIPESTATUS[0]}
 if [ "$rc" != 0 ]; then
   mkdir -p "$out/logs"
