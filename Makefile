@@ -50,3 +50,6 @@ bench:
 
 clean:
 	rm -rf bin
+
+# images, deploy-up, deploy-down, chaos: the Docker fleet (deploy/README.md)
+-include deploy/deploy.mk
