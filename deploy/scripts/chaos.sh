@@ -34,7 +34,7 @@ bash "$root/deploy/scripts/wait-healthy.sh" sluice 180 || exit 1
 echo "fleet up in $((SECONDS - start))s; records in $out"
 
 (cd "$root/integration" && SLUICE_CHAOS_OUT="$out" SLUICE_COMPOSE_DIR="$cdir" \
-  go test -tags chaos -count=1 -timeout "$timeout" -v -run "TestChaos/$run" ./chaos/) 2>&1 | tee "$out/test.log" \
+  go test -tags chaos -count=1 -timeout "$timeout" -v -run "TestAccess|TestChaos/$run" ./chaos/) 2>&1 | tee "$out/test.log" \
   | grep --line-buffered -E '^(=== chaos|--- chaos|    [a-z0-9-]+:|--- FAIL|FAIL|ok|PASS|panic|\s+\S+_test\.go:[0-9]+:)'
 rc=${PIPESTATUS[0]}
 if [ "$rc" != 0 ]; then

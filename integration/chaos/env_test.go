@@ -131,7 +131,11 @@ func composeDir() string {
 	return filepath.Join("..", "..", "deploy", "compose")
 }
 
-func rootTLS(dir string) (*tls.Config, error) {
+func rootTLS(dir string) (*tls.Config, error) { return userTLS(dir, "root") }
+
+// userTLS is the TLS config of one etcd user (certificate CN = user name);
+// user "" presents no client certificate.
+func userTLS(dir, user string) (*tls.Config, error) {
 	ca, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
 	if err != nil {
 		return nil, err
@@ -140,11 +144,16 @@ func rootTLS(dir string) (*tls.Config, error) {
 	if !pool.AppendCertsFromPEM(ca) {
 		return nil, errors.New("ca.pem: no certificate")
 	}
-	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, "root.pem"), filepath.Join(dir, "root-key.pem"))
+	cfg := &tls.Config{RootCAs: pool}
+	if user == "" {
+		return cfg, nil
+	}
+	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, user+".pem"), filepath.Join(dir, user+"-key.pem"))
 	if err != nil {
 		return nil, err
 	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}}, nil
+	cfg.Certificates = []tls.Certificate{kp}
+	return cfg, nil
 }
 
 // docker runs the docker CLI and returns its trimmed output.

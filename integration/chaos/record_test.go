@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 )
@@ -150,4 +151,28 @@ func blackholeLeaks(outs []Outcome, stats map[string]BackendStats) (blackholed, 
 		}
 	}
 	return blackholed, leaked
+}
+
+// Resources is a proxy's goroutine and open-file counts (its /metrics).
+type Resources struct{ Goroutines, FDs int }
+
+func (e *Env) resources(p Proxy) (Resources, error) {
+	body, err := e.admin(p, "/metrics")
+	if err != nil {
+		return Resources{}, err
+	}
+	var r Resources
+	for _, line := range strings.Split(body, "\n") {
+		var v float64
+		if _, err := fmt.Sscanf(line, "go_goroutines %g", &v); err == nil {
+			r.Goroutines = int(v)
+		}
+		if _, err := fmt.Sscanf(line, "process_open_fds %g", &v); err == nil {
+			r.FDs = int(v)
+		}
+	}
+	if r.Goroutines == 0 || r.FDs == 0 {
+		return r, fmt.Errorf("%s /metrics: no go_goroutines or process_open_fds", p.ID)
+	}
+	return r, nil
 }

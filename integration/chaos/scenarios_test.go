@@ -135,7 +135,7 @@ func etcdQuorumLost(r *run) {
 	n0 := r.load.Count()
 	r.kill9(down...)
 	eventually(r.t, "quorum lost", 20*time.Second, r.stuckEtcd)
-	r.hold(30 * time.Second)
+	r.hold(60 * time.Second)
 	r.figure("I3: %d requests served while quorum was lost for %.0fs (%s down; failures counted below)", r.load.Count()-n0, time.Since(from).Seconds(), down)
 	r.startAll(down...)
 	r.waitHealthy(60*time.Second, etcdMembers...)

@@ -66,6 +66,12 @@ func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
 			t.Fatal(err)
 		}
 		fleetReady(t, env)
+		base := map[string]Resources{}
+		for _, p := range proxies {
+			if res, err := env.resources(p); err == nil {
+				base[p.ID] = res
+			}
+		}
 		r := &run{t: t, env: env, name: name, dir: dir, start: time.Now(), excuse: map[string][2]time.Time{}}
 		fmt.Printf("=== chaos %s\n", name)
 		r.vers = recordVersions(env)
@@ -110,6 +116,7 @@ func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
 		if leaked != 0 {
 			t.Errorf("D1: %d blackholed requests reached a backend", leaked)
 		}
+		r.checkResources(base)
 		all := tally(outs, nil)
 		c := tally(outs, r.counted)
 		r.figure("traffic: %d requests, %d ok, %d blackholed, %d failed, %d reset (excused windows: %d failed of %d)",
@@ -123,6 +130,46 @@ func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
 		_ = os.WriteFile(filepath.Join(dir, "summary.txt"), []byte(strings.Join(r.lines, "\n")+"\n"), 0o644)
 		fmt.Printf("--- chaos %s: %s in %.0fs\n", name, map[bool]string{false: "PASS", true: "FAIL"}[t.Failed()], time.Since(r.start).Seconds())
 	})
+}
+
+// D9 slack: goroutines and fds a proxy may hold above its baseline once
+// the load stopped (idle keep-alive connections, a re-established watch).
+const resourceSlack = 40
+
+// checkResources checks D9: once the load stopped, every proxy that was not
+// restarted is back within resourceSlack of its baseline goroutines and
+// open files (polled: idle connections close on their own timers).
+func (r *run) checkResources(base map[string]Resources) {
+	var parts []string
+	for _, p := range proxies {
+		b, ok := base[p.ID]
+		if _, restarted := r.excuse[p.ID]; !ok || restarted {
+			continue
+		}
+		var now Resources
+		err := func() error {
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				var err error
+				now, err = r.env.resources(p)
+				if err == nil && now.Goroutines <= b.Goroutines+resourceSlack && now.FDs <= b.FDs+resourceSlack {
+					return nil
+				}
+				if time.Now().After(deadline) {
+					if err == nil {
+						err = fmt.Errorf("goroutines %d→%d, fds %d→%d (slack %d)", b.Goroutines, now.Goroutines, b.FDs, now.FDs, resourceSlack)
+					}
+					return err
+				}
+				time.Sleep(500 * time.Millisecond) // poll interval
+			}
+		}()
+		if err != nil {
+			r.t.Errorf("D9: %s: %v", p.ID, err)
+		}
+		parts = append(parts, fmt.Sprintf("%s %d→%d/%d→%d", p.ID, b.Goroutines, now.Goroutines, b.FDs, now.FDs))
+	}
+	r.figure("D9: goroutines/fds before→after: %s", strings.Join(parts, ", "))
 }
 
 // fleetReady waits until every container is healthy and every proxy runs
