@@ -29,26 +29,52 @@ func (e *PathError) Error() string {
 // Check walks the JSON document alongside the Go type of v and reports the
 // first structural problem with its path: syntax, duplicate keys, unknown
 // fields, and values of the wrong type or out of the type's range.
-func Check(raw []byte, v any) error {
+func Check(raw []byte, v any) error { return CheckWith(raw, v, CheckOptions{}) }
+
+// CheckOptions adapt Check to formats that are read more leniently than
+// Sluice's own (BFE's files: case-insensitive names, unknown fields ignored).
+type CheckOptions struct {
+	// FoldCase matches an object key to a struct field case-insensitively
+	// when no field has the exact name, as encoding/json does.
+	FoldCase bool
+	// Unknown is called with the path of a key no struct field matches;
+	// returning nil skips the value. Nil: unknown fields are errors.
+	Unknown func(path string) error
+	// Duplicate words the error for a repeated key; nil: `duplicate key "k"`.
+	Duplicate func(key string) string
+	// Note is appended to errors about syntax and types, e.g. " (BFE
+	// rejects it too)".
+	Note string
+}
+
+// CheckWith is Check with options.
+func CheckWith(raw []byte, v any, o CheckOptions) error {
 	d := json.NewDecoder(bytes.NewReader(raw))
 	d.UseNumber()
 	t := reflect.TypeOf(v)
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
-	c := checker{d: d}
+	c := checker{d: d, raw: raw, o: o}
 	if err := c.value(t, ""); err != nil {
 		return err
 	}
 	if _, err := d.Token(); err != io.EOF {
-		return &PathError{Msg: "unexpected data after the top-level value"}
+		return &PathError{Msg: "unexpected data after the top-level value" + o.Note}
 	}
 	return nil
 }
 
 type checker struct {
 	d     *json.Decoder
+	raw   []byte
+	o     CheckOptions
 	depth int
+}
+
+// fail builds a type or syntax error, with the options' note.
+func (c *checker) fail(path, format string, args ...any) error {
+	return &PathError{Path: path, Msg: fmt.Sprintf(format, args...) + c.o.Note}
 }
 
 // maxDepth stops hostile documents nested deeply enough to exhaust the stack.
@@ -62,20 +88,35 @@ var (
 
 func (c *checker) token(path string) (json.Token, error) {
 	tok, err := c.d.Token()
-	if err != nil {
-		if errors.Is(err, io.EOF) {
-			return nil, &PathError{Path: path, Msg: "unexpected end of document"}
-		}
-		return nil, &PathError{Path: path, Msg: "invalid JSON: " + err.Error()}
+	if err == nil {
+		return tok, nil
 	}
-	return tok, nil
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil, c.fail(path, "unexpected end of document: the JSON is incomplete")
+	}
+	off := c.d.InputOffset()
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		off = se.Offset
+	}
+	line, col := lineCol(c.raw, off)
+	return nil, c.fail(path, "invalid JSON near line %d, column %d: %v", line, col, err)
+}
+
+// lineCol turns a byte offset into a 1-based line and column.
+func lineCol(raw []byte, off int64) (int, int) {
+	off = min(max(off, 0), int64(len(raw)))
+	before := raw[:off]
+	line := bytes.Count(before, []byte("\n")) + 1
+	col := int(off) - bytes.LastIndexByte(before, '\n')
+	return line, col
 }
 
 func (c *checker) value(t reflect.Type, path string) error {
 	c.depth++
 	defer func() { c.depth-- }()
 	if c.depth > maxDepth {
-		return &PathError{Path: path, Msg: fmt.Sprintf("nested deeper than %d levels", maxDepth)}
+		return c.fail(path, "nested deeper than %d levels", maxDepth)
 	}
 	tok, err := c.token(path)
 	if err != nil {
@@ -99,20 +140,20 @@ func (c *checker) valueFrom(tok json.Token, t reflect.Type, path string) error {
 		s, ok := tok.(string)
 		if !ok {
 			if t == timeType {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a time; want an RFC 3339 string", describe(tok))}
+				return c.fail(path, "%s is not a time; want an RFC 3339 string", describe(tok))
 			}
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a duration; want a string with a unit, like \"2s\" or \"500ms\"", describe(tok))}
+			return c.fail(path, "%s is not a duration; want a string with a unit, like \"2s\" or \"500ms\"", describe(tok))
 		}
 		if t != timeType {
 			d, err := time.ParseDuration(s)
 			if err != nil {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%q is not a duration; want a number with a unit, like \"2s\"", s)}
+				return c.fail(path, "%q is not a duration; want a number with a unit, like \"2s\"", s)
 			}
 			if d < 0 {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%q must not be negative", s)}
+				return c.fail(path, "%q must not be negative", s)
 			}
 		} else if _, err := time.Parse(time.RFC3339Nano, s); err != nil {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%q is not an RFC 3339 time", s)}
+			return c.fail(path, "%q is not an RFC 3339 time", s)
 		}
 		return nil
 	}
@@ -123,7 +164,13 @@ func (c *checker) valueFrom(tok json.Token, t reflect.Type, path string) error {
 	case reflect.Struct:
 		return c.object(tok, path, func(key string) (reflect.Type, error) {
 			f, ok := fieldByJSONName(t, key)
+			if !ok && c.o.FoldCase {
+				f, ok = fieldByFoldedName(t, key)
+			}
 			if !ok {
+				if c.o.Unknown != nil {
+					return nil, c.o.Unknown(join(path, key))
+				}
 				return nil, &PathError{Path: join(path, key), Msg: "unknown field"}
 			}
 			return f, nil
@@ -133,12 +180,12 @@ func (c *checker) valueFrom(tok json.Token, t reflect.Type, path string) error {
 	case reflect.Slice, reflect.Array:
 		if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Uint8 {
 			if _, ok := tok.(string); !ok {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%s is not base64 data", describe(tok))}
+				return c.fail(path, "%s is not base64 data", describe(tok))
 			}
 			return nil
 		}
 		if d, ok := tok.(json.Delim); !ok || d != '[' {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a list", describe(tok))}
+			return c.fail(path, "%s is not a list", describe(tok))
 		}
 		for i := 0; c.d.More(); i++ {
 			if err := c.value(t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
@@ -149,57 +196,57 @@ func (c *checker) valueFrom(tok json.Token, t reflect.Type, path string) error {
 		return err
 	case reflect.String:
 		if _, ok := tok.(string); !ok {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a string", describe(tok))}
+			return c.fail(path, "%s is not a string", describe(tok))
 		}
 		return nil
 	case reflect.Bool:
 		if _, ok := tok.(bool); !ok {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not true or false", describe(tok))}
+			return c.fail(path, "%s is not true or false", describe(tok))
 		}
 		return nil
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
 		n, ok := tok.(json.Number)
 		if !ok {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not an integer", describe(tok))}
+			return c.fail(path, "%s is not an integer", describe(tok))
 		}
 		i, err := strconv.ParseInt(n.String(), 10, 64)
 		if err != nil || reflect.Zero(t).OverflowInt(i) {
 			if isIntegral(n) {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%s is out of range", n)}
+				return c.fail(path, "%s is out of range", n)
 			}
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not an integer", n)}
+			return c.fail(path, "%s is not an integer", n)
 		}
 		return nil
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		n, ok := tok.(json.Number)
 		if !ok {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a non-negative integer", describe(tok))}
+			return c.fail(path, "%s is not a non-negative integer", describe(tok))
 		}
 		u, err := strconv.ParseUint(n.String(), 10, 64)
 		if err != nil || reflect.Zero(t).OverflowUint(u) {
 			if isIntegral(n) && !strings.HasPrefix(n.String(), "-") {
-				return &PathError{Path: path, Msg: fmt.Sprintf("%s is out of range", n)}
+				return c.fail(path, "%s is out of range", n)
 			}
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a non-negative integer", n)}
+			return c.fail(path, "%s is not a non-negative integer", n)
 		}
 		return nil
 	case reflect.Float32, reflect.Float64:
 		n, ok := tok.(json.Number)
 		if !ok {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is not a number", describe(tok))}
+			return c.fail(path, "%s is not a number", describe(tok))
 		}
 		f, err := strconv.ParseFloat(n.String(), 64)
 		if err != nil || math.IsInf(f, 0) || reflect.Zero(t).OverflowFloat(f) {
-			return &PathError{Path: path, Msg: fmt.Sprintf("%s is out of range", n)}
+			return c.fail(path, "%s is out of range", n)
 		}
 		return nil
 	}
-	return &PathError{Path: path, Msg: fmt.Sprintf("cannot decode into %s", t)}
+	return c.fail(path, "cannot decode into %s", t)
 }
 
 func (c *checker) object(tok json.Token, path string, elem func(key string) (reflect.Type, error)) error {
 	if d, ok := tok.(json.Delim); !ok || d != '{' {
-		return &PathError{Path: path, Msg: fmt.Sprintf("%s is not an object", describe(tok))}
+		return c.fail(path, "%s is not an object", describe(tok))
 	}
 	seen := map[string]bool{}
 	for c.d.More() {
@@ -209,10 +256,13 @@ func (c *checker) object(tok json.Token, path string, elem func(key string) (ref
 		}
 		key, ok := kt.(string)
 		if !ok {
-			return &PathError{Path: path, Msg: "object key is not a string"}
+			return c.fail(path, "object key is not a string")
 		}
 		if seen[key] {
-			return &PathError{Path: path, Msg: fmt.Sprintf("duplicate key %q", key)}
+			if c.o.Duplicate != nil {
+				return &PathError{Path: join(path, key), Msg: c.o.Duplicate(key)}
+			}
+			return c.fail(path, "duplicate key %q", key)
 		}
 		seen[key] = true
 		et, err := elem(key)
@@ -312,4 +362,29 @@ func join(path, key string) string {
 		return key
 	}
 	return path + "." + key
+}
+
+// fieldByFoldedName matches key to a field's JSON name case-insensitively,
+// as encoding/json does when no name matches exactly.
+func fieldByFoldedName(t reflect.Type, key string) (reflect.Type, bool) {
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		name := f.Name
+		if tag, ok := f.Tag.Lookup("json"); ok {
+			n, _, _ := strings.Cut(tag, ",")
+			if n == "-" {
+				continue
+			}
+			if n != "" {
+				name = n
+			}
+		}
+		if strings.EqualFold(name, key) {
+			return f.Type, true
+		}
+	}
+	return nil, false
 }
