@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/sluicelb/sluice/api v0.0.0
 	github.com/sluicelb/sluice/integration v0.0.0
+	github.com/sluicelb/sluice/scheduler v0.0.0-00010101000000-000000000000
 )
 
 require go.yaml.in/yaml/v3 v3.0.5 // indirect

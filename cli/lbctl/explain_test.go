@@ -2,6 +2,8 @@ package lbctl
 
 import (
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -42,5 +44,25 @@ func TestExplainOffline(t *testing.T) {
 	}
 	if _, _, code := h.run("", "explain", "--url", "http://x/"); code != ExitUsage {
 		t.Errorf("explain without --proxy/--config: exit %d", code)
+	}
+}
+
+func TestPlanScenarioOffline(t *testing.T) {
+	h := newHarness(t)
+	example := filepath.Join("..", "..", "scheduler", "scenario", "testdata", "example.yaml")
+	out := h.mustRun("plan", "--scenario", example)
+	want, err := os.ReadFile(filepath.Join("..", "..", "scheduler", "scenario", "testdata", "example.table.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out != string(want) {
+		t.Fatalf("lbctl plan --scenario differs from lbscheduler plan's golden output:\n%s", out)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(h.mustRun("-o", "json", "plan", "--scenario", example)), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, code := h.run("", "plan", "--scenario", "testdata/demo.yaml"); code != ExitError {
+		t.Fatalf("a desired state is not a scenario: exit %d", code)
 	}
 }

@@ -1,0 +1,86 @@
+package lbctl
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/scheduler/lbscheduler"
+)
+
+// plan --what-if asks a real scheduler (found through its leader key) and
+// publishes nothing.
+func TestPlanWhatIfAgainstScheduler(t *testing.T) {
+	h := newHarness(t)
+	h.mustRun("apply", "-f", "testdata/static.yaml", "--yes")
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := lbscheduler.Start(ctx, lbscheduler.Config{ID: "s1", Client: h.cli, APIAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	defer func() {
+		cancel()
+		s.Wait()
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r, err := h.cli.Get(context.Background(), h.layout.Leader())
+		if err == nil && len(r.Kvs) == 1 {
+			var l report.Leader
+			if json.Unmarshal(r.Kvs[0].Value, &l) == nil && l.APIAddr != "" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no scheduler leader")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	for {
+		if p, err := h.pointersNow(); err == nil && p["BFE1"] > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("nothing published")
+		}
+		time.Sleep(50 * time.Millisecond) // poll interval
+	}
+	before, _ := h.pointersNow()
+	out := h.mustRun("plan", "--what-if", "drain demo-main/SC1", "--cluster", "demo-main")
+	if !strings.Contains(out, "WHAT-IF (not published)") || !strings.Contains(out, "BFE1") {
+		t.Fatalf("plan output:\n%s", out)
+	}
+	var doc planDoc
+	if err := json.Unmarshal([]byte(h.mustRun("-o", "json", "plan", "--what-if", "drain demo-main/SC1")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	for pc, p := range doc.ProxyClusters {
+		if w := p.Rows["demo-main"].Row.Weights["SC1"]; w != 0 {
+			t.Errorf("%s: SC1 weight %d under a drain what-if", pc, w)
+		}
+	}
+	if after, _ := h.pointersNow(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("a what-if published: %v → %v", before, after)
+	}
+	if _, errs, code := h.run("", "plan", "--what-if", "drain demo-main/NOPE"); code == 0 || !strings.Contains(errs, "NOPE") {
+		t.Fatalf("unknown sub-cluster what-if: exit %d %s", code, errs)
+	}
+}
+
+func (h *harness) pointersNow() (map[string]uint64, error) {
+	e := &env{layout: h.layout, client: h.cli}
+	ps, err := e.pointers(context.Background())
+	out := map[string]uint64{}
+	for k, p := range ps {
+		out[k] = p.Version
+	}
+	return out, err
+}
