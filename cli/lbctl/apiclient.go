@@ -31,7 +31,6 @@ func (e *env) api() *apiClient {
 	c.HTTPClient.Timeout = e.timeout
 	// Only transport errors and 5xx are retried; a 4xx is the answer.
 	c.CheckRetry = retryablehttp.DefaultRetryPolicy
-	c.ErrorHandler = retryablehttp.PassthroughErrorHandler
 	return &apiClient{c: c, token: e.c.String("token")}
 }
 

@@ -84,3 +84,16 @@ func (h *harness) pointersNow() (map[string]uint64, error) {
 	}
 	return out, err
 }
+
+// An API that does not answer is retried with backoff, then reported once.
+func TestAPICallsRetryThenFailClearly(t *testing.T) {
+	h := newHarness(t)
+	start := time.Now()
+	_, errs, code := h.run("", "--scheduler", "http://127.0.0.1:1", "plan")
+	if code != ExitError || !strings.Contains(errs, "giving up after 4 attempt(s)") {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	if d := time.Since(start); d < 600*time.Millisecond {
+		t.Fatalf("gave up after %s: no backoff between tries", d)
+	}
+}
