@@ -6,8 +6,10 @@ package snapshot
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -100,28 +102,94 @@ type Explanation struct {
 }
 
 // ContentHash is the hex SHA-256 of the snapshot's content: everything but
-// the metadata and the explanations. Two snapshots with the same hash route
-// every request the same way, so the scheduler does not publish them twice.
+// the metadata (except the proxy cluster) and the explanations. Two
+// snapshots with the same hash route every request the same way, so the
+// scheduler does not publish them twice.
+//
+// It is a two-level (Merkle-style) hash, so that a producer that changed one
+// cluster re-hashes that cluster only (see ContentHashFrom):
+//
+//	ContentHash = SHA-256( "sluice-content-v2\n"
+//	                       ‖ JSON{meta:{proxy_cluster}, settings}
+//	                       ‖ RoutesHash(products, default_product)
+//	                       ‖ for each cluster, by name in byte order:
+//	                           uint64-LE len(name) ‖ name ‖ ClusterHash(cluster) )
+//
+// Every JSON encoding is encoding/json's, which sorts map keys, so equal
+// content always gives an equal hash.
 func ContentHash(s *Snapshot) string {
-	c := Snapshot{
-		Meta:           Meta{ProxyCluster: s.Meta.ProxyCluster},
-		Settings:       s.Settings,
-		Products:       s.Products,
-		DefaultProduct: s.DefaultProduct,
+	names := make([]string, 0, len(s.Clusters))
+	for name := range s.Clusters {
+		names = append(names, name)
 	}
-	if len(s.Clusters) > 0 {
-		c.Clusters = make(map[string]Cluster, len(s.Clusters))
-		for name, cl := range s.Clusters {
-			cl.Explanation = nil
-			c.Clusters[name] = cl
-		}
+	slices.Sort(names)
+	sums := make([][sha256.Size]byte, len(names))
+	for i, name := range names {
+		c := s.Clusters[name]
+		sums[i] = ClusterHash(&c)
 	}
-	// json.Marshal sorts map keys, so the encoding is canonical.
-	b, err := json.Marshal(&c)
+	return ContentHashFrom(s, RoutesHash(s.Products, s.DefaultProduct), names, sums)
+}
+
+// ContentHashFrom is ContentHash(s) from precomputed parts, for producers
+// that cache them: routes must be RoutesHash(s.Products, s.DefaultProduct),
+// names the names of s.Clusters sorted in byte order, and sums[i] the
+// ClusterHash of s.Clusters[names[i]]. Neither s.Clusters nor the routes
+// are read; parts that do not match s give a hash that matches nothing
+// (ContentHash is the reference). It panics if len(names) != len(sums).
+func ContentHashFrom(s *Snapshot, routes [sha256.Size]byte, names []string, sums [][sha256.Size]byte) string {
+	if len(names) != len(sums) {
+		panic("snapshot: ContentHashFrom: names and sums differ in length")
+	}
+	head := struct {
+		Meta     Meta     `json:"meta"`
+		Settings Settings `json:"settings"`
+	}{Meta: Meta{ProxyCluster: s.Meta.ProxyCluster}, Settings: s.Settings}
+	b := mustMarshal(&head)
+	n := len(contentHashTag) + len(b) + sha256.Size
+	for _, name := range names {
+		n += 8 + len(name) + sha256.Size
+	}
+	buf := make([]byte, 0, n)
+	buf = append(buf, contentHashTag...)
+	buf = append(buf, b...)
+	buf = append(buf, routes[:]...)
+	for i, name := range names {
+		buf = binary.LittleEndian.AppendUint64(buf, uint64(len(name)))
+		buf = append(buf, name...)
+		buf = append(buf, sums[i][:]...)
+	}
+	sum := sha256.Sum256(buf)
+	return hex.EncodeToString(sum[:])
+}
+
+// contentHashTag starts every ContentHash input: a new definition of the
+// hash gets a new tag.
+const contentHashTag = "sluice-content-v2\n"
+
+// RoutesHash is the SHA-256 of the JSON of a snapshot's routes (products
+// and default product) as ContentHash uses it.
+func RoutesHash(products map[string]config.Product, defaultProduct string) [sha256.Size]byte {
+	r := struct {
+		Products       map[string]config.Product `json:"products,omitempty"`
+		DefaultProduct string                    `json:"default_product,omitempty"`
+	}{products, defaultProduct}
+	return sha256.Sum256(mustMarshal(&r))
+}
+
+// ClusterHash is the SHA-256 of the JSON of c without its explanation: the
+// per-cluster part of ContentHash. Equal content gives equal sums.
+func ClusterHash(c *Cluster) [sha256.Size]byte {
+	cp := *c
+	cp.Explanation = nil
+	return sha256.Sum256(mustMarshal(&cp))
+}
+
+func mustMarshal(v any) []byte {
+	b, err := json.Marshal(v)
 	if err != nil {
 		// Every field is a plain value; Marshal cannot fail.
 		panic("snapshot: marshal content: " + err.Error())
 	}
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
+	return b
 }

@@ -79,21 +79,34 @@ func BenchmarkComputeFull(b *testing.B) {
 }
 
 // BenchmarkComputeOneClusterChanged is a warm planner after one cluster's
-// capacity changed (target ≤ 10 ms): one cluster solved, 100 snapshots
-// assembled and hashed.
+// capacity changed (target ≤ 10 ms), with the per-cluster generations the
+// inventory provides: one cluster solved, 100 snapshots assembled and
+// hashed.
 func BenchmarkComputeOneClusterChanged(b *testing.B) {
-	benchOneClusterChanged(b, false)
+	benchOneClusterChanged(b, true, false)
 }
 
-// BenchmarkComputeOneClusterChangedNoHash is the same without the 100
-// snapshot content hashes (what a per-cluster, Merkle-style ContentHash
-// would leave to do).
+// BenchmarkComputeOneClusterChangedNoGenerations is the same without
+// generations: the planner digests every cluster's inputs to find the
+// changed one.
+func BenchmarkComputeOneClusterChangedNoGenerations(b *testing.B) {
+	benchOneClusterChanged(b, false, false)
+}
+
+// BenchmarkComputeOneClusterChangedNoHash is the first without the 100
+// snapshot content hashes.
 func BenchmarkComputeOneClusterChangedNoHash(b *testing.B) {
-	benchOneClusterChanged(b, true)
+	benchOneClusterChanged(b, true, true)
 }
 
-func benchOneClusterChanged(b *testing.B, skipHash bool) {
+func benchOneClusterChanged(b *testing.B, gens, skipHash bool) {
 	v := fleet(100, 200, 10)
+	if gens {
+		v.Generations = map[string]uint64{}
+		for i, name := range sortedKeys(v.State.Clusters) {
+			v.Generations[name] = uint64(i + 1)
+		}
+	}
 	p := NewPlanner()
 	p.skipHash = skipHash
 	res, err := p.Compute(v, nil)
@@ -101,9 +114,6 @@ func benchOneClusterChanged(b *testing.B, skipHash bool) {
 		b.Fatal(err)
 	}
 	prev := res.Snapshots
-	if _, err := p.Compute(v, prev); err != nil {
-		b.Fatal(err)
-	}
 	name := "cluster-100"
 	orig := v.State.Clusters[name]
 	changed := orig
@@ -125,6 +135,7 @@ func benchOneClusterChanged(b *testing.B, skipHash bool) {
 	}
 	b.ReportAllocs()
 	i := 0
+	gen := uint64(1000)
 	for b.Loop() {
 		if i%2 == 0 {
 			v.State.Clusters[name] = changed
@@ -132,6 +143,10 @@ func benchOneClusterChanged(b *testing.B, skipHash bool) {
 			v.State.Clusters[name] = orig
 		}
 		i++
+		if gens {
+			gen++
+			v.Generations[name] = gen
+		}
 		res, err := p.Compute(v, prev)
 		if err != nil {
 			b.Fatal(err)
@@ -170,8 +185,8 @@ func BenchmarkSolve(b *testing.B) {
 	}
 }
 
-// BenchmarkContentHash is the share of a plan spent on snapshot content
-// hashes: all 100 snapshots of the fleet, with cluster encodings cached.
+// BenchmarkContentHash is the share of a recompute spent on snapshot
+// content hashes: all 100 snapshots of the fleet from cached cluster sums.
 func BenchmarkContentHash(b *testing.B) {
 	v := fleet(100, 200, 10)
 	p := NewPlanner()
@@ -180,14 +195,30 @@ func BenchmarkContentHash(b *testing.B) {
 		b.Fatal(err)
 	}
 	names := sortedKeys(v.State.Clusters)
-	outs := map[string]clusterOutput{}
-	for _, n := range names {
-		outs[n] = p.cache[n].out
-	}
+	routes := snapshot.RoutesHash(v.State.Products, v.State.DefaultProduct)
+	sums := make([][32]byte, len(names))
 	b.ReportAllocs()
 	for b.Loop() {
-		for _, s := range res.Snapshots {
-			contentHash(s, names, outs, false)
+		for bi, pc := range p.proxies {
+			for i, n := range names {
+				sums[i] = p.cache[n].out.sums[bi]
+			}
+			snapshot.ContentHashFrom(res.Snapshots[pc], routes, names, sums)
 		}
+	}
+}
+
+// BenchmarkContentHashFull is snapshot.ContentHash of one fleet snapshot
+// from scratch (what a proxy or the validator pays per snapshot).
+func BenchmarkContentHashFull(b *testing.B) {
+	v := fleet(100, 200, 10)
+	res, err := NewPlanner().Compute(v, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := res.Snapshots["PC000"]
+	b.ReportAllocs()
+	for b.Loop() {
+		snapshot.ContentHash(s)
 	}
 }

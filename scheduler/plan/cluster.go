@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 	"sort"
@@ -78,14 +79,11 @@ type clusterInput struct {
 // clusterOutput is one backend cluster's plan: its snapshot entry per proxy
 // cluster and the optimisation details.
 type clusterOutput struct {
-	rows map[string]snapshot.Cluster
+	// rows[b] is the entry for proxy cluster in.proxies[b].
+	rows []snapshot.Cluster
 	plan ClusterPlan
-	// prefix and rowJSON are the cluster's encoding for contentHash.
-	prefix  []byte
-	rowJSON map[string][]byte
-	// prevEnc is each row's cache-key encoding as a previous row, for when
-	// the publisher hands it back.
-	prevEnc map[string][]byte
+	// sums[b] is snapshot.ClusterHash of rows[b], for the content hash.
+	sums [][sha256.Size]byte
 }
 
 func available(in config.Instance) bool {
@@ -404,7 +402,7 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 	}
 	plan.Utilisation = util
 
-	out := clusterOutput{rows: make(map[string]snapshot.Cluster, nb), plan: plan}
+	out := clusterOutput{rows: make([]snapshot.Cluster, nb), plan: plan}
 	for b, pc := range in.proxies {
 		e := exps[b]
 		e.Utilisation = util
@@ -427,20 +425,9 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		if modes[pc] == ModeUnavailable && row[config.Blackhole] == set.den {
 			r.AllowFullDrop = true
 		}
-		out.rows[pc] = snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy, Row: r, Explanation: e}
+		out.rows[b] = snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy, Row: r, Explanation: e}
 	}
-	encodeCluster(&out, snapshot.Cluster{SubClusters: subs, Policy: in.cfg.Policy})
-	out.prevEnc = make(map[string][]byte, nb)
-	for pc, c := range out.rows {
-		var w digestWriter
-		var opt map[string]float64
-		if c.Explanation.Mode == ModeOptimal || c.Explanation.Mode == ModeFallback {
-			opt = c.Explanation.Optimum
-		}
-		r := c.Row
-		w.prev(keys, &r, opt)
-		out.prevEnc[pc] = w.buf
-	}
+	out.sums = clusterSums(subs, &in.cfg.Policy, out.rows)
 	return out, nil
 }
 

@@ -2,84 +2,43 @@ package plan
 
 import (
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"hash"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-// contentHash equals snapshot.ContentHash(s) but reuses each cluster's
-// encoded sub-clusters and policy (shared by every proxy cluster and cached
-// with the cluster's plan), so a plan encodes each cluster once instead of
-// once per proxy cluster. It relies on encoding/json's layout of
-// snapshot.Snapshot (clusters is its last field, omitted when empty) and of
-// snapshot.Cluster (subclusters, policy, row; explanation omitted when nil);
-// TestContentHashMatches and every planner test compare it with
-// snapshot.ContentHash.
-// rowsReplaced says hysteresis swapped in previous rows, so the cached row
-// encodings may not apply.
-func contentHash(s *snapshot.Snapshot, names []string, outs map[string]clusterOutput, rowsReplaced bool) string {
-	head := snapshot.Snapshot{
-		Meta:           snapshot.Meta{ProxyCluster: s.Meta.ProxyCluster},
-		Settings:       s.Settings,
-		Products:       s.Products,
-		DefaultProduct: s.DefaultProduct,
-	}
-	b := mustJSON(&head)
-	h := sha256.New()
-	if len(names) == 0 {
-		h.Write(b)
-		return hex.EncodeToString(h.Sum(nil))
-	}
-	h.Write(b[:len(b)-1])
-	h.Write([]byte(`,"clusters":{`))
-	for i, name := range names {
-		if i > 0 {
-			h.Write([]byte(","))
-		}
-		h.Write(mustJSON(name))
-		h.Write([]byte(":"))
-		out := outs[name]
-		h.Write(out.prefix)
-		c := s.Clusters[name]
-		if enc, ok := out.rowJSON[s.Meta.ProxyCluster]; ok && (!rowsReplaced || sameRow(out.rows[s.Meta.ProxyCluster].Row, c.Row)) {
-			h.Write(enc)
-		} else {
-			h.Write(mustJSON(&c.Row))
-		}
-		h.Write([]byte("}"))
-	}
-	h.Write([]byte("}}"))
-	return hex.EncodeToString(h.Sum(nil))
-}
-
-// encodeCluster fills out.prefix and out.rowJSON for contentHash.
-func encodeCluster(out *clusterOutput, c snapshot.Cluster) {
+// clusterSums returns snapshot.ClusterHash of every entry of rows, which
+// share their sub-clusters and policy and differ only by row: the shared
+// prefix is encoded and hashed once, and the hash state cloned per row. It
+// relies on encoding/json's layout of snapshot.Cluster (subclusters,
+// policy, row; explanation omitted when nil); TestClusterSumsMatch and
+// every planner test compare the result with snapshot.ContentHash.
+func clusterSums(subs map[string]config.SubCluster, pol *config.Policy, rows []snapshot.Cluster) [][sha256.Size]byte {
 	p := []byte(`{"subclusters":`)
-	p = append(p, mustJSON(c.SubClusters)...)
+	p = append(p, mustJSON(subs)...)
 	p = append(p, `,"policy":`...)
-	p = append(p, mustJSON(&c.Policy)...)
+	p = append(p, mustJSON(pol)...)
 	p = append(p, `,"row":`...)
-	out.prefix = p
-	out.rowJSON = make(map[string][]byte, len(out.rows))
-	for pc, r := range out.rows {
-		out.rowJSON[pc] = mustJSON(&r.Row)
+	base := sha256.New()
+	base.Write(p)
+	sums := make([][sha256.Size]byte, len(rows))
+	buf := make([]byte, 0, 256)
+	for b := range rows {
+		h, err := base.(hash.Cloner).Clone()
+		if err != nil {
+			panic("plan: clone sha256: " + err.Error()) // crypto/sha256 always clones
+		}
+		buf = appendJSON(buf[:0], &rows[b].Row)
+		buf = append(buf, '}')
+		h.Write(buf)
+		h.Sum(sums[b][:0])
 	}
+	return sums
 }
 
-// sameRow reports whether two rows are the same value (hysteresis may have
-// swapped in the previous row).
-func sameRow(a, b snapshot.Row) bool {
-	if a.Denominator != b.Denominator || a.Pinned != b.Pinned || a.AllowFullDrop != b.AllowFullDrop || len(a.Weights) != len(b.Weights) {
-		return false
-	}
-	for k, v := range a.Weights {
-		if w, ok := b.Weights[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
-}
+func appendJSON(dst []byte, v any) []byte { return append(dst, mustJSON(v)...) }
 
 func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)

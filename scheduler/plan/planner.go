@@ -14,8 +14,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
-	"reflect"
+	"slices"
 	"sync"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -25,25 +26,75 @@ import (
 // ErrNoState is returned when the View has no desired state.
 var ErrNoState = errors.New("plan: view has no desired state")
 
-// Planner computes plans and remembers each cluster's last result, keyed by
-// a digest of that cluster's inputs, so that a call recomputes only the
-// clusters whose inputs changed. It is safe for concurrent use (calls are
-// serialised).
+// Planner computes plans and remembers each cluster's last result, so that
+// a call recomputes only the clusters whose inputs changed, and re-hashes
+// and re-assembles only what they touch. It is safe for concurrent use
+// (calls are serialised).
+//
+// A cluster is served from the cache when its own inputs are unchanged
+// (View.Generations says so, or, without generations, a digest of them
+// matches), its active shifts are the same, the topology and scheduler
+// settings are the same, and its previous row in prev is the same content
+// as the one it was computed from. Prev is checked cheaply when the caller
+// hands back either the very prev of the last call or the very snapshots
+// the last call returned (pointer identity; both are immutable); any other
+// prev is compared row by row.
 type Planner struct {
 	mu    sync.Mutex
-	cache map[string]cacheEntry
+	cache map[string]*cacheEntry
+	// global is the digest of the inputs every cluster depends on, and
+	// proxies the proxy clusters (sorted): the cache's per-proxy slices are
+	// indexed by it. Either changing empties the cache.
+	global  [sha256.Size]byte
+	proxies []string
+	// names (sorted clusters) and last (per proxy index) describe the last
+	// successful call; last is nil after a failed call.
+	names []string
+	last  []lastSnapshot
 	// skipHash leaves Meta.Hash empty; only benchmarks set it, to measure
 	// the plan apart from the content hashes.
 	skipHash bool
 }
 
-type cacheEntry struct {
-	key [sha256.Size]byte
-	out clusterOutput
+// lastSnapshot is what one proxy cluster got from the last call.
+type lastSnapshot struct {
+	out  *snapshot.Snapshot // returned
+	prev *snapshot.Snapshot // given as prev
+	kept bool               // hysteresis put prev's rows into out
 }
 
+type cacheEntry struct {
+	// key is the digest of the cluster's own inputs (without generations),
+	// gen the generation it was computed at (0: computed without).
+	key    [sha256.Size]byte
+	gen    uint64
+	shifts string
+	out    clusterOutput
+	// prev[b] is the previous row it was computed from, per proxy index.
+	prev []prevRow
+	// hyst[b] is maxRowChange(prev[b], out row), or -1 when the row rules
+	// hysteresis out (no previous row, denominator or pin changed, pinned
+	// row changed).
+	hyst []int
+	// fixed[b]: the out row, handed back as prev, equals prev[b].
+	fixed []bool
+}
+
+// prevRow is a previous row as computeCluster reads it.
+type prevRow struct {
+	row *snapshot.Row // nil: none
+	opt map[string]float64
+}
+
+// Previous-snapshot status of one proxy cluster, relative to the last call.
+const (
+	prevSame  = iota // the very prev of the last call
+	prevMine         // the very snapshot the last call returned
+	prevOther        // anything else: compared row by row
+)
+
 // NewPlanner returns a Planner with an empty cache.
-func NewPlanner() *Planner { return &Planner{cache: map[string]cacheEntry{}} }
+func NewPlanner() *Planner { return &Planner{cache: map[string]*cacheEntry{}} }
 
 // Compute returns one snapshot per proxy cluster of v.State.Topology
 // (Meta.ProxyCluster and Meta.Hash set, nothing else of Meta). prev holds
@@ -61,7 +112,12 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 	st := v.State
 	set := normalise(st.Scheduler)
 	proxies := sortedKeys(st.Topology.ProxyClusters)
-	global := globalDigest(st, proxies, set)
+	nb := len(proxies)
+	if global := globalDigest(st, proxies, set); global != p.global || !slices.Equal(proxies, p.proxies) {
+		p.global, p.proxies = global, proxies
+		clear(p.cache)
+		p.last = nil
+	}
 
 	drains := map[string]map[string]bool{}
 	for _, d := range st.Drains {
@@ -87,85 +143,272 @@ func (p *Planner) Compute(v View, prev map[string]*snapshot.Snapshot) (Result, e
 		shifts[c][s.Shift.ProxyCluster] = append(shifts[c][s.Shift.ProxyCluster], s)
 	}
 
-	res := Result{Snapshots: make(map[string]*snapshot.Snapshot, len(proxies)), Clusters: make(map[string]ClusterPlan, len(st.Clusters))}
-	outs := make(map[string]clusterOutput, len(st.Clusters))
+	status := make([]uint8, nb)
+	for b, pc := range proxies {
+		switch {
+		case p.last == nil:
+			status[b] = prevOther
+		case prev[pc] == p.last[b].prev:
+			status[b] = prevSame
+		case prev[pc] != nil && prev[pc] == p.last[b].out && !p.last[b].kept:
+			status[b] = prevMine
+		default:
+			status[b] = prevOther
+		}
+	}
+
+	res := Result{Snapshots: make(map[string]*snapshot.Snapshot, nb), Clusters: make(map[string]ClusterPlan, len(st.Clusters))}
 	names := sortedKeys(st.Clusters)
-	for _, name := range names {
-		in := clusterInput{
-			name: name, cfg: st.Clusters[name], drained: drains[name], proxies: proxies,
-			topo: &st.Topology, set: set,
-			demand: make([]float64, len(proxies)), known: make([]bool, len(proxies)),
-			pins: pins[name], shifts: shifts[name], prevRows: make(map[string]*snapshot.Row, len(proxies)),
-			prevOpt: make(map[string]map[string]float64, len(proxies)),
-		}
-		if m, ok := v.Members[name]; ok {
-			in.members = m
-		}
-		for b, pc := range proxies {
-			d, ok := v.Demand[pc][name]
-			if !ok || d <= 0 || math.IsNaN(d) || math.IsInf(d, 0) {
-				d = set.defaultDemand
-			}
-			if d > 0 {
-				in.demand[b], in.known[b] = d, true
-			}
-			if s := prev[pc]; s != nil {
-				if c, ok := s.Clusters[name]; ok {
-					r := c.Row
-					in.prevRows[pc] = &r
-					if e := c.Explanation; e != nil && (e.Mode == ModeOptimal || e.Mode == ModeFallback) && r.Denominator == set.den {
-						in.prevOpt[pc] = e.Optimum
-					}
-				}
+	entries := make([]*cacheEntry, len(names))
+	var recomputed []int
+	for i, name := range names {
+		newInput := func() clusterInput {
+			return clusterInput{
+				name: name, cfg: st.Clusters[name], members: v.Members[name], drained: drains[name], proxies: proxies,
+				topo: &st.Topology, set: set, pins: pins[name], shifts: shifts[name],
 			}
 		}
-		entry, ok := p.cache[name]
-		var last *clusterOutput
-		if ok {
-			last = &entry.out
+		e := p.cache[name]
+		gen := v.Generations[name]
+		shiftKey := shiftsKey(proxies, shifts[name])
+		var in clusterInput
+		var key [sha256.Size]byte
+		hit := e != nil && e.shifts == shiftKey
+		if gen == 0 {
+			in = newInput()
+			readDemand(&in, v.Demand, set)
+			key = inputDigest(in)
+			hit = hit && e.gen == 0 && e.key == key
+		} else {
+			hit = hit && e.gen == gen
 		}
-		key := clusterDigest(global, in, last)
-		recomputed := !ok || entry.key != key
-		if recomputed {
-			out, err := computeCluster(in)
+		for b := 0; hit && b < nb; b++ {
+			switch status[b] {
+			case prevMine:
+				hit = e.fixed[b]
+			case prevOther:
+				hit = samePrev(prevRowOf(prev[proxies[b]], name, set.den), e.prev[b])
+			}
+		}
+		if !hit {
+			if gen != 0 {
+				in = newInput()
+				readDemand(&in, v.Demand, set)
+			}
+			ne, err := computeEntry(in, prev)
 			if err != nil {
+				p.last = nil
 				return Result{}, err
 			}
-			entry = cacheEntry{key: key, out: out}
-			p.cache[name] = entry
+			ne.key, ne.gen, ne.shifts = key, gen, shiftKey
+			e = ne
+			p.cache[name] = e
+			recomputed = append(recomputed, i)
 			res.Recomputed = append(res.Recomputed, name)
 		}
-		outs[name] = entry.out
-		cp := entry.out.plan
-		cp.Recomputed = recomputed
+		entries[i] = e
+		cp := e.out.plan
+		cp.Recomputed = !hit
 		res.Clusters[name] = cp
 	}
-	for name := range p.cache {
-		if _, ok := st.Clusters[name]; !ok {
-			delete(p.cache, name)
+	if len(p.cache) != len(names) {
+		for name := range p.cache {
+			if _, ok := st.Clusters[name]; !ok {
+				delete(p.cache, name)
+			}
 		}
 	}
 
 	hystPoints := set.points(set.hysteresis)
-	for _, pc := range proxies {
+	reuse := p.last != nil && slices.Equal(p.names, names)
+	var routes [sha256.Size]byte
+	if !p.skipHash {
+		routes = snapshot.RoutesHash(st.Products, st.DefaultProduct)
+	}
+	sums := make([][sha256.Size]byte, len(names))
+	last := make([]lastSnapshot, nb)
+	for b, pc := range proxies {
 		pcfg := st.Topology.ProxyClusters[pc]
 		s := &snapshot.Snapshot{
 			Meta:           snapshot.Meta{ProxyCluster: pc},
 			Settings:       snapshot.Settings{IDC: pcfg.IDC, TrustedProxies: pcfg.TrustedProxies},
 			Products:       st.Products,
 			DefaultProduct: st.DefaultProduct,
-			Clusters:       make(map[string]snapshot.Cluster, len(names)),
 		}
-		for _, name := range names {
-			s.Clusters[name] = outs[name].rows[pc]
+		if l := p.last; reuse && l[b].out != nil && !l[b].kept {
+			// Only the recomputed clusters changed since that snapshot.
+			s.Clusters = maps.Clone(l[b].out.Clusters)
+			for _, i := range recomputed {
+				s.Clusters[names[i]] = entries[i].out.rows[b]
+			}
+		} else {
+			s.Clusters = make(map[string]snapshot.Cluster, len(names))
+			for i, name := range names {
+				s.Clusters[name] = entries[i].out.rows[b]
+			}
 		}
-		kept := applyHysteresis(s, prev[pc], hystPoints, set.hysteresis)
+		kept := false
+		if hysteresisMayApply(prev[pc], entries, b, hystPoints) {
+			kept = applyHysteresis(s, prev[pc], hystPoints, set.hysteresis)
+		}
 		if !p.skipHash {
-			s.Meta.Hash = contentHash(s, names, outs, kept)
+			for i, e := range entries {
+				if kept && e.hyst[b] > 0 {
+					c := s.Clusters[names[i]] // prev's row swapped in
+					sums[i] = snapshot.ClusterHash(&c)
+				} else {
+					sums[i] = e.out.sums[b]
+				}
+			}
+			s.Meta.Hash = snapshot.ContentHashFrom(s, routes, names, sums)
 		}
 		res.Snapshots[pc] = s
+		last[b] = lastSnapshot{out: s, prev: prev[pc], kept: kept}
 	}
+	p.names, p.last = names, last
 	return res, nil
+}
+
+// readDemand fills in.demand and in.known from the observed demand.
+func readDemand(in *clusterInput, demand map[string]map[string]float64, set settings) {
+	in.demand = make([]float64, len(in.proxies))
+	in.known = make([]bool, len(in.proxies))
+	for b, pc := range in.proxies {
+		d, ok := demand[pc][in.name]
+		if !ok || d <= 0 || math.IsNaN(d) || math.IsInf(d, 0) {
+			d = set.defaultDemand
+		}
+		if d > 0 {
+			in.demand[b], in.known[b] = d, true
+		}
+	}
+}
+
+// prevRowOf is the previous row of cluster name in s as computeCluster
+// reads it (the optimum only from optimal and fallback rows on the current
+// denominator).
+func prevRowOf(s *snapshot.Snapshot, name string, den int) prevRow {
+	if s == nil {
+		return prevRow{}
+	}
+	c, ok := s.Clusters[name]
+	if !ok {
+		return prevRow{}
+	}
+	r := c.Row
+	out := prevRow{row: &r}
+	if e := c.Explanation; e != nil && (e.Mode == ModeOptimal || e.Mode == ModeFallback) && r.Denominator == den {
+		out.opt = e.Optimum
+	}
+	return out
+}
+
+// samePrev reports whether two previous rows have the same content.
+func samePrev(a, b prevRow) bool {
+	if (a.row == nil) != (b.row == nil) {
+		return false
+	}
+	if a.row != nil && !sameRow(*a.row, *b.row) {
+		return false
+	}
+	if (a.opt == nil) != (b.opt == nil) || len(a.opt) != len(b.opt) {
+		return false
+	}
+	for k, x := range a.opt {
+		if y, ok := b.opt[k]; !ok || x != y {
+			return false
+		}
+	}
+	return true
+}
+
+// sameRow reports whether two rows are the same value.
+func sameRow(a, b snapshot.Row) bool {
+	if a.Denominator != b.Denominator || a.Pinned != b.Pinned || a.AllowFullDrop != b.AllowFullDrop || len(a.Weights) != len(b.Weights) {
+		return false
+	}
+	for k, v := range a.Weights {
+		if w, ok := b.Weights[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// computeEntry computes one cluster from in (demand read) and the previous
+// rows in prev, and records what the cache needs to reuse it.
+func computeEntry(in clusterInput, prev map[string]*snapshot.Snapshot) (*cacheEntry, error) {
+	nb := len(in.proxies)
+	e := &cacheEntry{prev: make([]prevRow, nb), hyst: make([]int, nb), fixed: make([]bool, nb)}
+	in.prevRows = make(map[string]*snapshot.Row, nb)
+	in.prevOpt = make(map[string]map[string]float64, nb)
+	for b, pc := range in.proxies {
+		pr := prevRowOf(prev[pc], in.name, in.set.den)
+		e.prev[b] = pr
+		if pr.row != nil {
+			in.prevRows[pc] = pr.row
+			if pr.opt != nil {
+				in.prevOpt[pc] = pr.opt
+			}
+		}
+	}
+	out, err := computeCluster(in)
+	if err != nil {
+		return nil, err
+	}
+	e.out = out
+	for b := range in.proxies {
+		c := out.rows[b].Row
+		pr := e.prev[b].row
+		switch {
+		case pr == nil || pr.Denominator != c.Denominator || pr.Pinned != c.Pinned:
+			e.hyst[b] = -1
+		default:
+			d := maxRowChange(pr.Weights, c.Weights)
+			if c.Pinned && d > 0 {
+				d = -1
+			}
+			e.hyst[b] = d
+		}
+		e.fixed[b] = pr != nil && samePrev(e.prev[b], prevRowOf(&snapshot.Snapshot{Clusters: map[string]snapshot.Cluster{in.name: out.rows[b]}}, in.name, in.set.den))
+	}
+	return e, nil
+}
+
+// hysteresisMayApply is applyHysteresis's test from the cached row changes:
+// every row has a previous row it may stay at, all moved less than
+// threshold points, and at least one moved.
+func hysteresisMayApply(prev *snapshot.Snapshot, entries []*cacheEntry, b, threshold int) bool {
+	if prev == nil || threshold <= 1 || len(prev.Clusters) != len(entries) {
+		return false
+	}
+	moved := false
+	for _, e := range entries {
+		d := e.hyst[b]
+		if d < 0 || d >= threshold {
+			return false
+		}
+		moved = moved || d > 0
+	}
+	return moved
+}
+
+// shiftsKey encodes a cluster's active shifts (empty when none).
+func shiftsKey(proxies []string, shifts map[string][]ActiveShift) string {
+	if len(shifts) == 0 {
+		return ""
+	}
+	var w digestWriter
+	for _, pc := range proxies {
+		for _, s := range shifts[pc] {
+			w.str(pc)
+			w.str(s.Shift.ID)
+			w.str(s.Shift.From)
+			w.str(s.Shift.To)
+			w.int(s.AppliedPercent)
+		}
+	}
+	return string(w.buf)
 }
 
 // applyHysteresis keeps prev's rows when every row that is not pinned
@@ -235,15 +478,11 @@ func globalDigest(st *config.State, proxies []string, set settings) [sha256.Size
 	return out
 }
 
-// clusterDigest covers everything computeCluster reads. Maps are walked in
-// a fixed order (sorted sub-cluster names, then the blackhole). A previous
-// row that is the very row this planner produced last time (the publisher
-// hands our snapshots back as prev) is covered by its cached encoding,
-// which is cheaper than walking its map; a different encoding of equal
-// content only costs one needless recomputation.
-func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutput) [sha256.Size]byte {
+// inputDigest covers everything computeCluster reads but the global
+// inputs, the shifts and the previous rows (checked apart). Maps are walked
+// in a fixed order (sorted sub-cluster names, then the blackhole).
+func inputDigest(in clusterInput) [sha256.Size]byte {
 	w := digestWriter{buf: make([]byte, 0, 2048+len(in.proxies)*(64+24*len(in.cfg.SubClusters)))}
-	w.buf = append(w.buf, global[:]...)
 	w.str(in.name)
 	pol, err := json.Marshal(in.cfg.Policy)
 	if err != nil {
@@ -277,7 +516,6 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutpu
 		}
 	}
 	keys := append(scs, config.Blackhole)
-	row := func(weights map[string]int) { w.row(keys, weights) }
 	for b, pc := range in.proxies {
 		w.str(pc)
 		w.f64(in.demand[b])
@@ -285,43 +523,10 @@ func clusterDigest(global [sha256.Size]byte, in clusterInput, last *clusterOutpu
 		if pin := in.pins[pc]; pin != nil {
 			w.str("pin")
 			w.bool(pin.AllowFullDrop)
-			row(pin.Weights)
-		}
-		for _, s := range in.shifts[pc] {
-			w.str("shift")
-			w.str(s.Shift.ID)
-			w.str(s.Shift.From)
-			w.str(s.Shift.To)
-			w.int(s.AppliedPercent)
-		}
-		r := in.prevRows[pc]
-		if r == nil {
-			continue
-		}
-		if last != nil && sameMap(r.Weights, last.rows[pc].Row.Weights) && sameOpt(in.prevOpt[pc], last.rows[pc].Explanation) {
-			// Our own output handed back: its encoding was made when it
-			// was computed (the same bytes as below).
-			w.buf = append(w.buf, last.prevEnc[pc]...)
-		} else {
-			w.prev(keys, r, in.prevOpt[pc])
+			w.row(keys, pin.Weights)
 		}
 	}
 	return w.sum()
-}
-
-// prev encodes a previous row and optimum for the cache key.
-func (w *digestWriter) prev(keys []string, r *snapshot.Row, opt map[string]float64) {
-	w.str("prev")
-	w.int(r.Denominator)
-	w.bool(r.Pinned)
-	w.bool(r.AllowFullDrop)
-	w.row(keys, r.Weights)
-	if opt != nil {
-		w.str("opt")
-		for _, k := range keys {
-			w.f64(opt[k])
-		}
-	}
 }
 
 // row encodes weights in the order of keys, then any other names.
@@ -342,23 +547,6 @@ func (w *digestWriter) row(keys []string, weights map[string]int) {
 			w.int(weights[k])
 		}
 	}
-}
-
-// sameOpt reports whether opt is the optimum map of e (or both are absent
-// as previous optimum, since only optimal and fallback rows provide one).
-func sameOpt(opt map[string]float64, e *snapshot.Explanation) bool {
-	if e == nil || (e.Mode != ModeOptimal && e.Mode != ModeFallback) {
-		return opt == nil
-	}
-	if opt == nil || e.Optimum == nil {
-		return opt == nil && e.Optimum == nil
-	}
-	return reflect.ValueOf(opt).UnsafePointer() == reflect.ValueOf(e.Optimum).UnsafePointer()
-}
-
-// sameMap reports whether a and b are the same map object.
-func sameMap(a, b map[string]int) bool {
-	return a != nil && reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
 }
 
 // digestWriter buffers the encoded inputs; they are hashed once at the end

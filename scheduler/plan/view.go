@@ -22,6 +22,16 @@ type View struct {
 	Demand map[string]map[string]float64
 	// Shifts active now, with the points applied so far.
 	Shifts []ActiveShift
+	// Generations[cluster], when not 0, identifies the state of the
+	// cluster's own inputs: its entry in State.Clusters, its Members, every
+	// proxy cluster's Demand for it, its pins and its drains. A producer
+	// (inventory.Inventory) changes it whenever any of these changes, and
+	// the Planner then skips reading and comparing them for a cluster whose
+	// generation it already computed. Missing or 0: the planner compares a
+	// digest of the inputs instead. Topology, scheduler settings, shifts
+	// and previous rows are always checked by the planner. The generations
+	// given to one Planner must all come from one producer.
+	Generations map[string]uint64
 }
 
 // ActiveShift is a shift intent and how far its ramp has got.
