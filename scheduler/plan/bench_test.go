@@ -80,35 +80,45 @@ func BenchmarkComputeFull(b *testing.B) {
 
 // BenchmarkComputeOneClusterChanged is a warm planner after one cluster's
 // capacity changed (target ≤ 10 ms), with the per-cluster generations the
-// inventory provides: one cluster solved, 100 snapshots assembled and
-// hashed.
+// inventory provides and the live snapshots as prev (as the scheduler's
+// loop passes them): one cluster solved, 100 content hashes, no snapshot
+// assembled (Planner.ComputePlan).
 func BenchmarkComputeOneClusterChanged(b *testing.B) {
-	benchOneClusterChanged(b, true, false)
+	benchOneClusterChanged(b, benchOpts{gens: true})
 }
 
-// BenchmarkComputeOneClusterChangedNoGenerations is the same without
+// BenchmarkComputeOneClusterChangedAssembled is the same through Compute,
+// which also assembles the 100 snapshots (100 maps of 200 clusters), with
+// each result handed back as the next prev.
+func BenchmarkComputeOneClusterChangedAssembled(b *testing.B) {
+	benchOneClusterChanged(b, benchOpts{gens: true, assemble: true})
+}
+
+// BenchmarkComputeOneClusterChangedNoGenerations is the first without
 // generations: the planner digests every cluster's inputs to find the
 // changed one.
 func BenchmarkComputeOneClusterChangedNoGenerations(b *testing.B) {
-	benchOneClusterChanged(b, false, false)
+	benchOneClusterChanged(b, benchOpts{})
 }
 
 // BenchmarkComputeOneClusterChangedNoHash is the first without the 100
 // snapshot content hashes.
 func BenchmarkComputeOneClusterChangedNoHash(b *testing.B) {
-	benchOneClusterChanged(b, true, true)
+	benchOneClusterChanged(b, benchOpts{gens: true, skipHash: true})
 }
 
-func benchOneClusterChanged(b *testing.B, gens, skipHash bool) {
+type benchOpts struct{ gens, skipHash, assemble bool }
+
+func benchOneClusterChanged(b *testing.B, o benchOpts) {
 	v := fleet(100, 200, 10)
-	if gens {
+	if o.gens {
 		v.Generations = map[string]uint64{}
 		for i, name := range sortedKeys(v.State.Clusters) {
 			v.Generations[name] = uint64(i + 1)
 		}
 	}
 	p := NewPlanner()
-	p.skipHash = skipHash
+	p.skipHash = o.skipHash
 	res, err := p.Compute(v, nil)
 	if err != nil {
 		b.Fatal(err)
@@ -125,7 +135,8 @@ func benchOneClusterChanged(b *testing.B, gens, skipHash bool) {
 	sc.Instances = slices.Clone(sc.Instances)
 	sc.Instances[0].CapacityRPS /= 2
 	changed.SubClusters["SC00"] = sc
-	// Steady state: the publisher hands the last result back as prev.
+	// Steady state: the last result handed back as prev (after this, with
+	// !o.assemble, prev stays: the live snapshots).
 	for range 3 {
 		res, err := p.Compute(v, prev)
 		if err != nil {
@@ -143,18 +154,28 @@ func benchOneClusterChanged(b *testing.B, gens, skipHash bool) {
 			v.State.Clusters[name] = orig
 		}
 		i++
-		if gens {
+		if o.gens {
 			gen++
 			v.Generations[name] = gen
 		}
-		res, err := p.Compute(v, prev)
+		if o.assemble {
+			res, err := p.Compute(v, prev)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if len(res.Recomputed) != 1 {
+				b.Fatalf("recomputed %v", res.Recomputed)
+			}
+			prev = res.Snapshots
+			continue
+		}
+		pl, err := p.ComputePlan(v, prev)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if len(res.Recomputed) != 1 {
-			b.Fatalf("recomputed %v", res.Recomputed)
+		if len(pl.Recomputed) != 1 || len(pl.Hashes) != 100 {
+			b.Fatalf("recomputed %v, %d hashes", pl.Recomputed, len(pl.Hashes))
 		}
-		prev = res.Snapshots
 	}
 }
 

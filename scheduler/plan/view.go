@@ -1,6 +1,9 @@
 package plan
 
 import (
+	"slices"
+	"sync"
+
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -80,4 +83,106 @@ type ClusterPlan struct {
 	Utilisation map[string]float64 `json:"utilisation"`
 	// Recomputed is true when this call computed the cluster.
 	Recomputed bool `json:"recomputed"`
+}
+
+// Plan is a computed plan whose snapshots are assembled on first use. It is
+// immutable and safe for concurrent use.
+type Plan struct {
+	// Clusters holds the optimisation of each backend cluster.
+	Clusters map[string]ClusterPlan
+	// Recomputed lists (sorted) the clusters recomputed by this call.
+	Recomputed []string
+	// Hashes[proxyCluster] is the content hash of its snapshot.
+	Hashes map[string]string
+
+	st      *config.State
+	proxies []string
+	names   []string
+	entries []*cacheEntry
+	index   map[string]int
+	// heads[b] is proxy b's snapshot without clusters (Meta.Hash set), or
+	// nil when snaps[b] was assembled by Compute (hysteresis).
+	heads []*snapshot.Snapshot
+
+	mu    sync.Mutex
+	snaps []*snapshot.Snapshot
+}
+
+// ProxyClusters returns the proxy clusters of the plan, sorted.
+func (pl *Plan) ProxyClusters() []string { return slices.Clone(pl.proxies) }
+
+// Snapshot returns proxy cluster pc's snapshot (Meta.ProxyCluster and
+// Meta.Hash set), assembling it on the first call; nil for an unknown pc.
+// Treat it as immutable: it shares maps with the planner's cache.
+func (pl *Plan) Snapshot(pc string) *snapshot.Snapshot {
+	b, ok := pl.index[pc]
+	if !ok {
+		return nil
+	}
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if pl.snaps[b] == nil {
+		s := *pl.heads[b]
+		s.Clusters = pl.clusters(b)
+		pl.snaps[b] = &s
+	}
+	return pl.snaps[b]
+}
+
+// Row returns proxy cluster pc's entry for cluster c without assembling
+// the snapshot.
+func (pl *Plan) Row(pc, c string) (snapshot.Cluster, bool) {
+	b, ok := pl.index[pc]
+	if !ok {
+		return snapshot.Cluster{}, false
+	}
+	pl.mu.Lock()
+	s := pl.snaps[b]
+	pl.mu.Unlock()
+	if s != nil {
+		sc, ok := s.Clusters[c]
+		return sc, ok
+	}
+	i, ok := slices.BinarySearch(pl.names, c)
+	if !ok {
+		return snapshot.Cluster{}, false
+	}
+	return pl.entries[i].out.rows[b], true
+}
+
+// Result assembles every snapshot.
+func (pl *Plan) Result() Result {
+	res := Result{Snapshots: make(map[string]*snapshot.Snapshot, len(pl.proxies)), Clusters: pl.Clusters, Recomputed: pl.Recomputed}
+	for _, pc := range pl.proxies {
+		res.Snapshots[pc] = pl.Snapshot(pc)
+	}
+	return res
+}
+
+// built returns proxy b's snapshot if it was assembled.
+func (pl *Plan) built(b int) *snapshot.Snapshot {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	return pl.snaps[b]
+}
+
+// header is proxy b's snapshot without clusters.
+func (pl *Plan) header(b int) *snapshot.Snapshot {
+	pc := pl.proxies[b]
+	pcfg := pl.st.Topology.ProxyClusters[pc]
+	return &snapshot.Snapshot{
+		Meta:           snapshot.Meta{ProxyCluster: pc},
+		Settings:       snapshot.Settings{IDC: pcfg.IDC, TrustedProxies: pcfg.TrustedProxies},
+		Products:       pl.st.Products,
+		DefaultProduct: pl.st.DefaultProduct,
+	}
+}
+
+// clusters assembles proxy b's cluster map from the cache entries.
+func (pl *Plan) clusters(b int) map[string]snapshot.Cluster {
+	m := make(map[string]snapshot.Cluster, len(pl.names))
+	for i, name := range pl.names {
+		m[name] = pl.entries[i].out.rows[b]
+	}
+	return m
 }
