@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"net/netip"
 	"net/url"
 	"strings"
@@ -68,6 +69,9 @@ type Config struct {
 	Token string
 	// Logger; nil means slog.Default().
 	Logger *slog.Logger
+	// Pprof mounts net/http/pprof under /debug/pprof/ (behind the token like
+	// every other non-probe endpoint). Off by default.
+	Pprof bool
 }
 
 // MaxOverrideTTL bounds runtime overrides: an operator's change must expire.
@@ -96,6 +100,13 @@ func New(cfg Config) (http.Handler, error) {
 	mux.Handle("GET /v1/overrides", a.auth(http.HandlerFunc(a.listOverrides)))
 	mux.Handle("POST /v1/overrides", a.auth(http.HandlerFunc(a.setOverride)))
 	mux.Handle("DELETE /v1/overrides/{addr}", a.auth(http.HandlerFunc(a.clearOverride)))
+	if cfg.Pprof {
+		mux.Handle("GET /debug/pprof/", a.auth(http.HandlerFunc(pprof.Index)))
+		mux.Handle("GET /debug/pprof/cmdline", a.auth(http.HandlerFunc(pprof.Cmdline)))
+		mux.Handle("GET /debug/pprof/profile", a.auth(http.HandlerFunc(pprof.Profile)))
+		mux.Handle("GET /debug/pprof/symbol", a.auth(http.HandlerFunc(pprof.Symbol)))
+		mux.Handle("GET /debug/pprof/trace", a.auth(http.HandlerFunc(pprof.Trace)))
+	}
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path))
 	})

@@ -101,6 +101,9 @@ type Config struct {
 	UpstreamClient string
 	// Front limits (see server.FrontOptions).
 	Front server.FrontOptions
+	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
+	// the admin token). Off by default.
+	Pprof bool
 	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
 	ShutdownTimeout time.Duration
 	// StallTimeout of the etcd watch (default configwatch's).
@@ -376,6 +379,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	adminH, err := admin.New(admin.Config{
 		Server: srv, Registry: reg, Gatherer: promReg, Token: cfg.AdminToken, Logger: log,
+		Pprof:  cfg.Pprof,
 		Status: func() any { return src.adminStatus() },
 	})
 	if err != nil {
