@@ -6,6 +6,7 @@
 #   make deploy-down  the fleet down, volumes and networks removed
 #   make chaos        deploy-up + the process-level chaos suite (integration/chaos, tag chaos)
 
+GO             ?= go
 DEPLOY_DIR     := $(CURDIR)/deploy
 DEPLOY_BUILD   := $(DEPLOY_DIR)/.build
 COMPOSE_DIR    := $(DEPLOY_DIR)/compose

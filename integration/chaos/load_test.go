@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -61,6 +62,7 @@ type Load struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup
 	clients  []*http.Client
+	maxGap   time.Duration // longest delay of a 100 ms ticker in this process
 }
 
 // startLoad starts workersPerProxy workers per proxy, each at rps requests/s.
@@ -69,7 +71,10 @@ func startLoad(scenario string, workersPerProxy int, rps float64) *Load {
 	l := &Load{scenario: scenario, cancel: cancel}
 	for _, p := range proxies {
 		for w := 0; w < workersPerProxy; w++ {
-			c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+			// A generous timeout: a slow answer is not a failure (the 2-core
+			// machine can starve everything for seconds); its latency is
+			// recorded and reported.
+			c := &http.Client{Timeout: 20 * time.Second, Transport: &http.Transport{
 				MaxIdleConnsPerHost: 2, IdleConnTimeout: 30 * time.Second,
 				DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
 			}}
@@ -78,7 +83,40 @@ func startLoad(scenario string, workersPerProxy int, rps float64) *Load {
 			go l.worker(ctx, p, c, time.Duration(float64(time.Second)/rps))
 		}
 	}
+	l.wg.Add(1)
+	go l.watchStalls(ctx)
 	return l
+}
+
+// watchStalls measures how late a 100 ms ticker fires: a gap of seconds
+// means the whole machine (this client included) was starved, which
+// explains slow requests that are no fault of the fleet.
+func (l *Load) watchStalls(ctx context.Context) {
+	defer l.wg.Done()
+	const every = 100 * time.Millisecond
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			if gap := now.Sub(last) - every; gap > 0 {
+				l.mu.Lock()
+				l.maxGap = max(l.maxGap, gap)
+				l.mu.Unlock()
+			}
+			last = now
+		}
+	}
+}
+
+// MaxStall is the longest extra delay of the client's own 100 ms ticker.
+func (l *Load) MaxStall() time.Duration {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.maxGap
 }
 
 func (l *Load) worker(ctx context.Context, p Proxy, c *http.Client, every time.Duration) {
@@ -162,17 +200,26 @@ func (l *Load) Count() int {
 // Tally counts outcomes.
 type Tally struct {
 	Total, OK, Blackhole, Fail, Reset int
+	P99, Max                          float64 // latency in ms
 	BySub                             map[string]int
 	FailSample                        []string
 }
 
-func tally(outs []Outcome, keep func(Outcome) bool) Tally {
-	t := Tally{BySub: map[string]int{}}
+func tally(outs []Outcome, keep func(Outcome) bool) (t Tally) {
+	t = Tally{BySub: map[string]int{}}
+	var lat []float64
+	defer func() {
+		if len(lat) > 0 {
+			slices.Sort(lat)
+			t.P99, t.Max = lat[len(lat)*99/100], lat[len(lat)-1]
+		}
+	}()
 	for _, o := range outs {
 		if keep != nil && !keep(o) {
 			continue
 		}
 		t.Total++
+		lat = append(lat, o.Millis)
 		if o.Reset {
 			t.Reset++
 		}

@@ -553,9 +553,17 @@ func rowFlap(r *run) {
 	}
 	v := r.publish(30, 60, 10)
 	took := r.env.waitConverged(r.t, 60*time.Second)
+	// Measure the final shares over at least 1000 BFE1 requests (±6
+	// points is then over 4 standard deviations for every share).
 	from := time.Now()
-	r.hold(12 * time.Second)
-	sc := tally(r.load.snapshotSince(from), onCluster("BFE1"))
+	var sc Tally
+	eventually(r.t, "1000 BFE1 requests on the final row", 90*time.Second, func() error {
+		sc = tally(r.load.snapshotSince(from), onCluster("BFE1"))
+		if sc.Total < 1000 {
+			return fmt.Errorf("%d so far", sc.Total)
+		}
+		return nil
+	})
 	r.figure("BFE1's row rewritten %d times in 60s (every 100ms): v%d..v%d published; final row applied everywhere %.1fs later", writes, v0, v, took.Seconds())
 	share := func(n int) float64 { return 100 * float64(n) / float64(sc.Total) }
 	r.figure("D2: final shares over %d BFE1 requests: SC1 %.1f%% (want 30), SC2 %.1f%% (want 60), blackhole %.1f%% (want 10); tolerance ±6 points",

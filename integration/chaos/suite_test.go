@@ -119,8 +119,8 @@ func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
 		r.checkResources(base)
 		all := tally(outs, nil)
 		c := tally(outs, r.counted)
-		r.figure("traffic: %d requests, %d ok, %d blackholed, %d failed, %d reset (excused windows: %d failed of %d)",
-			c.Total, c.OK, c.Blackhole, c.Fail, c.Reset, all.Fail-c.Fail, all.Total-c.Total)
+		r.figure("traffic: %d requests, %d ok, %d blackholed, %d failed, %d reset (excused windows: %d failed of %d); latency p99 %.0f ms, max %.0f ms; client stalled at most %.1fs",
+			c.Total, c.OK, c.Blackhole, c.Fail, c.Reset, all.Fail-c.Fail, all.Total-c.Total, c.P99, c.Max, r.load.MaxStall().Seconds())
 		if c.Fail != 0 || c.Reset != 0 {
 			t.Errorf("%d failed and %d reset requests, e.g. %s", c.Fail, c.Reset, strings.Join(c.FailSample, "; "))
 		}
