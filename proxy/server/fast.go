@@ -224,16 +224,30 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	return rep, nil
 }
 
+// bodyHandoff is implemented by a front (the fasthttp one) that writes a
+// response body itself after the handler returned: relay gives it the body
+// when Handoff says so (by the body's length, -1 unknown), and the stream's
+// Close ends the request (reply.finish, reqState.end).
+type bodyHandoff interface {
+	Handoff(contentLength int64) bool
+	StreamBody(body io.ReadCloser, contentLength int64)
+}
+
 // relay writes the backend's answer to the client. A body that fails after
 // the header was sent aborts the client connection (http.ErrAbortHandler),
 // so a truncated answer never looks complete.
 func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
-	defer rep.finish()
 	st.status = rep.res.Status
 	if st.status >= 500 {
 		st.c.stats.errors.Add(1)
 	}
 	w.WriteHeader(st.status)
+	if ho, ok := w.(bodyHandoff); ok && ho.Handoff(rep.res.ContentLength) {
+		st.handedOff = true
+		ho.StreamBody(&handedBody{st: st, rep: rep, w: w}, rep.res.ContentLength)
+		return
+	}
+	defer rep.finish()
 	body := rep.res.Body
 	fl, _ := w.(http.Flusher)
 	flush := fl != nil && rep.res.ContentLength < 0
@@ -268,6 +282,47 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 			h[http.TrailerPrefix+k] = vv
 		}
 	}
+}
+
+// handedBody is a backend body handed to the front. A read error is
+// recorded like relay does; the front then aborts the client connection.
+// Close (once) copies the trailers, reports the attempt and ends the request.
+type handedBody struct {
+	st     *reqState
+	rep    *reply
+	w      http.ResponseWriter
+	closed bool
+}
+
+func (b *handedBody) Read(p []byte) (int, error) {
+	n, err := b.rep.res.Body.Read(p)
+	if err != nil && err != io.EOF && b.rep.result.Err == nil {
+		b.rep.result.Err, b.rep.result.Kind = err, balance.KindConnect
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			b.rep.result.Kind = balance.KindTimeout
+		}
+		b.st.code = CodeAborted
+	}
+	if err == io.EOF {
+		if tr := b.rep.res.Body.Trailer(); len(tr) > 0 {
+			h := b.w.Header()
+			for k, vv := range tr {
+				h[http.TrailerPrefix+k] = vv
+			}
+		}
+	}
+	return n, err
+}
+
+func (b *handedBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	b.rep.finish()
+	b.st.end()
+	return nil
 }
 
 // extraCarrier injects trace context into the fast path's extra headers.

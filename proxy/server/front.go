@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"time"
 )
@@ -29,6 +30,9 @@ type FrontOptions struct {
 	Certificates []tls.Certificate
 	// ErrorLog receives net/http's own complaints; nil discards them.
 	ErrorLog *log.Logger
+	// ConnState, when set, is told of every client connection's state
+	// changes (http.Server.ConnState; the fasthttp front maps its states).
+	ConnState func(net.Conn, http.ConnState)
 }
 
 // HTTPServer returns an http.Server serving s with the front limits. With
@@ -56,6 +60,7 @@ func (s *Server) HTTPServer(o FrontOptions) (*http.Server, error) {
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          o.ErrorLog,
+		ConnState:         o.ConnState,
 	}
 	if len(o.Certificates) > 0 {
 		for i, c := range o.Certificates {

@@ -80,6 +80,12 @@ type reqState struct {
 
 	recording bool // the server span is sampled: child spans and attributes are worth building
 
+	// end of the request: the request-deadline cancel, and whether the
+	// response body was handed to the front (bodyHandoff) that then ends it
+	r         *http.Request
+	cancel    context.CancelFunc
+	handedOff bool
+
 	// fast path (fast.go): reused across attempts, allocated with the state
 	fwd   forward.Request
 	extra [5]forward.HeaderField
@@ -88,7 +94,7 @@ type reqState struct {
 
 // ServeHTTP handles one client request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	st := &reqState{s: s, start: s.now()}
+	st := &reqState{s: s, start: s.now(), r: r}
 	rt := s.rt.Load() // the one load of this request (I2)
 	st.rt = rt
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
@@ -120,10 +126,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if st.code == "" {
 				st.code = CodeAborted
 			}
-			st.finish(r)
+			st.end()
 			panic(p)
 		}
-		st.finish(r)
+		if !st.handedOff {
+			st.end()
+		}
 	}()
 
 	if rt == nil {
@@ -174,16 +182,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := st.ctx
 	if d := p.Timeouts.Request.D(); d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, d)
-		defer cancel()
+		ctx, st.cancel = context.WithTimeout(ctx, d)
 	}
 	if err := st.prepareBody(r); err != nil {
 		st.generated(w, classifyBodyError(err))
 		return
 	}
 	st.sel = c.bc.NewSelection(r, st.clientIP)
-	defer st.sel.Release()
 	if s.fast && !isUpgrade(r.Header) {
 		st.serveFast(ctx, w, r)
 		return
@@ -322,6 +327,19 @@ func (st *reqState) generated(w http.ResponseWriter, e *genError) {
 	}
 	w.WriteHeader(e.status)
 	_, _ = io.WriteString(w, http.StatusText(e.status)+" ("+e.code+")\n")
+}
+
+// end releases what the request held (its selection, its deadline) and
+// finishes it. It runs when ServeHTTP returns, or, when the response body was
+// handed to the front, once the front is done with it.
+func (st *reqState) end() {
+	if st.sel != nil {
+		st.sel.Release()
+	}
+	if st.cancel != nil {
+		st.cancel()
+	}
+	st.finish(st.r)
 }
 
 // finish writes the access log line, the metrics and ends the server span.

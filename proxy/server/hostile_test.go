@@ -66,14 +66,26 @@ func TestHostileRequestSmuggling(t *testing.T) {
 	// request on the client's connection, parsed as such by the proxy.
 	raw := "POST /first HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 40\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" +
 		"GET /second HTTP/1.1\r\nHost: demo.test\r\nConnection: close\r\n\r\n"
+	// The net/http front answers both; the fasthttp front answers the first
+	// and closes the connection (RFC 9112 §6.3: a server MUST close the
+	// connection after a CL+TE request). Either way nothing is smuggled.
 	status, rest := rawExchange(t, p.addr, raw)
-	if !strings.HasPrefix(status, "HTTP/1.1 200") || strings.Count(rest, "HTTP/1.1 200") != 1 {
-		t.Fatalf("CL+TE: %q + %q, want two 200 answers", status, rest)
+	closedAfterFirst := strings.Count(rest, "HTTP/1.1 200") == 0 && strings.Contains(rest, "Connection: close\r\n")
+	if !strings.HasPrefix(status, "HTTP/1.1 200") || (strings.Count(rest, "HTTP/1.1 200") != 1 && !closedAfterFirst) {
+		t.Fatalf("CL+TE: %q + %q, want two 200 answers, or one that closes the connection", status, rest)
+	}
+	want := []string{"/first", "/second"}
+	if closedAfterFirst {
+		want = want[:1]
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.reqs) != 2 || b.reqs[0].URL.Path != "/first" || b.reqs[1].URL.Path != "/second" {
-		t.Fatalf("backend saw %d requests, want /first then /second", len(b.reqs))
+	var got []string
+	for _, r := range b.reqs {
+		got = append(got, r.URL.Path)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("backend saw requests %q, want %q", got, want)
 	}
 	if cl := b.reqs[0].Header.Get("Content-Length"); cl != "" || b.reqs[0].ContentLength > 0 {
 		t.Fatalf("backend saw the attacker's Content-Length %q (length %d)", cl, b.reqs[0].ContentLength)
