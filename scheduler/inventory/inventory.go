@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"reflect"
 	"sort"
 	"sync"
 	"time"
@@ -74,6 +75,11 @@ type View struct {
 	NextExpiry time.Time
 	// Synced is true once every input was listed at least once.
 	Synced bool
+	// Generations[cluster] changes whenever the cluster's own planner
+	// inputs change: its entry in State.Clusters, its pins and drains, its
+	// Members, or any proxy cluster's Demand for it (plan.View.Generations).
+	// Values are never reused within one Inventory.
+	Generations map[string]uint64
 }
 
 type instEntry struct {
@@ -100,6 +106,10 @@ type Inventory struct {
 	demand    map[string]report.Demand
 	synced    map[string]bool
 	heard     map[string]time.Time
+	// gen is the last generation handed out; gens the current one per
+	// cluster (see View.Generations).
+	gen  uint64
+	gens map[string]uint64
 
 	changed chan struct{}
 }
@@ -135,6 +145,7 @@ func New(cli *clientv3.Client, layout keys.Layout, o Options) *Inventory {
 		demand:    map[string]report.Demand{},
 		synced:    map[string]bool{},
 		heard:     map[string]time.Time{},
+		gens:      map[string]uint64{},
 		changed:   make(chan struct{}, 1),
 	}
 }
@@ -247,6 +258,7 @@ func (inv *Inventory) View() View {
 			exp := e.goneAt.Add(grace)
 			if !now.Before(exp) {
 				delete(inv.instances, k)
+				inv.bumpLocked(e.key.Cluster)
 				inv.log.Info("instance removed after grace", "key", k, "grace", grace)
 				continue
 			}
@@ -272,6 +284,10 @@ func (inv *Inventory) View() View {
 			continue
 		}
 		subs[e.key.SubCluster] = mergeInstance(list, toConfig(e))
+	}
+	v.Generations = make(map[string]uint64, len(inv.gens))
+	for c, g := range inv.gens {
+		v.Generations[c] = g
 	}
 	inv.m.unknownInstances.Set(float64(ignored))
 	inv.m.debounced.Set(float64(v.Debounced))
@@ -361,7 +377,7 @@ func (s *inputSink) reset(kvs []*mvccpb.KeyValue, rev int64) {
 	case inDemand:
 		for k := range inv.demand {
 			if !seen[k] {
-				delete(inv.demand, k)
+				inv.deleteDemandLocked(k)
 			}
 		}
 	case inDesired:
@@ -416,6 +432,7 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 		if inv.state != nil && kv.ModRevision == inv.stateRev {
 			return
 		}
+		inv.bumpStateLocked(inv.state, &st)
 		inv.state, inv.stateRev = &st, kv.ModRevision
 	case inShifts:
 		var sh config.Shift
@@ -449,7 +466,11 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 			s.goneLocked(key)
 			return
 		}
-		inv.instances[key] = &instEntry{key: ik, inst: r}
+		ne := &instEntry{key: ik, inst: r}
+		if old := inv.instances[key]; old == nil || !old.goneAt.IsZero() || !reflect.DeepEqual(toConfig(old), toConfig(ne)) {
+			inv.bumpLocked(ik.Cluster)
+		}
+		inv.instances[key] = ne
 	case inDemand:
 		pk, err := inv.layout.ParseDemand(key)
 		var d report.Demand
@@ -459,10 +480,21 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 		if err != nil {
 			inv.m.invalid.WithLabelValues(inDemand).Inc()
 			inv.log.Error("demand report ignored", "key", key, "err", err)
-			delete(inv.demand, key)
+			inv.deleteDemandLocked(key)
 			return
 		}
 		d.ProxyCluster = pk.ProxyCluster
+		old := inv.demand[key]
+		for c, cd := range d.Clusters {
+			if oc, ok := old.Clusters[c]; !ok || oc.RPS != cd.RPS || old.ProxyCluster != d.ProxyCluster {
+				inv.bumpLocked(c)
+			}
+		}
+		for c := range old.Clusters {
+			if _, ok := d.Clusters[c]; !ok {
+				inv.bumpLocked(c)
+			}
+		}
 		inv.demand[key] = d
 	}
 }
@@ -487,7 +519,64 @@ func (s *inputSink) deleteLocked(key string) {
 	case inInstances:
 		s.goneLocked(key)
 	case inDemand:
-		delete(inv.demand, key)
+		inv.deleteDemandLocked(key)
+	}
+}
+
+// deleteDemandLocked removes a demand report.
+func (inv *Inventory) deleteDemandLocked(key string) {
+	for c := range inv.demand[key].Clusters {
+		inv.bumpLocked(c)
+	}
+	delete(inv.demand, key)
+}
+
+// bumpLocked gives cluster c a new generation.
+func (inv *Inventory) bumpLocked(c string) {
+	inv.gen++
+	inv.gens[c] = inv.gen
+}
+
+// bumpStateLocked bumps every cluster whose config, pins or drains differ
+// between two desired states (old may be nil).
+func (inv *Inventory) bumpStateLocked(old, st *config.State) {
+	type own struct {
+		cfg    config.Cluster
+		pins   []config.Pin
+		drains []config.Drain
+	}
+	collect := func(s *config.State) map[string]*own {
+		m := map[string]*own{}
+		if s == nil {
+			return m
+		}
+		get := func(c string) *own {
+			if m[c] == nil {
+				m[c] = &own{}
+			}
+			return m[c]
+		}
+		for c, cfg := range s.Clusters {
+			get(c).cfg = cfg
+		}
+		for _, p := range s.Pins {
+			get(p.Cluster).pins = append(get(p.Cluster).pins, p)
+		}
+		for _, d := range s.Drains {
+			get(d.Cluster).drains = append(get(d.Cluster).drains, d)
+		}
+		return m
+	}
+	a, b := collect(old), collect(st)
+	for c, x := range b {
+		if y, ok := a[c]; !ok || !reflect.DeepEqual(x, y) {
+			inv.bumpLocked(c)
+		}
+	}
+	for c := range a {
+		if _, ok := b[c]; !ok {
+			inv.bumpLocked(c)
+		}
 	}
 }
 
@@ -506,6 +595,7 @@ func (s *inputSink) goneLocked(key string) {
 	}
 	if e.inst.State == config.StateDraining {
 		delete(inv.instances, key)
+		inv.bumpLocked(e.key.Cluster)
 		return
 	}
 	if e.goneAt.IsZero() {

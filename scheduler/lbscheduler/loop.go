@@ -224,7 +224,7 @@ func followerShifts(intents map[string]config.Shift, progress map[string]config.
 }
 
 func planView(v inventory.View, active []shift.Active) plan.View {
-	pv := plan.View{State: v.State, Members: v.Members, Demand: v.Demand}
+	pv := plan.View{State: v.State, Members: v.Members, Demand: v.Demand, Generations: v.Generations}
 	for _, a := range active {
 		pv.Shifts = append(pv.Shifts, plan.ActiveShift{Shift: a.Shift, AppliedPercent: a.AppliedPercent})
 	}

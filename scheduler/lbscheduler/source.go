@@ -125,6 +125,9 @@ func (src source) WhatIf(ctx context.Context, w api.WhatIf) (any, error) {
 		return nil, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
 	v.State = &st
+	// The proposal changed pins, drains or shifts the generations do not
+	// cover: the what-if planner compares every cluster's inputs itself.
+	v.Generations = nil
 	s.whatIfMu.Lock()
 	defer s.whatIfMu.Unlock()
 	prev := s.livePrev(ctx)
