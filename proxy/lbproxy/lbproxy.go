@@ -101,6 +101,9 @@ type Config struct {
 	UpstreamClient string
 	// Front limits (see server.FrontOptions).
 	Front server.FrontOptions
+	// FrontKind is the server of the plain HTTP listener: server.FrontStd
+	// (net/http, the default) or server.FrontFastHTTP. TLS always uses net/http.
+	FrontKind string
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
 	Pprof bool
@@ -163,6 +166,11 @@ func (c *Config) check() error {
 	}
 	if c.Listen == "" && c.Listener == nil && c.ListenTLS == "" && c.TLSListener == nil {
 		return errors.New("lbproxy: no client listener: set a listen address")
+	}
+	switch c.FrontKind {
+	case "", server.FrontStd, server.FrontFastHTTP:
+	default:
+		return fmt.Errorf("lbproxy: front %q: want %q or %q", c.FrontKind, server.FrontStd, server.FrontFastHTTP)
 	}
 	if (c.ListenTLS != "" || c.TLSListener != nil) && len(c.Certs) == 0 {
 		return errors.New("lbproxy: a TLS listener needs at least one certificate and key pair")
@@ -387,15 +395,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	}
 	front := cfg.Front
 	front.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	var servers []*http.Server
-	serve := func(name string, l net.Listener, hs *http.Server, tlsOn bool) {
+	var servers []server.Front
+	serve := func(name string, l net.Listener, hs server.Front, tlsOn bool) {
 		servers = append(servers, hs)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			var err error
 			if tlsOn {
-				err = hs.ServeTLS(l, "", "")
+				err = hs.(*http.Server).ServeTLS(l, "", "")
 			} else {
 				err = hs.Serve(l)
 			}
@@ -405,7 +413,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}()
 	}
 	if httpL != nil {
-		hs, err := srv.HTTPServer(front)
+		hs, err := srv.NewFront(cfg.FrontKind, front)
 		if err != nil {
 			return err
 		}

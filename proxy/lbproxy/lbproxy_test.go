@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -25,9 +26,76 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/admin"
+	"github.com/sluicelb/sluice/proxy/server"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// TestMain checks for leaked goroutines. Two fasthttp goroutines are not
+// ours to stop: the process-wide Date-header updater and a stopped worker
+// pool's cleaner, which notices the stop only after a sleep of up to 10 s.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+}
+
+// frontEnv selects the front of start (empty: the default).
+const frontEnv = "SLUICE_TEST_FRONT"
+
+// TestFastHTTPFrontSuite runs every test of this package once more with
+// --front fasthttp.
+func TestFastHTTPFrontSuite(t *testing.T) {
+	if os.Getenv(frontEnv) != "" {
+		t.Logf("already the %s run", os.Getenv(frontEnv))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.count=1")
+	cmd.Env = append(os.Environ(), frontEnv+"="+server.FrontFastHTTP)
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "PASS") {
+		t.Fatalf("fasthttp front run failed: %v\n%s", err, out)
+	}
+}
+
+func TestBadFrontRefused(t *testing.T) {
+	err := Run(context.Background(), Config{ProxyCluster: "BFE1", ID: "p1", ConfigFile: "x.json",
+		Listen: "127.0.0.1:0", FrontKind: "nginx"})
+	if err == nil || !strings.Contains(err.Error(), `front "nginx"`) {
+		t.Fatalf("Run with front nginx: %v, want a front error", err)
+	}
+}
+
+func TestPprofOnlyWhenEnabledAndBehindToken(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "snap.json")
+	if err := os.WriteFile(path, []byte(pprofSnapshot), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	off := start(t, Config{ConfigFile: path})
+	if code, _ := adminDo(t, "GET", "http://"+off.addrs.Admin+"/debug/pprof/", ""); code != 404 {
+		t.Fatalf("pprof without --pprof: %d, want 404", code)
+	}
+	on := start(t, Config{ConfigFile: path, Pprof: true, AdminToken: "s3cret", ID: "p2"})
+	if code, _ := adminDo(t, "GET", "http://"+on.addrs.Admin+"/debug/pprof/", ""); code != 401 {
+		t.Fatalf("pprof without the token: %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", "http://"+on.addrs.Admin+"/debug/pprof/cmdline", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || len(b) == 0 {
+		t.Fatalf("pprof with the token: %d %q, want 200 and the command line", res.StatusCode, b)
+	}
+}
+
+const pprofSnapshot = `{"meta":{"proxy_cluster":"BFE1","version":1,"created_at":"2025-01-01T00:00:00Z"},
+ "products":{"p":{"hosts":["p.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"c"}]}},
+ "default_product":"p",
+ "clusters":{"c":{"subclusters":{"SC1":{"idc":"IDC1","instances":[{"addr":"127.0.0.1","port":9,"weight":1}]}},
+   "row":{"denominator":100,"weights":{"SC1":100}}}}}`
 
 const prefix = "/lbproxytest"
 
@@ -121,6 +189,9 @@ func start(t *testing.T, cfg Config) *running {
 		cfg.ID = "p1"
 	}
 	cfg.Prefix = prefix
+	if cfg.FrontKind == "" {
+		cfg.FrontKind = os.Getenv(frontEnv) // TestFastHTTPFrontSuite
+	}
 	cfg.TraceExporter = "none"
 	cfg.ReportInterval = 200 * time.Millisecond
 	cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))

@@ -65,6 +65,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "trace-exporter", Usage: "none, stdout or otlp (default: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)", EnvVars: env("TRACE_EXPORTER")},
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
+			&cli.StringFlag{Name: "front", Value: "std", Usage: "server of the plain HTTP listener: std (net/http) or fasthttp (fewer syscalls per request; TLS always uses net/http)", EnvVars: env("FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
@@ -99,7 +100,7 @@ func run(c *cli.Context) error {
 		TrustedProxies: c.StringSlice("trusted-proxy"), Logger: logger,
 		TraceExporter: c.String("trace-exporter"), TraceSample: c.Float64("trace-sample"),
 		ShutdownTimeout: c.Duration("shutdown-timeout"), MaxBodyBytes: c.Int64("max-body-bytes"),
-		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"),
+		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"), FrontKind: c.String("front"),
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
 			MaxHeaderBytes: c.Int("max-header-bytes"),
