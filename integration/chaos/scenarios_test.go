@@ -501,7 +501,7 @@ func agentKill(r *run) {
 		}
 		return nil
 	})
-	r.figure("agent of %s killed -9: instance left every proxy's table %.1fs later (lease 3s + scheduler grace 5s)", b.Addr, took.Seconds())
+	r.figure("agent of %s killed -9: instance left every proxy's table %.1fs later (lease 5s + scheduler grace 5s)", b.Addr, took.Seconds())
 	r.env.waitConverged(r.t, 60*time.Second)
 	r.hold(time.Second) // requests in flight at the swap finish
 	st0, err := backendStats(r.env, r.dir)
