@@ -118,15 +118,17 @@ func Start(ctx context.Context, o Options) (f *Fleet, err error) {
 	if err := os.MkdirAll(o.WorkDir, 0o755); err != nil {
 		return nil, err
 	}
-	f = &Fleet{opts: o, Layout: keys.MustNew(""), LogDir: filepath.Join(o.WorkDir, "logs"), nextPort: o.BasePort, restarted: map[string]int{}}
-	if err := os.MkdirAll(f.LogDir, 0o755); err != nil {
+	fl := &Fleet{opts: o, Layout: keys.MustNew(""), LogDir: filepath.Join(o.WorkDir, "logs"), nextPort: o.BasePort, restarted: map[string]int{}}
+	if err := os.MkdirAll(fl.LogDir, 0o755); err != nil {
 		return nil, err
 	}
+	// On error, stop what was started (the named result is nil by then).
 	defer func() {
 		if err != nil {
-			f.Stop()
+			fl.Stop()
 		}
 	}()
+	f = fl
 
 	var state config.State
 	if err := codec.Unmarshal(o.State, &state); err != nil {
