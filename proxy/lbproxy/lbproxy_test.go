@@ -182,6 +182,12 @@ func start(t *testing.T, cfg Config) *running {
 	l, _ := net.Listen("tcp", "127.0.0.1:0")
 	al, _ := net.Listen("tcp", "127.0.0.1:0")
 	cfg.Listener, cfg.AdminListener = l, al
+	return startWith(t, cfg)
+}
+
+// startWith runs lbproxy with the listeners cfg already has.
+func startWith(t *testing.T, cfg Config) *running {
+	t.Helper()
 	if cfg.ProxyCluster == "" {
 		cfg.ProxyCluster = "BFE1"
 	}
