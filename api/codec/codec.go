@@ -53,7 +53,8 @@ func ToJSON(raw []byte) ([]byte, error) {
 	}
 	j, err := yaml.YAMLToJSONStrict(raw)
 	if err != nil {
-		return nil, fmt.Errorf("yaml: %w", err)
+		// sigs.k8s.io/yaml already says "yaml: ...".
+		return nil, err
 	}
 	return j, nil
 }

@@ -44,8 +44,8 @@ func TestRejects(t *testing.T) {
 		{"pins:\n- weights: {SC1: 1e3}\n", `yaml: line 2 column 18: 1e3 is written as a fraction or with an exponent; write a plain integer (1000) or quote it if it is a string`},
 		{"pins:\n- weights: {SC1: 1e309}\n", `pins[0].weights.SC1: "1e309" is not an integer`},
 		{"topology: {idcs: [on]}\n", `topology.idcs[0]: true is not a string`},
-		{"scheduler:\n  history: 5\n  history: 6\n", "yaml: yaml: unmarshal errors:\n  line 3: key \"history\" already set in map"},
-		{"topology: [", "yaml: yaml: line 1: did not find expected node content"},
+		{"scheduler:\n  history: 5\n  history: 6\n", "yaml: unmarshal errors:\n  line 3: key \"history\" already set in map"},
+		{"topology: [", "yaml: line 1: did not find expected node content"},
 	}
 	for _, tt := range tests {
 		var s config.State

@@ -21,7 +21,7 @@ var ambiguousNumber = regexp.MustCompile(`^[-+]?(0[0-9_]+|0[xXoObB][0-9a-fA-F_]*
 func checkYAMLScalars(raw []byte) error {
 	var doc yamlv3.Node
 	if err := yamlv3.Unmarshal(raw, &doc); err != nil {
-		return fmt.Errorf("yaml: %w", err)
+		return err // already "yaml: line N: ..."
 	}
 	return walkYAML(&doc, 0)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -11,24 +12,40 @@ import (
 	"github.com/sluicelb/sluice/proxy/filesource"
 )
 
-// startFileSource loads the --config / --bfe-conf source once (a failure
-// stops the start-up), applies it, and keeps reloading it in the background
-// on change and SIGHUP. It returns the watched path.
+// startFileSource runs the --config / --bfe-conf source in the background
+// and returns once its first snapshot is applied (a failure there stops the
+// start-up). The source keeps reloading on change and SIGHUP. It returns the
+// watched path. There is exactly one loader: the first load is Run's own, so
+// an edit racing the start-up is never missed.
 func startFileSource(cfg Config, log *slog.Logger, apply func(*snapshot.Snapshot) error,
 	goBG func(string, func(context.Context) error), metrics prometheus.Registerer) (string, error) {
-	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Apply: apply, Metrics: metrics}
+	first := make(chan struct{})
+	var once sync.Once
+	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics,
+		Apply: func(s *snapshot.Snapshot) error {
+			err := apply(s)
+			if err == nil {
+				once.Do(func() { close(first) })
+			}
+			return err
+		}}
 	if cfg.ConfigFile != "" {
 		fc.Path, fc.Kind = cfg.ConfigFile, filesource.KindSnapshot
 	} else {
 		fc.Path, fc.Kind = cfg.BFEConfDir, filesource.KindBFE
 	}
-	first, err := filesource.Load(fc)
-	if err != nil {
+	failed := make(chan error, 1)
+	goBG("file source", func(ctx context.Context) error {
+		err := filesource.Run(ctx, fc)
+		if err != nil {
+			failed <- err
+		}
+		return err
+	})
+	select {
+	case <-first:
+		return fc.Path, nil
+	case err := <-failed:
 		return "", fmt.Errorf("lbproxy: %w", err)
 	}
-	if err := apply(first); err != nil {
-		return "", fmt.Errorf("lbproxy: initial config %s: %w", fc.Path, err)
-	}
-	goBG("file source", func(ctx context.Context) error { return filesource.Run(ctx, fc) })
-	return fc.Path, nil
 }

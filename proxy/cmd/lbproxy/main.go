@@ -27,7 +27,12 @@ var version = "dev"
 
 func main() {
 	if err := newApp().Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "lbproxy:", err)
+		// Errors from lbproxy.Run already start with "lbproxy:".
+		msg := err.Error()
+		if !strings.HasPrefix(msg, "lbproxy:") {
+			msg = "lbproxy: " + msg
+		}
+		fmt.Fprintln(os.Stderr, msg)
 		os.Exit(1)
 	}
 }
