@@ -190,6 +190,9 @@ func (e *Endpoint) reportFailure(now time.Time) bool {
 	if e.state == Normal && e.rules.failNum > 0 && int(n) >= e.rules.failNum {
 		e.state = Checking
 		e.ejectedAt = now
+		if e.reg != nil {
+			e.reg.ejections.Add(1)
+		}
 		e.probeOK = 0
 		e.rampStart = time.Time{}
 		e.poke()

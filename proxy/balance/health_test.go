@@ -52,9 +52,15 @@ func TestHealthStateMachineAndSlowStart(t *testing.T) {
 	}
 	fail(mk())
 	fail(mk())
+	if n := e.reg.Ejections(); n != 0 {
+		t.Fatalf("%d ejections before fail_num failures", n)
+	}
 	mk().Done(Result{Kind: KindStatus, Status: 503})
 	if ep.Health() != Checking {
 		t.Fatalf("state %s, want CHECKING", ep.Health())
+	}
+	if n := e.reg.Ejections(); n != 1 {
+		t.Fatalf("ejections = %d, want 1", n)
 	}
 	for range 50 {
 		if p, err := e.pick(netip.Addr{}); err != nil || p.Endpoint == ep {

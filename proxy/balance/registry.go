@@ -53,6 +53,8 @@ type Registry struct {
 	// Proxy-wide retry budget accounting.
 	active  atomic.Int64 // live selections
 	retries atomic.Int64 // retry picks not yet Done
+	// ejections counts passive ejections (NORMAL → CHECKING) since start.
+	ejections atomic.Uint64
 
 	mu        sync.Mutex
 	endpoints map[netip.AddrPort]*Endpoint
@@ -391,3 +393,7 @@ func (r *Registry) retryAllowed(percent, minimum int) bool {
 func (r *Registry) RetryStats() (active, retries int64) {
 	return r.active.Load(), r.retries.Load()
 }
+
+// Ejections returns how many times passive health checks ejected an
+// instance (NORMAL → CHECKING) since the registry was created.
+func (r *Registry) Ejections() uint64 { return r.ejections.Load() }

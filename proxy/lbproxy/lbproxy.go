@@ -259,7 +259,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	if err != nil {
 		return fmt.Errorf("lbproxy: %w", err)
 	}
-	promReg.MustRegister(newTableCollector(srv))
+	promReg.MustRegister(newTableCollector(srv), prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_proxy_ejections_total",
+		Help: "Instances ejected by passive health checks (fail_num consecutive failures: NORMAL → CHECKING).",
+	}, func() float64 { return float64(reg.Ejections()) }))
 
 	// Listeners first: a port clash is a start-up error, not a late surprise.
 	var closers []io.Closer
