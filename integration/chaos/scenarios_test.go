@@ -564,7 +564,7 @@ func rowFlap(r *run) {
 		}
 		return nil
 	})
-	r.figure("BFE1's row rewritten %d times in 60s (every 100ms): v%d..v%d published; final row applied everywhere %.1fs later", writes, v0, v, took.Seconds())
+	r.figure("BFE1's row rewritten %d times in 60s (one CAS write per 100ms tick; a slow write skips ticks): v%d..v%d published; final row applied everywhere %.1fs later", writes, v0, v, took.Seconds())
 	share := func(n int) float64 { return 100 * float64(n) / float64(sc.Total) }
 	r.figure("D2: final shares over %d BFE1 requests: SC1 %.1f%% (want 30), SC2 %.1f%% (want 60), blackhole %.1f%% (want 10); tolerance ±6 points",
 		sc.Total, share(sc.BySub["SC1"]), share(sc.BySub["SC2"]), share(sc.Blackhole))
