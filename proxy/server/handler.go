@@ -174,7 +174,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	rc := http.NewResponseController(w)
-	if d := p.Timeouts.ReadClient.D(); d > 0 {
+	// A request without a body has been read entirely: no read deadline to
+	// set (it costs a timer update per request).
+	if d := p.Timeouts.ReadClient.D(); d > 0 && hasBody(r) {
 		_ = rc.SetReadDeadline(st.start.Add(d))
 	}
 	if d := p.Timeouts.WriteClient.D(); d > 0 && !isUpgrade(r.Header) {
@@ -254,6 +256,10 @@ func idempotent(m string) bool {
 		return true
 	}
 	return false
+}
+
+func hasBody(r *http.Request) bool {
+	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
 func isH2CUpgrade(h http.Header) bool {
