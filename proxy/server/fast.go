@@ -120,7 +120,7 @@ func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *htt
 func (st *reqState) outbound(r *http.Request) *forward.Request {
 	fr := &st.fwd
 	fr.Method, fr.URI, fr.Host, fr.Header, fr.Skip = r.Method, r.URL.RequestURI(), r.Host, r.Header, forwardedSkip
-	peer := st.peer.String()
+	peer := st.peerString()
 	xff := peer
 	if prior := r.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
 		xff = strings.Join(prior, ", ") + ", " + peer

@@ -65,6 +65,7 @@ type reqState struct {
 	clientIP   netip.Addr
 	peer       netip.Addr
 	peerTrust  bool
+	peerText   string // peer.String() when known without formatting
 	ctx        context.Context // carries the server span
 	span       trace.Span
 	buf        []byte      // replay buffer (nil: no body or streamed)
@@ -99,6 +100,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.rt = rt
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		st.peer = ap.Addr().Unmap()
+		if a := ap.Addr(); !a.Is4In6() && a.Zone() == "" {
+			// The peer's text is RemoteAddr's host part: no formatting
+			// (and no allocation) for X-Forwarded-For.
+			host := r.RemoteAddr[:strings.LastIndexByte(r.RemoteAddr, ':')]
+			st.peerText = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+		}
 	}
 	var trustedSet []netip.Prefix
 	if rt != nil {
@@ -256,6 +263,14 @@ func idempotent(m string) bool {
 		return true
 	}
 	return false
+}
+
+// peerString is the peer address as text.
+func (st *reqState) peerString() string {
+	if st.peerText != "" {
+		return st.peerText
+	}
+	return st.peer.String()
 }
 
 func hasBody(r *http.Request) bool {
@@ -436,7 +451,7 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 // hop-by-hop headers, so "Connection: X-Forwarded-For" cannot strip it.
 func (s *Server) rewrite(pr *httputil.ProxyRequest) {
 	st := pr.In.Context().Value(stateKey{}).(*reqState)
-	peer := st.peer.String()
+	peer := st.peerString()
 	if prior := pr.In.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
 		pr.Out.Header["X-Forwarded-For"] = []string{strings.Join(prior, ", ") + ", " + peer}
 	} else {

@@ -141,9 +141,10 @@ type proxyOpts struct {
 	opts      Options
 	front     FrontOptions
 	connState func(net.Conn, http.ConnState)
+	frontKind string // "" : SLUICE_TEST_FRONT (the std front when unset)
 }
 
-func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
+func newProxy(t testing.TB, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
@@ -170,7 +171,11 @@ func newProxy(t *testing.T, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 	front := po.front
 	front.ConnState = po.connState
 	// TestFastHTTPFrontSuite reruns this package with the fasthttp front.
-	hs, err := s.NewFront(os.Getenv(frontEnv), front)
+	kind := po.frontKind
+	if kind == "" {
+		kind = os.Getenv(frontEnv)
+	}
+	hs, err := s.NewFront(kind, front)
 	if err != nil {
 		t.Fatal(err)
 	}

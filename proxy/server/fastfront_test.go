@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// frontBackend serves the cases of TestFrontsAnswerAlike.
+func frontBackend(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/big": // over handoffMax, sized: streamed with its length
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Length", "200000")
+		w.Write(bytes.Repeat([]byte("0123456789"), 20000))
+	case "/small":
+		w.Header().Set("Content-Type", "text/plain")
+		io.WriteString(w, "small body\n")
+	case "/chunked": // unsized: streamed chunked, flushed as it comes
+		fl := w.(http.Flusher)
+		for i := 0; i < 5; i++ {
+			fmt.Fprintf(w, "event %d\n", i)
+			fl.Flush()
+		}
+	case "/echo": // the request body back, with its digest
+		b, err := io.ReadAll(r.Body)
+		if err != nil {
+			w.WriteHeader(http.StatusBadRequest)
+			return
+		}
+		w.Header().Set("X-Digest", fmt.Sprintf("%x", sha256.Sum256(b)))
+		w.Header().Set("X-Request-Length", fmt.Sprint(r.ContentLength))
+		w.Write(b)
+	case "/nocontent":
+		w.WriteHeader(http.StatusNoContent)
+	case "/headers":
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		w.Header().Set("Cache-Control", "no-store")
+		fmt.Fprintf(w, "xff=%s xfp=%s xfh=%s conn=%q secret=%q ua=%s cookie=%q\n",
+			r.Header.Get("X-Forwarded-For"), r.Header.Get("X-Forwarded-Proto"), r.Header.Get("X-Forwarded-Host"),
+			r.Header.Get("Connection"), r.Header.Get("X-Secret"), r.UserAgent(), r.Header.Get("Cookie"))
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+// exchange is what a client saw of one answer, comparable across fronts.
+func exchangeDump(t *testing.T, c *http.Client, method, url string, body io.Reader, size int64, hdr map[string]string) string {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Host = "demo.test"
+	if size >= 0 && body != nil {
+		req.ContentLength = size
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	res, err := c.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	b, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("%s %s: body: %v", method, url, err)
+	}
+	digest := fmt.Sprintf("%x", sha256.Sum256(b))
+	if len(b) <= 200 {
+		digest = fmt.Sprintf("%q", b)
+	}
+	return fmt.Sprintf("%d len=%d te=%v ct=%q backend=%q digest-hdr=%q reqlen=%q cookies=%q cc=%q reason=%q body=%s",
+		res.StatusCode, res.ContentLength, res.TransferEncoding, res.Header.Get("Content-Type"), res.Header.Get("X-Backend"),
+		res.Header.Get("X-Digest"), res.Header.Get("X-Request-Length"), res.Header["Set-Cookie"], res.Header.Get("Cache-Control"),
+		res.Header.Get(ReasonHeader), digest)
+}
+
+// TestFrontsAnswerAlike sends the same requests through both fronts and
+// compares what the client gets: sized and unsized bodies over the buffered
+// limit, HEAD, 204, streamed and chunked request bodies, multi-valued and
+// hop-by-hop headers.
+func TestFrontsAnswerAlike(t *testing.T) {
+	b := newBackend(t, "b1", frontBackend)
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100}, nil))
+	std := newProxy(t, snap, proxyOpts{frontKind: FrontStd, opts: Options{MaxBodyBytes: 1 << 20}})
+	fast := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{MaxBodyBytes: 1 << 20}})
+	big := bytes.Repeat([]byte("abcdefgh"), 40000) // 320 KB
+	cases := []struct {
+		name, method, path string
+		body               func() io.Reader
+		size               int64
+		hdr                map[string]string
+	}{
+		{"small", "GET", "/small", nil, -1, nil},
+		{"big sized", "GET", "/big", nil, -1, nil},
+		{"chunked answer", "GET", "/chunked", nil, -1, nil},
+		{"head", "HEAD", "/big", nil, -1, nil},
+		{"no content", "GET", "/nocontent", nil, -1, nil},
+		{"sized upload", "POST", "/echo", func() io.Reader { return bytes.NewReader(big) }, int64(len(big)), nil},
+		{"chunked upload", "PUT", "/echo", func() io.Reader { return io.MultiReader(bytes.NewReader(big[:70000])) }, -1, nil},
+		{"small upload", "POST", "/echo", func() io.Reader { return strings.NewReader("hello") }, 5, nil},
+		{"headers", "GET", "/headers", nil, -1, map[string]string{"Connection": "X-Secret", "X-Secret": "s",
+			"X-Forwarded-For": "6.6.6.6", "User-Agent": "ua-1", "Cookie": "c1=1; c2=2"}},
+		{"not found", "GET", "/missing", nil, -1, nil},
+	}
+	cs, cf := client(t), client(t)
+	for _, c := range cases {
+		var bs, bf io.Reader
+		if c.body != nil {
+			bs, bf = c.body(), c.body()
+		}
+		ds := exchangeDump(t, cs, c.method, std.url+c.path, bs, c.size, c.hdr)
+		df := exchangeDump(t, cf, c.method, fast.url+c.path, bf, c.size, c.hdr)
+		if ds != df {
+			t.Errorf("%s: fronts differ:\nstd:      %s\nfasthttp: %s", c.name, ds, df)
+		}
+	}
+}
+
+// TestFastFrontPipelinedAnswersInOrder sends three requests in one write;
+// the answers (one streamed after the handler) come back in order.
+func TestFastFrontPipelinedAnswersInOrder(t *testing.T) {
+	b := newBackend(t, "b1", frontBackend)
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100}, nil))
+	p := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP})
+	conn, err := net.Dial("tcp", p.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	req := "GET /small HTTP/1.1\r\nHost: demo.test\r\n\r\nGET /big HTTP/1.1\r\nHost: demo.test\r\n\r\nGET /chunked HTTP/1.1\r\nHost: demo.test\r\n\r\n"
+	if _, err := io.WriteString(conn, req); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(conn)
+	for _, want := range []int{len("small body\n"), 200000, len("event 0\n") * 5} {
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if err != nil || res.StatusCode != 200 || int(n) != want {
+			t.Fatalf("answer: %d, %d bytes (%v), want 200 and %d bytes", res.StatusCode, n, err, want)
+		}
+	}
+}
+
+// BenchmarkFront is one keep-alive GET through each front to 4 loopback
+// backends (100-byte bodies), client, proxy and backends in this process.
+func BenchmarkFront(b *testing.B) {
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		b.Run(kind, func(b *testing.B) {
+			var insts []config.Instance
+			for _, w := range []int{5, 3, 1, 1} {
+				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					w.Header().Set("Content-Type", "text/plain")
+					w.Header().Set("Content-Length", "100")
+					w.Write([]byte(body100))
+				}))
+				b.Cleanup(srv.Close)
+				insts = append(insts, inst(mustAddrPort(srv.Listener.Addr().String()), w))
+			}
+			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": insts}, map[string]int{"SC1": 100}, nil))
+			p := newProxy(b, snap, proxyOpts{frontKind: kind})
+			conn, err := net.Dial("tcp", p.addr)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			br := bufio.NewReader(conn)
+			req := []byte("GET /index.html?q=1 HTTP/1.1\r\nHost: demo.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := conn.Write(req); err != nil {
+					b.Fatal(err)
+				}
+				res, err := http.ReadResponse(br, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ := io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				if res.StatusCode != 200 || n != 100 {
+					b.Fatalf("status %d, %d bytes", res.StatusCode, n)
+				}
+			}
+		})
+	}
+}
