@@ -168,7 +168,11 @@ func (c *Config) check() error {
 		return errors.New("lbproxy: no client listener: set a listen address")
 	}
 	switch c.FrontKind {
-	case "", server.FrontStd, server.FrontFastHTTP:
+	case "", server.FrontStd:
+	case server.FrontFastHTTP:
+		if c.UpstreamClient == server.UpstreamStd {
+			return fmt.Errorf("lbproxy: front %q needs the %q upstream client", c.FrontKind, server.UpstreamFast)
+		}
 	default:
 		return fmt.Errorf("lbproxy: front %q: want %q or %q", c.FrontKind, server.FrontStd, server.FrontFastHTTP)
 	}

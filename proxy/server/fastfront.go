@@ -87,6 +87,11 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 	if len(o.Certificates) > 0 {
 		return nil, errors.New("server: the fasthttp front serves cleartext HTTP/1.1 only; TLS listeners use the std front")
 	}
+	if !s.fast {
+		// ReverseProxy writes every body through Write: the front would
+		// buffer whole answers (no streaming).
+		return nil, fmt.Errorf("server: the fasthttp front needs the %q upstream client", UpstreamFast)
+	}
 	std, err := s.HTTPServer(o) // applies the defaults to o's copy in std
 	if err != nil {
 		return nil, err

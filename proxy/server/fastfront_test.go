@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/balance"
 )
 
 // frontBackend serves the cases of TestFrontsAnswerAlike.
@@ -96,8 +97,9 @@ func TestFrontsAnswerAlike(t *testing.T) {
 	b := newBackend(t, "b1", frontBackend)
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil))
-	std := newProxy(t, snap, proxyOpts{frontKind: FrontStd, opts: Options{MaxBodyBytes: 1 << 20}})
-	fast := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{MaxBodyBytes: 1 << 20}})
+	o := Options{MaxBodyBytes: 1 << 20, UpstreamClient: UpstreamFast} // fronts compared, not upstream clients
+	std := newProxy(t, snap, proxyOpts{frontKind: FrontStd, opts: o})
+	fast := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: o})
 	big := bytes.Repeat([]byte("abcdefgh"), 40000) // 320 KB
 	cases := []struct {
 		name, method, path string
@@ -131,13 +133,27 @@ func TestFrontsAnswerAlike(t *testing.T) {
 	}
 }
 
+func TestFastFrontNeedsTheFastUpstreamClient(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")}),
+		UpstreamClient: UpstreamStd})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.NewFront(FrontFastHTTP, FrontOptions{}); err == nil || !strings.Contains(err.Error(), "upstream client") {
+		t.Fatalf("fasthttp front with the std upstream client: %v, want an error", err)
+	}
+	if _, err := s.NewFront("h2o", FrontOptions{}); err == nil || !strings.Contains(err.Error(), `front "h2o"`) {
+		t.Fatalf("unknown front: %v, want an error naming it", err)
+	}
+}
+
 // TestFastFrontPipelinedAnswersInOrder sends three requests in one write;
 // the answers (one streamed after the handler) come back in order.
 func TestFastFrontPipelinedAnswersInOrder(t *testing.T) {
 	b := newBackend(t, "b1", frontBackend)
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil))
-	p := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP})
+	p := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{UpstreamClient: UpstreamFast}})
 	conn, err := net.Dial("tcp", p.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +194,7 @@ func BenchmarkFront(b *testing.B) {
 				insts = append(insts, inst(mustAddrPort(srv.Listener.Addr().String()), w))
 			}
 			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": insts}, map[string]int{"SC1": 100}, nil))
-			p := newProxy(b, snap, proxyOpts{frontKind: kind})
+			p := newProxy(b, snap, proxyOpts{frontKind: kind, opts: Options{UpstreamClient: UpstreamFast}})
 			conn, err := net.Dial("tcp", p.addr)
 			if err != nil {
 				b.Fatal(err)
