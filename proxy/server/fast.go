@@ -306,6 +306,10 @@ func (b *handedBody) Read(p []byte) (int, error) {
 	}
 	if err == io.EOF {
 		if tr := b.rep.res.Body.Trailer(); len(tr) > 0 {
+			if ts, ok := b.w.(interface{ setTrailers(http.Header) }); ok {
+				ts.setTrailers(tr)
+				return n, err
+			}
 			h := b.w.Header()
 			for k, vv := range tr {
 				h[http.TrailerPrefix+k] = vv

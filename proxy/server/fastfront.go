@@ -66,7 +66,8 @@ const handoffMax = 64 << 10
 // answers are the very code of the net/http front.
 //
 // Differences from the net/http front, by design: request bodies stream
-// (fasthttp StreamRequestBody), request trailers are not forwarded, the
+// (fasthttp StreamRequestBody), request trailers are not forwarded, no
+// Content-Type is sniffed for an answer that has none (net/http adds one), the
 // request context is not cancelled when the client goes away (a backend
 // exchange stays bounded by the policy timeouts), and Upgrade requests (other
 // than h2c, which is refused as on the std front) are handed with their
@@ -477,7 +478,18 @@ func (a *fastAdapter) WriteHeader(code int) {
 	a.ctx.SetStatusCode(code)
 	for k, vv := range a.h {
 		switch k {
-		case "Transfer-Encoding", "Trailer", "Content-Length":
+		case "Trailer":
+			// Announced trailers: fasthttp sends them after a chunked body
+			// (values set by setTrailers once the backend's body ended).
+			for _, v := range vv {
+				for _, name := range strings.Split(v, ",") {
+					if name = strings.TrimSpace(name); name != "" {
+						_ = rh.AddTrailer(name) // forbidden names are dropped
+					}
+				}
+			}
+			continue
+		case "Transfer-Encoding", "Content-Length":
 			// fasthttp frames the body itself (Content-Length from the
 			// buffered body or StreamBody's length, chunked otherwise).
 			continue
@@ -514,6 +526,20 @@ func hasCloseToken(vv []string) bool {
 		}
 	}
 	return false
+}
+
+// setTrailers gives the backend's trailers to fasthttp, which writes the
+// announced ones after the last chunk (handedBody calls it at EOF).
+func (a *fastAdapter) setTrailers(tr http.Header) {
+	for k, vv := range tr {
+		for i, v := range vv {
+			if i == 0 {
+				a.ctx.Response.Header.Set(k, v)
+			} else {
+				a.ctx.Response.Header.Add(k, v)
+			}
+		}
+	}
 }
 
 // Write appends to the buffered response body.

@@ -33,6 +33,16 @@ func frontBackend(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(w, "event %d\n", i)
 			fl.Flush()
 		}
+	case "/trailer": // chunked with a trailer announced and sent
+		w.Header().Set("Trailer", "X-Sum")
+		// A Content-Type: with none, the std front's net/http sniffs one
+		// from the first bytes and the fasthttp front adds none.
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "part 1\n")
+		w.(http.Flusher).Flush()
+		io.WriteString(w, "part 2\n")
+		w.Header().Set("X-Sum", "sum-42")
 	case "/echo": // the request body back, with its digest
 		b, err := io.ReadAll(r.Body)
 		if err != nil {
@@ -83,8 +93,8 @@ func exchangeDump(t *testing.T, c *http.Client, method, url string, body io.Read
 	if len(b) <= 200 {
 		digest = fmt.Sprintf("%q", b)
 	}
-	return fmt.Sprintf("%d len=%d te=%v ct=%q backend=%q digest-hdr=%q reqlen=%q cookies=%q cc=%q reason=%q body=%s",
-		res.StatusCode, res.ContentLength, res.TransferEncoding, res.Header.Get("Content-Type"), res.Header.Get("X-Backend"),
+	return fmt.Sprintf("trailer=%v %d len=%d te=%v ct=%q backend=%q digest-hdr=%q reqlen=%q cookies=%q cc=%q reason=%q body=%s",
+		res.Trailer, res.StatusCode, res.ContentLength, res.TransferEncoding, res.Header.Get("Content-Type"), res.Header.Get("X-Backend"),
 		res.Header.Get("X-Digest"), res.Header.Get("X-Request-Length"), res.Header["Set-Cookie"], res.Header.Get("Cache-Control"),
 		res.Header.Get(ReasonHeader), digest)
 }
@@ -110,6 +120,7 @@ func TestFrontsAnswerAlike(t *testing.T) {
 		{"small", "GET", "/small", nil, -1, nil},
 		{"big sized", "GET", "/big", nil, -1, nil},
 		{"chunked answer", "GET", "/chunked", nil, -1, nil},
+		{"trailer", "GET", "/trailer", nil, -1, nil},
 		{"head", "HEAD", "/big", nil, -1, nil},
 		{"no content", "GET", "/nocontent", nil, -1, nil},
 		{"sized upload", "POST", "/echo", func() io.Reader { return bytes.NewReader(big) }, int64(len(big)), nil},

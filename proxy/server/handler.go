@@ -65,7 +65,7 @@ type reqState struct {
 	clientIP   netip.Addr
 	peer       netip.Addr
 	peerTrust  bool
-	peerText   string // peer.String() when known without formatting
+	peerText   string          // peer.String() when known without formatting
 	ctx        context.Context // carries the server span
 	span       trace.Span
 	buf        []byte      // replay buffer (nil: no body or streamed)
