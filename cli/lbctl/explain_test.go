@@ -1,12 +1,18 @@
 package lbctl
 
 import (
+	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
 )
 
@@ -64,5 +70,52 @@ func TestPlanScenarioOffline(t *testing.T) {
 	}
 	if _, _, code := h.run("", "plan", "--scenario", "testdata/demo.yaml"); code != ExitError {
 		t.Fatalf("a desired state is not a scenario: exit %d", code)
+	}
+}
+
+// explain --proxy asks a running lbproxy's admin API; its answer matches the
+// offline one for the same configuration.
+func TestExplainLiveAgainstProxy(t *testing.T) {
+	h := newHarness(t)
+	l, _ := net.Listen("tcp", "127.0.0.1:0")
+	al, _ := net.Listen("tcp", "127.0.0.1:0")
+	ctx, cancel := context.WithCancel(context.Background())
+	started := make(chan lbproxy.Addrs, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- lbproxy.Run(ctx, lbproxy.Config{ConfigFile: "testdata/static.yaml", ProxyCluster: "BFE2", ID: "p1",
+			Listener: l, AdminListener: al, TraceExporter: "none", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Started: func(a lbproxy.Addrs) { started <- a }})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("lbproxy: %v", err)
+		}
+	}()
+	var addrs lbproxy.Addrs
+	select {
+	case addrs = <-started:
+	case err := <-done:
+		t.Fatalf("lbproxy: %v", err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("lbproxy did not start")
+	}
+	args := []string{"explain", "--proxy-cluster", "BFE2", "--url", "http://demo.local/setting/x", "--method", "POST", "--client-ip", "10.9.8.7"}
+	var live, offline server.Explanation
+	if err := json.Unmarshal([]byte(h.mustRun(append([]string{"-o", "json"}, append(args, "--proxy", addrs.Admin)...)...)), &live); err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal([]byte(h.mustRun(append([]string{"-o", "json"}, append(args, "--config", "testdata/static.yaml")...)...)), &offline); err != nil {
+		t.Fatal(err)
+	}
+	if live.Cluster != "demo-post" || live.Balance.Instance != "127.0.0.1:18401" || live.ClientIP != "10.9.8.7" {
+		t.Fatalf("live explanation %+v", live)
+	}
+	if live.Cluster != offline.Cluster || live.Rule != offline.Rule || live.Balance.Instance != offline.Balance.Instance {
+		t.Fatalf("live %+v\noffline %+v", live, offline)
+	}
+	if _, errs, code := h.run("", "explain", "--proxy-cluster", "BFE2", "--url", "not a url", "--proxy", addrs.Admin); code == 0 || !strings.Contains(errs, "absolute http or https URL") {
+		t.Fatalf("bad URL: exit %d %s", code, errs)
 	}
 }
