@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"runtime"
 	"strconv"
 	"time"
 )
@@ -87,11 +86,6 @@ var ErrProtocol = errors.New("forward: malformed backend response")
 func protoErr(format string, a ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{ErrProtocol}, a...)...)
 }
-
-// YieldBeforeRead makes Do yield the processor (runtime.Gosched) between
-// writing a request and reading its answer. Set it before the first Do; it
-// is not synchronised. Default true.
-var YieldBeforeRead = true
 
 // maxHeaderBytes caps a response header (http.Transport's default).
 const maxHeaderBytes = 1 << 20
@@ -234,14 +228,6 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 		if !hasDeadline || t.Before(deadline) {
 			c.nc.SetReadDeadline(t)
 		}
-	}
-	if c.br.Buffered() == 0 && YieldBeforeRead {
-		// Let the other ready goroutines run while the backend works: under
-		// load the answer is then usually there when this goroutine reads,
-		// which saves a read that would fail with EAGAIN and the park and
-		// netpoll wake-up that follow it (nginx reads only once epoll says
-		// readable). With nothing else to run it returns at once.
-		runtime.Gosched()
 	}
 	if _, err := c.br.Peek(1); err != nil {
 		if werr != nil {

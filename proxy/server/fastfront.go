@@ -9,16 +9,12 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	goruntime "runtime"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/valyala/fasthttp"
-
-	"github.com/sluicelb/sluice/proxy/forward"
 )
 
 // Fronts: the HTTP/1.1 server of the cleartext listener (lbproxy --front).
@@ -147,52 +143,30 @@ type discardLogger struct{}
 func (discardLogger) Printf(string, ...any) {}
 
 // Serve accepts connections on l until Shutdown or Close.
-func (f *FastFront) Serve(l net.Listener) error { return f.fs.Serve(yieldListener{l}) }
+func (f *FastFront) Serve(l net.Listener) error { return f.fs.Serve(addrListener{l}) }
 
-// yieldListener wraps each client connection in a yieldConn.
-type yieldListener struct{ net.Listener }
+// addrListener wraps each client connection in an addrConn.
+type addrListener struct{ net.Listener }
 
-func (l yieldListener) Accept() (net.Conn, error) {
+func (l addrListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
 	if err != nil {
 		return nil, err
 	}
-	return &yieldConn{Conn: c}, nil
+	return &addrConn{Conn: c}, nil
 }
 
-// yieldConn yields the processor (runtime.Gosched) before the first read
-// after a write: a keep-alive client sends its next request only after it got
-// the answer, so reading at once nearly always fails with EAGAIN and parks
-// the goroutine until netpoll wakes it. Letting the other ready connections
-// run first saves that read, the park and the wake-up under load (nginx reads
-// only when epoll reports the socket readable); with nothing else to run,
-// Gosched returns at once. forward.YieldBeforeRead does the same upstream.
-type yieldConn struct {
+// addrConn formats the remote address once per connection, not per request.
+type addrConn struct {
 	net.Conn
-	wrote  atomic.Bool
-	remote string // RemoteAddr().String(), set on first use by the conn's goroutine
+	remote string // set on first use by the connection's goroutine
 }
 
-func (c *yieldConn) remoteAddr() string {
+func (c *addrConn) remoteAddr() string {
 	if c.remote == "" {
 		c.remote = c.Conn.RemoteAddr().String()
 	}
 	return c.remote
-}
-
-func (c *yieldConn) Write(p []byte) (int, error) {
-	c.wrote.Store(true)
-	return c.Conn.Write(p)
-}
-
-func (c *yieldConn) Read(p []byte) (int, error) {
-	if c.wrote.Load() {
-		c.wrote.Store(false)
-		if forward.YieldBeforeRead {
-			goruntime.Gosched()
-		}
-	}
-	return c.Conn.Read(p)
 }
 
 // Shutdown stops accepting, closes idle connections and waits for busy ones
@@ -445,7 +419,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	default:
 		r.Body = http.NoBody
 	}
-	if yc, ok := ctx.Conn().(*yieldConn); ok {
+	if yc, ok := ctx.Conn().(*addrConn); ok {
 		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
 	} else {
 		r.RemoteAddr = ctx.RemoteAddr().String()
