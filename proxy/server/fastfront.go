@@ -67,7 +67,9 @@ const handoffMax = 64 << 10
 // request context is not cancelled when the client goes away (a backend
 // exchange stays bounded by the policy timeouts), and Upgrade requests (other
 // than h2c, which is refused as on the std front) are handed with their
-// connection to a net/http server.
+// connection to a net/http server. fasthttp's read buffer is also its header
+// limit, so every client connection holds MaxHeaderBytes + 4 KiB (68 KiB by
+// default) for its lifetime, where net/http starts at 4 KiB.
 type FastFront struct {
 	s    *Server
 	fs   *fasthttp.Server
