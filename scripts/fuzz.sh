@@ -7,6 +7,6 @@ grep -rl --include='*_test.go' '^func Fuzz' api proxy scheduler agent cli integr
   dir=$(dirname "$f"); mod=${dir%%/*}
   for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
     echo "== fuzz $dir $target ($t)"
-    (cd "$mod" && go test -run='^$' -fuzz="^${target}\$" -fuzztime="$t" "./${dir#*/}")
+    (cd "$mod" && go test -run='^$' -fuzz="^${target}\$" -fuzztime="$t" -fuzzminimizetime=10s "./${dir#*/}")
   done
 done
