@@ -299,6 +299,18 @@ func (c *checker) skip(tok json.Token, path string) error {
 }
 
 func fieldByJSONName(t reflect.Type, key string) (reflect.Type, bool) {
+	return fieldMatching(t, func(name string) bool { return name == key })
+}
+
+// fieldByFoldedName matches key to a field's JSON name case-insensitively,
+// as encoding/json does when no name matches exactly.
+func fieldByFoldedName(t reflect.Type, key string) (reflect.Type, bool) {
+	return fieldMatching(t, func(name string) bool { return strings.EqualFold(name, key) })
+}
+
+// fieldMatching returns the type of the first field (embedded structs
+// included) whose JSON name satisfies match.
+func fieldMatching(t reflect.Type, match func(name string) bool) (reflect.Type, bool) {
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if !f.IsExported() {
@@ -315,14 +327,14 @@ func fieldByJSONName(t reflect.Type, key string) (reflect.Type, bool) {
 			}
 		}
 		if f.Anonymous && f.Type.Kind() == reflect.Struct && f.Tag.Get("json") == "" {
-			if ft, ok := fieldByJSONName(f.Type, key); ok {
+			if ft, ok := fieldMatching(f.Type, match); ok {
 				return ft, true
 			}
 			continue
 		}
-		// encoding/json matches names case-insensitively; we do not: one
-		// spelling per field keeps documents greppable.
-		if name == key {
+		// Sluice's own documents match exactly (one spelling per field keeps
+		// them greppable); CheckOptions.FoldCase adds encoding/json's folding.
+		if match(name) {
 			return f.Type, true
 		}
 	}
@@ -362,29 +374,4 @@ func join(path, key string) string {
 		return key
 	}
 	return path + "." + key
-}
-
-// fieldByFoldedName matches key to a field's JSON name case-insensitively,
-// as encoding/json does when no name matches exactly.
-func fieldByFoldedName(t reflect.Type, key string) (reflect.Type, bool) {
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		if !f.IsExported() {
-			continue
-		}
-		name := f.Name
-		if tag, ok := f.Tag.Lookup("json"); ok {
-			n, _, _ := strings.Cut(tag, ",")
-			if n == "-" {
-				continue
-			}
-			if n != "" {
-				name = n
-			}
-		}
-		if strings.EqualFold(name, key) {
-			return f.Type, true
-		}
-	}
-	return nil, false
 }

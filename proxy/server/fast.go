@@ -201,12 +201,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	if err != nil {
 		f := st.classify(ctx, tctx, err)
 		cancel()
-		pick.Done(balance.Result{Err: err, Kind: resultKind(f.kind), Latency: lat})
-		if sp != nil {
-			sp.SetAttributes(attribute.String("sluice.error_code", failError(f).code))
-			sp.SetStatus(codes.Error, err.Error())
-			sp.End()
-		}
+		attemptFailed(pick, sp, err, f, lat)
 		return nil, f
 	}
 	if sp != nil {

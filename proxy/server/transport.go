@@ -249,12 +249,7 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 	if err != nil {
 		f := st.classify(out.Context(), ctx, err)
 		cancel()
-		pick.Done(balance.Result{Err: err, Kind: resultKind(f.kind), Latency: lat})
-		if sp != nil {
-			sp.SetAttributes(attribute.String("sluice.error_code", failError(f).code))
-			sp.SetStatus(codes.Error, err.Error())
-			sp.End()
-		}
+		attemptFailed(pick, sp, err, f, lat)
 		return nil, f
 	}
 	if sp != nil {
@@ -396,4 +391,15 @@ func (c *doneConn) Close() error {
 	err := c.ReadWriteCloser.Close()
 	c.d.finish()
 	return err
+}
+
+// attemptFailed reports a failed forward attempt to the balancer (passive
+// health, EWMA) and ends its span with the error code.
+func attemptFailed(pick balance.Pick, sp trace.Span, err error, f *failure, lat time.Duration) {
+	pick.Done(balance.Result{Err: err, Kind: resultKind(f.kind), Latency: lat})
+	if sp != nil {
+		sp.SetAttributes(attribute.String("sluice.error_code", failError(f).code))
+		sp.SetStatus(codes.Error, err.Error())
+		sp.End()
+	}
 }
