@@ -100,13 +100,15 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 
 	pv := planView(view, active)
 	start := time.Now()
-	res, err := s.planner.Compute(pv, prev)
+	// ComputePlan assembles no snapshot: publishAll builds only those whose
+	// content hash differs from the live one.
+	pl, err := s.planner.ComputePlan(pv, prev)
 	s.m.compute.Observe(time.Since(start).Seconds())
 	if err != nil {
 		return time.Time{}, fmt.Errorf("compute: %w", err)
 	}
-	s.observe(res)
-	s.doc.Store(newPlanDoc(s.cfg.ID, lead != nil, now, view, res, prev))
+	s.observe(pl.Clusters)
+	s.doc.Store(newPlanDoc(s.cfg.ID, lead != nil, now, view, pl, prev))
 
 	next := view.NextExpiry
 	if lead == nil {
@@ -117,7 +119,7 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 			next = due
 		}
 	}
-	versions, err := s.publishAll(ctx, lead, res, prev, active)
+	versions, err := s.publishAll(ctx, lead, pl, prev, active)
 	if err != nil {
 		return next, err
 	}
@@ -129,12 +131,8 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 
 // publishAll publishes every snapshot whose content changed; it returns the
 // live version per proxy cluster.
-func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, res plan.Result, prev map[string]*snapshot.Snapshot, active []shift.Active) (map[string]uint64, error) {
-	pcs := make([]string, 0, len(res.Snapshots))
-	for pc := range res.Snapshots {
-		pcs = append(pcs, pc)
-	}
-	sort.Strings(pcs)
+func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl *plan.Plan, prev map[string]*snapshot.Snapshot, active []shift.Active) (map[string]uint64, error) {
+	pcs := pl.ProxyClusters() // sorted
 	versions := map[string]uint64{}
 	var errs []error
 	history := 0
@@ -142,8 +140,10 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, re
 		history = st.Scheduler.History
 	}
 	for _, pc := range pcs {
-		snap := res.Snapshots[pc]
-		r, err := s.pub.Publish(ctx, lead, snap, reason(pc, snap, prev[pc], active))
+		r, err := s.pub.PublishHash(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
+			snap := pl.Snapshot(pc)
+			return snap, reason(pc, snap, prev[pc], active)
+		})
 		if errors.Is(err, publish.ErrFenced) {
 			s.log.Error("publish fenced: stepping down", "proxy_cluster", pc)
 			select {

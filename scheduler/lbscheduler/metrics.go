@@ -33,9 +33,9 @@ func newMetrics(r prometheus.Registerer) *metrics {
 }
 
 // observe exports the projected utilisation of the plan.
-func (s *Scheduler) observe(res plan.Result) {
+func (s *Scheduler) observe(clusters map[string]plan.ClusterPlan) {
 	s.m.utilisation.Reset()
-	for cn, c := range res.Clusters {
+	for cn, c := range clusters {
 		for sc, u := range c.Utilisation {
 			s.m.utilisation.WithLabelValues(cn, sc).Set(u)
 		}

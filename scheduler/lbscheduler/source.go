@@ -47,18 +47,20 @@ type RowPlan struct {
 	Explanation *snapshot.Explanation `json:"explanation,omitempty"`
 }
 
-func newPlanDoc(id string, leader bool, now time.Time, v inventory.View, res plan.Result, live map[string]*snapshot.Snapshot) *PlanDoc {
+func newPlanDoc(id string, leader bool, now time.Time, v inventory.View, pl *plan.Plan, live map[string]*snapshot.Snapshot) *PlanDoc {
 	d := &PlanDoc{
 		SchedulerID: id, Leader: leader, ComputedAt: now.UTC(), StateRevision: v.StateRevision,
-		DebouncedInstances: v.Debounced, ProxyClusters: map[string]ProxyClusterPlan{}, Clusters: res.Clusters,
+		DebouncedInstances: v.Debounced, ProxyClusters: map[string]ProxyClusterPlan{}, Clusters: pl.Clusters,
 	}
-	for pc, s := range res.Snapshots {
-		p := ProxyClusterPlan{Hash: s.Meta.Hash, Rows: map[string]RowPlan{}}
+	for _, pc := range pl.ProxyClusters() {
+		p := ProxyClusterPlan{Hash: pl.Hashes[pc], Rows: map[string]RowPlan{}}
 		if l := live[pc]; l != nil {
 			p.LiveVersion, p.LiveHash = l.Meta.Version, l.Meta.Hash
 		}
-		for cn, c := range s.Clusters {
-			p.Rows[cn] = RowPlan{Row: c.Row, Explanation: c.Explanation}
+		for cn := range pl.Clusters {
+			if c, ok := pl.Row(pc, cn); ok {
+				p.Rows[cn] = RowPlan{Row: c.Row, Explanation: c.Explanation}
+			}
 		}
 		d.ProxyClusters[pc] = p
 	}
@@ -131,11 +133,11 @@ func (src source) WhatIf(ctx context.Context, w api.WhatIf) (any, error) {
 	s.whatIfMu.Lock()
 	defer s.whatIfMu.Unlock()
 	prev := s.livePrev(ctx)
-	res, err := s.whatIf.Compute(planView(v, active), prev)
+	pl, err := s.whatIf.ComputePlan(planView(v, active), prev)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", api.ErrBadRequest, err)
 	}
-	d := newPlanDoc(s.cfg.ID, s.IsLeader(), s.cfg.Now(), v, res, prev)
+	d := newPlanDoc(s.cfg.ID, s.IsLeader(), s.cfg.Now(), v, pl, prev)
 	d.WhatIf = true
 	return d, nil
 }

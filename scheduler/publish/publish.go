@@ -122,7 +122,19 @@ const attempts = 3
 // was lost is found on the pointer and reported as Unchanged, never
 // published twice.
 func (p *Publisher) Publish(ctx context.Context, lead *Leadership, s *snapshot.Snapshot, reason string) (Result, error) {
-	res, err := p.publish(ctx, lead, s, reason)
+	hash := s.Meta.Hash
+	if hash == "" {
+		hash = snapshot.ContentHash(s)
+	}
+	return p.PublishHash(ctx, lead, s.Meta.ProxyCluster, hash, func() (*snapshot.Snapshot, string) { return s, reason })
+}
+
+// PublishHash is Publish for a snapshot known by its content hash: build is
+// called (once) only when the live pointer does not carry hash already, so
+// a scheduler assembles only the snapshots that change. build returns the
+// snapshot (its Meta.Hash must be hash) and the publish reason.
+func (p *Publisher) PublishHash(ctx context.Context, lead *Leadership, pc, hash string, build func() (*snapshot.Snapshot, string)) (Result, error) {
+	res, err := p.publish(ctx, lead, pc, hash, build)
 	switch {
 	case err == nil:
 		p.m.WithLabelValues(string(res.Outcome)).Inc()
@@ -138,17 +150,16 @@ func (p *Publisher) Publish(ctx context.Context, lead *Leadership, s *snapshot.S
 	return res, err
 }
 
-func (p *Publisher) publish(ctx context.Context, lead *Leadership, s *snapshot.Snapshot, reason string) (Result, error) {
-	pc := s.Meta.ProxyCluster
+func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash string, build func() (*snapshot.Snapshot, string)) (Result, error) {
 	curKey, err := p.layout.Current(pc)
 	if err != nil {
 		return Result{}, fmt.Errorf("publish: %w: %w", ErrInvalid, err)
 	}
-	snap := *s
-	if snap.Meta.Hash == "" {
-		snap.Meta.Hash = snapshot.ContentHash(&snap)
-	}
-	hash := snap.Meta.Hash
+	var (
+		snap   snapshot.Snapshot
+		reason string
+		built  bool
+	)
 	for range attempts {
 		ptr, curRev, err := p.Current(ctx, pc)
 		if err != nil {
@@ -156,6 +167,19 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, s *snapshot.S
 		}
 		if ptr.Hash == hash {
 			return Result{Outcome: Unchanged, Version: ptr.Version, Hash: hash}, nil
+		}
+		if !built {
+			s, why := build()
+			if s == nil || s.Meta.ProxyCluster != pc {
+				return Result{}, fmt.Errorf("publish %s: %w: no snapshot for this proxy cluster", pc, ErrInvalid)
+			}
+			snap, reason, built = *s, why, true
+			if snap.Meta.Hash == "" {
+				snap.Meta.Hash = hash
+			}
+			if snap.Meta.Hash != hash {
+				return Result{}, fmt.Errorf("publish %s: %w: snapshot hash %s is not the announced %s", pc, ErrInvalid, snap.Meta.Hash, hash)
+			}
 		}
 		snap.Meta.Version = ptr.Version + 1
 		snap.Meta.Parent = ptr.Version
