@@ -14,12 +14,9 @@ package lbctl
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"time"
 
@@ -27,6 +24,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/tlsfiles"
 )
 
 // Exit codes.
@@ -230,28 +228,11 @@ func etcdConfig(c *cli.Context) (clientv3.Config, error) {
 		// the keep-alive short so commands fail fast and clearly.
 		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
 	}
-	if c.String("cacert") != "" || c.String("cert") != "" {
-		t := &tls.Config{MinVersion: tls.VersionTLS12}
-		if ca := c.String("cacert"); ca != "" {
-			pem, err := os.ReadFile(ca)
-			if err != nil {
-				return cfg, fmt.Errorf("--cacert: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return cfg, fmt.Errorf("--cacert %s: no PEM certificate found", ca)
-			}
-			t.RootCAs = pool
-		}
-		if c.String("cert") != "" || c.String("key") != "" {
-			cert, err := tls.LoadX509KeyPair(c.String("cert"), c.String("key"))
-			if err != nil {
-				return cfg, fmt.Errorf("--cert/--key: %w", err)
-			}
-			t.Certificates = []tls.Certificate{cert}
-		}
-		cfg.TLS = t
+	t, err := tlsfiles.Client(c.String("cacert"), c.String("cert"), c.String("key"))
+	if err != nil {
+		return cfg, fmt.Errorf("--cacert/--cert/--key: %w", err)
 	}
+	cfg.TLS = t
 	return cfg, nil
 }
 

@@ -8,7 +8,6 @@ package lbproxy
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +31,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/tlsfiles"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
@@ -494,28 +494,11 @@ func newEtcdClient(e Etcd) (*clientv3.Client, error) {
 		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
 		Logger: zapNop(),
 	}
-	if e.CACert != "" || e.Cert != "" {
-		tc := &tls.Config{MinVersion: tls.VersionTLS12}
-		if e.CACert != "" {
-			pem, err := os.ReadFile(e.CACert)
-			if err != nil {
-				return nil, fmt.Errorf("lbproxy: etcd CA: %w", err)
-			}
-			pool := x509.NewCertPool()
-			if !pool.AppendCertsFromPEM(pem) {
-				return nil, fmt.Errorf("lbproxy: etcd CA %s: no PEM certificate found", e.CACert)
-			}
-			tc.RootCAs = pool
-		}
-		if e.Cert != "" || e.Key != "" {
-			c, err := tls.LoadX509KeyPair(e.Cert, e.Key)
-			if err != nil {
-				return nil, fmt.Errorf("lbproxy: etcd client certificate: %w", err)
-			}
-			tc.Certificates = []tls.Certificate{c}
-		}
-		cc.TLS = tc
+	tc, err := tlsfiles.Client(e.CACert, e.Cert, e.Key)
+	if err != nil {
+		return nil, fmt.Errorf("lbproxy: etcd TLS: %w", err)
 	}
+	cc.TLS = tc
 	cli, err := clientv3.New(cc)
 	if err != nil {
 		return nil, fmt.Errorf("lbproxy: etcd client: %w", err)

@@ -25,7 +25,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -44,6 +43,7 @@ import (
 	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/tlsfiles"
 )
 
 func main() {
@@ -389,31 +389,4 @@ func agentConfig(c *cli.Context, log *slog.Logger) (lbagent.Config, error) {
 }
 
 // tlsConfig builds a client TLS config from PEM files; nil when none is given.
-func tlsConfig(ca, cert, key string) (*tls.Config, error) {
-	if ca == "" && cert == "" && key == "" {
-		return nil, nil
-	}
-	tc := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, err
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%s: no PEM certificates", ca)
-		}
-		tc.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("client certificate and key must be given together")
-	}
-	if cert != "" {
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, err
-		}
-		tc.Certificates = []tls.Certificate{kp}
-	}
-	return tc, nil
-}
+func tlsConfig(ca, cert, key string) (*tls.Config, error) { return tlsfiles.Client(ca, cert, key) }

@@ -6,7 +6,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +20,8 @@ import (
 
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
 	"github.com/sluicelb/sluice/scheduler/scenario"
+
+	"github.com/sluicelb/sluice/api/tlsfiles"
 )
 
 // version is set at link time (-ldflags "-X main.version=...").
@@ -148,30 +149,9 @@ func splitList(s string) []string {
 }
 
 func etcdTLS(ca, cert, key string) (*tls.Config, error) {
-	if ca == "" && cert == "" && key == "" {
-		return nil, nil
+	c, err := tlsfiles.Client(ca, cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("--etcd-cacert/--etcd-cert/--etcd-key: %w", err)
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
-	if ca != "" {
-		pem, err := os.ReadFile(ca)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-cacert: %w", err)
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--etcd-cacert %s: no PEM certificates", ca)
-		}
-		cfg.RootCAs = pool
-	}
-	if (cert == "") != (key == "") {
-		return nil, errors.New("--etcd-cert and --etcd-key go together")
-	}
-	if cert != "" {
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return nil, fmt.Errorf("--etcd-cert/--etcd-key: %w", err)
-		}
-		cfg.Certificates = []tls.Certificate{kp}
-	}
-	return cfg, nil
+	return c, nil
 }
