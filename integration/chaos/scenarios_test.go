@@ -146,12 +146,7 @@ func etcdQuorumLost(r *run) {
 
 func etcdAllDownProxyRestart(r *run) {
 	p := proxies[1] // bfe1-p2
-	ctx, cancel := ctx10()
-	before, err := r.env.proxyStatus(ctx, p)
-	cancel()
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	before := r.statusOf(p)
 	r.hold(2 * time.Second)
 	from := time.Now()
 	r.kill9(etcdMembers...)
@@ -214,12 +209,7 @@ func etcdMemberFrozen(r *run) {
 
 func proxyPartitionCompaction(r *run) {
 	p := proxies[0] // bfe1-p1
-	ctx, cancel := ctx10()
-	before, err := r.env.proxyStatus(ctx, p)
-	cancel()
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	before := r.statusOf(p)
 	r.hold(2 * time.Second)
 	mustDocker(r.t, "network", "disconnect", controlNet, p.Name)
 	connected := false
@@ -233,12 +223,9 @@ func proxyPartitionCompaction(r *run) {
 		sc1 := 20 + i%40
 		last = r.publish(sc1, 90-sc1, 10)
 	}
-	ctx, cancel = ctx10()
+	st := r.statusOf(p)
+	ctx, cancel := ctx10()
 	defer cancel()
-	st, err := r.env.proxyStatus(ctx, p)
-	if err != nil {
-		r.t.Fatal(err)
-	}
 	if st.AppliedVersion != before.AppliedVersion {
 		r.t.Errorf("%s cut off from etcd applied v%d (had v%d)", p.ID, st.AppliedVersion, before.AppliedVersion)
 	}
@@ -367,12 +354,7 @@ func schedulerLeaderPaused(r *run) {
 
 func proxyKill(r *run) {
 	p := proxies[2] // bfe2-p1
-	ctx, cancel := ctx10()
-	before, err := r.env.proxyStatus(ctx, p)
-	cancel()
-	if err != nil {
-		r.t.Fatal(err)
-	}
+	before := r.statusOf(p)
 	r.hold(3 * time.Second)
 	from := time.Now()
 	r.kill9(p.Name)
@@ -575,4 +557,16 @@ func rowFlap(r *run) {
 		}
 	}
 	r.publish(45, 45, 10)
+}
+
+// statusOf reads p's status from its admin API, failing the scenario on error.
+func (r *run) statusOf(p Proxy) ProxyStatus {
+	r.t.Helper()
+	ctx, cancel := ctx10()
+	defer cancel()
+	st, err := r.env.proxyStatus(ctx, p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return st
 }
