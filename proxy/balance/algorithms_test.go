@@ -54,7 +54,7 @@ func TestEveryInstanceAlgorithm(t *testing.T) {
 				if err != nil {
 					t.Fatalf("pick %d: %v", k, err)
 				}
-				counts[p.Endpoint.Addr()]++
+				counts[p.Endpoint().Addr()]++
 				out = append(out, p)
 				if len(out) > window {
 					out[0].Done(Result{Status: 200, Latency: 1000})
@@ -111,24 +111,24 @@ func TestStickyCookie(t *testing.T) {
 	s := e.cluster().NewSelection(req, netip.Addr{})
 	p, err := s.Next()
 	s.Release()
-	if err != nil || p.SetCookie == nil {
-		t.Fatalf("first pick: %v, cookie %v", err, p.SetCookie)
+	if err != nil || p.SetCookie() == nil {
+		t.Fatalf("first pick: %v, cookie %v", err, p.SetCookie())
 	}
 	p.Done(Result{})
-	want := p.Endpoint.Addr()
+	want := p.Endpoint().Addr()
 	for range 10 {
 		req, _ := http.NewRequest(http.MethodGet, "http://x/", nil)
-		req.AddCookie(p.SetCookie)
+		req.AddCookie(p.SetCookie())
 		s := e.cluster().NewSelection(req, netip.Addr{})
 		q, err := s.Next()
 		s.Release()
-		if err != nil || q.Endpoint.Addr() != want || q.Reason != "cookie" || q.SetCookie != nil {
-			t.Fatalf("cookie pick: %v %v %s %v", err, q.Endpoint.Addr(), q.Reason, q.SetCookie)
+		if err != nil || q.Endpoint().Addr() != want || q.Reason() != "cookie" || q.SetCookie() != nil {
+			t.Fatalf("cookie pick: %v %v %s %v", err, q.Endpoint().Addr(), q.Reason(), q.SetCookie())
 		}
 		q.Done(Result{})
 	}
 	// Forge: name another instance with the first one's MAC.
-	forged := *p.SetCookie
+	forged := *p.SetCookie()
 	other := inst(1, 0)
 	if other == want {
 		other = inst(1, 1)
@@ -141,8 +141,8 @@ func TestStickyCookie(t *testing.T) {
 	s = e.cluster().NewSelection(req, netip.Addr{})
 	q, err := s.Next()
 	s.Release()
-	if err != nil || q.Reason == "cookie" || q.SetCookie == nil {
-		t.Fatalf("forged cookie honoured: %v reason %s cookie %v", err, q.Reason, q.SetCookie)
+	if err != nil || q.Reason() == "cookie" || q.SetCookie() == nil {
+		t.Fatalf("forged cookie honoured: %v reason %s cookie %v", err, q.Reason(), q.SetCookie())
 	}
 	q.Done(Result{})
 	// The cookie's instance drained: re-issued elsewhere.
@@ -150,12 +150,12 @@ func TestStickyCookie(t *testing.T) {
 		t.Fatal(err)
 	}
 	req, _ = http.NewRequest(http.MethodGet, "http://x/", nil)
-	req.AddCookie(p.SetCookie)
+	req.AddCookie(p.SetCookie())
 	s = e.cluster().NewSelection(req, netip.Addr{})
 	q, err = s.Next()
 	s.Release()
-	if err != nil || q.Endpoint.Addr() == want || q.SetCookie == nil {
-		t.Fatalf("drained cookie target: %v %s %v", err, q.Endpoint.Addr(), q.SetCookie)
+	if err != nil || q.Endpoint().Addr() == want || q.SetCookie() == nil {
+		t.Fatalf("drained cookie target: %v %s %v", err, q.Endpoint().Addr(), q.SetCookie())
 	}
 	q.Done(Result{})
 }

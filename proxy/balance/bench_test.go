@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -17,6 +18,15 @@ func benchWeights(n int) []int {
 	return ws
 }
 
+// benchIPs are 1024 client addresses the pick loops cycle through.
+func benchIPs() []netip.Addr {
+	ips := make([]netip.Addr, 1024)
+	for i := range ips {
+		ips[i] = keyIP(i * 7919)
+	}
+	return ips
+}
+
 func benchEnv(b *testing.B, mode string, n int) *env {
 	pol := modePolicy(mode)
 	half := n / 2
@@ -24,21 +34,20 @@ func benchEnv(b *testing.B, mode string, n int) *env {
 }
 
 // BenchmarkPick is one full two-level pick: sub-cluster (consistent, client
-// IP hash) then instance, NewSelection+Next+Done+Release.
+// IP hash) then instance, Start+Next+Done+Release on a Selection the caller
+// owns — the server's path (the Selection lives in its per-request state).
 func BenchmarkPick(b *testing.B) {
 	for _, mode := range []string{config.InstanceWRR, config.InstanceWLC, config.InstanceP2CEWMA, config.InstanceSticky, config.InstanceRandom, config.InstanceStaticRR} {
 		for _, n := range []int{4, 100, 1000, 10000} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				e := benchEnv(b, mode, n)
 				c := e.cluster()
-				ips := make([]netip.Addr, 1024)
-				for i := range ips {
-					ips[i] = keyIP(i * 7919)
-				}
+				ips := benchIPs()
+				var s Selection
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := 0; b.Loop(); i++ {
-					s := c.NewSelection(nil, ips[i&1023])
+					c.Start(&s, nil, ips[i&1023], 0)
 					p, err := s.Next()
 					if err == nil {
 						p.Done(Result{Status: 200})
@@ -50,17 +59,49 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickPooled is BenchmarkPick/wrr through NewSelection (a pooled
+// Selection): the pool round trip's cost.
+func BenchmarkPickPooled(b *testing.B) {
+	for _, n := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("wrr/n=%d", n), func(b *testing.B) {
+			c := benchEnv(b, config.InstanceWRR, n).cluster()
+			b.ReportAllocs()
+			for i := 0; b.Loop(); i++ {
+				s := c.NewSelection(nil, keyIP(i*7919))
+				p, err := s.Next()
+				if err == nil {
+					p.Done(Result{Status: 200})
+				}
+				s.Release()
+			}
+		})
+	}
+}
+
 // BenchmarkPickParallel runs the wrr pick on every P (compare with -cpu 1,2).
+// Each goroutine is one client connection: its own Selection and stripe, as
+// the server passes one stripe per connection.
 func BenchmarkPickParallel(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		b.Run(fmt.Sprintf("wrr/n=%d", n), func(b *testing.B) {
 			e := benchEnv(b, config.InstanceWRR, n)
 			c := e.cluster()
+			var conns atomic.Uint32
+			ips := benchIPs()
 			b.ReportAllocs()
 			b.RunParallel(func(pb *testing.PB) {
+				// Padded as the server's per-request state is large: two
+				// goroutines' selections never share a cache line.
+				st := new(struct {
+					_ [64]byte
+					s Selection
+					_ [64]byte
+				})
+				s := &st.s
+				stripe := conns.Add(1)
 				i := 0
 				for pb.Next() {
-					s := c.NewSelection(nil, keyIP(i*7919))
+					c.Start(s, nil, ips[i&1023], stripe)
 					p, err := s.Next()
 					if err == nil {
 						p.Done(Result{Status: 200})

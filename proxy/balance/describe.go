@@ -123,8 +123,7 @@ type Explanation struct {
 // acquiring anything (no in-flight change, no schedule advance; random draws
 // are still drawn, so random modes may differ from the real pick).
 func (c *Cluster) Explain(req *http.Request, clientIP netip.Addr) Explanation {
-	s := &Selection{c: c, req: req, ip: clientIP, primary: -1, dry: true}
-	s.tried = s.triedArr[:0]
+	s := &Selection{c: c, req: req, ip: clientIP, primary: -1, dry: true, live: true}
 	ex := Explanation{Cluster: c.name, Version: c.table.Version(), Mode: c.mode, HashKey: c.key.kind, Algorithm: c.algoName}
 	if c.key.header != "" {
 		ex.HashKey += ":" + c.key.header
@@ -138,7 +137,7 @@ func (c *Cluster) Explain(req *http.Request, clientIP netip.Addr) Explanation {
 	case err != nil:
 		ex.Error = err.Error()
 	default:
-		ex.SubCluster, ex.Instance, ex.Reason, ex.Cross = p.SubCluster, p.Endpoint.addr.String(), p.Reason, p.Cross
+		ex.SubCluster, ex.Instance, ex.Reason, ex.Cross = p.SubCluster(), p.ep.addr.String(), p.Reason(), p.Cross()
 	}
 	return ex
 }

@@ -201,6 +201,8 @@ func (e *Endpoint) reportFailure(now time.Time) bool {
 	return changed
 }
 
+// reportSuccess resets the failure run; it is small enough to inline into
+// Pick.Done, the lock is taken only when effective weights are in use.
 func (e *Endpoint) reportSuccess() bool {
 	if e.consecFails.Load() != 0 {
 		e.consecFails.Store(0)
@@ -208,6 +210,11 @@ func (e *Endpoint) reportSuccess() bool {
 	if e.reg == nil || !e.reg.effActive.Load() {
 		return false
 	}
+	return e.recoverWeight()
+}
+
+// recoverWeight raises a demoted effective weight by one step.
+func (e *Endpoint) recoverWeight() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.effWeight > 0 && e.effWeight < e.baseWeight {

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"encoding/binary"
 	"math"
 	"net/http"
 	"net/netip"
@@ -20,13 +21,18 @@ func hashString(s string) uint64 {
 
 // hashAddr hashes an IP: 4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for IPv6.
 func hashAddr(a netip.Addr) uint64 {
-	a = a.Unmap()
-	if a.Is4() {
+	if a.Is4() || a.Is4In6() {
+		// Through a 4-byte array: wider arrays make the compiler copy them
+		// through the stack in pieces, a store-forwarding stall per call.
 		b := a.As4()
-		return sum64(b[:])
+		return sum64x4(binary.LittleEndian.Uint32(b[:]))
 	}
+	return hashAddr16(a)
+}
+
+func hashAddr16(a netip.Addr) uint64 {
 	b := a.As16()
-	return sum64(b[:])
+	return sum64x16(binary.LittleEndian.Uint64(b[:8]), binary.LittleEndian.Uint64(b[8:]))
 }
 
 // keySpec is a compiled policy.balance.hash.
@@ -34,6 +40,7 @@ type keySpec struct {
 	kind   string
 	header string // canonical header name, or cookie name when cookie
 	cookie bool
+	ipOnly bool // kind is client_ip: the pick's fast path hashes the address directly
 }
 
 func compileKey(h config.Hash) keySpec {
@@ -41,6 +48,7 @@ func compileKey(h config.Hash) keySpec {
 	if k.kind == "" {
 		k.kind = config.HashClientIP
 	}
+	k.ipOnly = k.kind == config.HashClientIP
 	if name, ok := strings.CutPrefix(h.Header, "Cookie:"); ok {
 		k.cookie, k.header = true, name
 	} else {

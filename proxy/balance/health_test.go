@@ -40,7 +40,7 @@ func TestHealthStateMachineAndSlowStart(t *testing.T) {
 	e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{10, 10}}))
 	ep := e.reg.Endpoint(inst(1, 0))
 	c := e.cluster()
-	mk := func() Pick { return Pick{Endpoint: ep, c: c} }
+	mk := func() Pick { return Pick{ep: ep, g: c.subs[0]} }
 	ep.inflight.Add(6)
 	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
 	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
@@ -63,7 +63,7 @@ func TestHealthStateMachineAndSlowStart(t *testing.T) {
 		t.Fatalf("ejections = %d, want 1", n)
 	}
 	for range 50 {
-		if p, err := e.pick(netip.Addr{}); err != nil || p.Endpoint == ep {
+		if p, err := e.pick(netip.Addr{}); err != nil || p.Endpoint() == ep {
 			t.Fatalf("CHECKING instance picked (%v)", err)
 		}
 	}
@@ -83,7 +83,7 @@ func TestHealthStateMachineAndSlowStart(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if p.Endpoint == ep {
+			if p.Endpoint() == ep {
 				n++
 			}
 		}
@@ -121,7 +121,7 @@ func TestMaxEjectionAndPanic(t *testing.T) {
 	c := e.cluster()
 	for i := range 8 {
 		e.clock.Add(time.Second)
-		fail(Pick{Endpoint: e.reg.Endpoint(inst(1, i)), c: c})
+		fail(Pick{ep: e.reg.Endpoint(inst(1, i)), g: c.subs[0]})
 	}
 	v := c.subs[0].currentView()
 	if v.nAvail != 6 || v.avail[0] || v.avail[1] {
@@ -136,7 +136,7 @@ func TestMaxEjectionAndPanic(t *testing.T) {
 	e2 := newEnv(t, snap(1, pol2, 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1, 1}}))
 	c2 := e2.cluster()
 	for i := range 3 {
-		fail(Pick{Endpoint: e2.reg.Endpoint(inst(1, i)), c: c2})
+		fail(Pick{ep: e2.reg.Endpoint(inst(1, i)), g: c2.subs[0]})
 	}
 	if v := c2.subs[0].currentView(); !v.panic || v.nAvail != 4 {
 		t.Fatalf("panic mode: panic=%v available=%d", v.panic, v.nAvail)

@@ -95,3 +95,46 @@ func sum64(p []byte) uint64 {
 	h1 += h2
 	return h1
 }
+
+// sum64x4 is sum64 of 4 bytes whose little-endian value is k (an IPv4
+// address): the same value, without the loop and the tail switch.
+func sum64x4(k uint32) uint64 {
+	const c1, c2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
+	k1 := uint64(k) * c1
+	k1 = bits.RotateLeft64(k1, 31)
+	k1 *= c2
+	h1, h2 := k1^4, uint64(4)
+	h1 += h2
+	h2 += h1
+	h1 = mix(h1)
+	h2 = mix(h2)
+	return h1 + h2
+}
+
+// sum64x16 is sum64 of 16 bytes whose little-endian halves are a and b (an
+// IPv6 address).
+func sum64x16(k1, k2 uint64) uint64 {
+	const c1, c2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
+	var h1, h2 uint64
+	k1 *= c1
+	k1 = bits.RotateLeft64(k1, 31)
+	k1 *= c2
+	h1 ^= k1
+	h1 = bits.RotateLeft64(h1, 27)
+	h1 += h2
+	h1 = h1*5 + 0x52dce729
+	k2 *= c2
+	k2 = bits.RotateLeft64(k2, 33)
+	k2 *= c1
+	h2 ^= k2
+	h2 = bits.RotateLeft64(h2, 31)
+	h2 += h1
+	h2 = h2*5 + 0x38495ab5
+	h1 ^= 16
+	h2 ^= 16
+	h1 += h2
+	h2 += h1
+	h1 = mix(h1)
+	h2 = mix(h2)
+	return h1 + h2
+}

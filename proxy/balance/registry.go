@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -50,9 +51,17 @@ type Registry struct {
 	epoch     atomic.Uint64
 	effActive atomic.Bool // some cluster uses effective_weights
 
-	// Proxy-wide retry budget accounting.
-	active  atomic.Int64 // live selections
-	retries atomic.Int64 // retry picks not yet Done
+	// stripes is the number of smooth-WRR cursors per schedule and of
+	// active-selection counters (a power of two; see Cluster.Start).
+	stripes int
+
+	// Proxy-wide retry budget accounting: live selections, counted per
+	// stripe so that concurrent requests do not share a cache line, and
+	// retry picks not yet Done (written only by retries).
+	active  []cursor
+	_       [64]byte
+	retries atomic.Int64
+	_       [56]byte
 	// ejections counts passive ejections (NORMAL → CHECKING) since start.
 	ejections atomic.Uint64
 
@@ -73,7 +82,9 @@ func NewRegistry(o RegistryOptions) *Registry {
 		endpoints: map[netip.AddrPort]*Endpoint{},
 		progress:  map[progressKey]*schedule{},
 		wake:      make(chan struct{}, 1),
+		stripes:   stripeCount(runtime.GOMAXPROCS(0)),
 	}
+	r.active = make([]cursor, r.stripes)
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -379,7 +390,7 @@ func (r *Registry) ProbeOnce(ctx context.Context, addr netip.AddrPort) error {
 func (r *Registry) retryAllowed(percent, minimum int) bool {
 	for {
 		cur := r.retries.Load()
-		limit := max(int64(minimum), r.active.Load()*int64(percent)/100)
+		limit := max(int64(minimum), r.activeSelections()*int64(percent)/100)
 		if cur >= limit {
 			return false
 		}
@@ -391,7 +402,27 @@ func (r *Registry) retryAllowed(percent, minimum int) bool {
 
 // RetryStats reports the proxy-wide budget counters (active selections, retries in flight).
 func (r *Registry) RetryStats() (active, retries int64) {
-	return r.active.Load(), r.retries.Load()
+	return r.activeSelections(), r.retries.Load()
+}
+
+// activeSelections sums the per-stripe counters (each may be off by the
+// selections that started on one stripe and are still running).
+func (r *Registry) activeSelections() int64 {
+	var n uint64
+	for i := range r.active {
+		n += r.active[i].n.Load()
+	}
+	return int64(n)
+}
+
+// stripeCount is 4 × GOMAXPROCS rounded up to a power of two, at most 64:
+// enough that concurrent requests rarely share a cursor.
+func stripeCount(procs int) int {
+	n := 1
+	for n < 4*procs && n < 64 {
+		n <<= 1
+	}
+	return n
 }
 
 // Ejections returns how many times passive health checks ejected an

@@ -36,15 +36,15 @@ func runSelection(t interface{ Fatalf(string, ...any) }, c *Cluster, ip netip.Ad
 			}
 			break
 		}
-		if p.SubCluster == config.Blackhole || p.Attempt != k+1 {
+		if p.SubCluster() == config.Blackhole || p.Attempt() != k+1 {
 			t.Fatalf("bad pick %+v", p)
 		}
-		if p.Cross {
+		if p.Cross() {
 			cross++
 		} else {
 			primary++
 		}
-		seen[p.Endpoint]++
+		seen[p.Endpoint()]++
 		p.Done(Result{Err: errors.New("client gone")})
 	}
 	total := primary + cross
@@ -98,7 +98,7 @@ func TestEmptyPrimaryGoesCross(t *testing.T) {
 	s := e.cluster().NewSelection(nil, keyIP(1))
 	defer s.Release()
 	p, err := s.Next()
-	if err != nil || !p.Cross || p.SubCluster != "SC2" || p.Reason != "cross-retry" {
+	if err != nil || !p.Cross() || p.SubCluster() != "SC2" || p.Reason() != "cross-retry" {
 		t.Fatalf("pick %+v err %v: want a cross pick into the standby", p, err)
 	}
 	p.Done(Result{})
@@ -189,7 +189,7 @@ func TestPropertyRandomOperations(t *testing.T) {
 				for _, ep := range e.h.Load().endpoints {
 					if rapid.Bool().Draw(rt, "eject") {
 						ep.inflight.Add(1)
-						fail(Pick{Endpoint: ep, c: e.cluster()})
+						fail(Pick{ep: ep, g: e.cluster().subs[0]})
 					}
 				}
 			case 4: // recover

@@ -36,30 +36,87 @@ type Result struct {
 }
 
 // Pick is one attempt's target. It must be reported exactly once with Done.
+// It is returned by value and has at most four fields on purpose: the Go
+// compiler keeps such a struct in registers, where a larger one is copied
+// through memory on every return (measured: a third of the pick's cost).
 type Pick struct {
-	SubCluster string
-	Endpoint   *Endpoint
-	Attempt    int  // 1-based
-	Cross      bool // cross-sub-cluster retry
-	// Reason: "hash", "request", "random", "fallback", "cookie", "retry",
-	// "cross-retry" (sub-cluster level, first attempt: how the sub-cluster was
-	// chosen; retries: which kind of retry).
-	Reason    string
-	Algorithm string       // instance algorithm used
-	SetCookie *http.Cookie // non-nil when a sticky cookie must be (re)issued
-	c         *Cluster
-	retry     bool // holds a retry-budget token
+	ep     *Endpoint
+	g      *group
+	cookie *http.Cookie // non-nil when a sticky cookie must be (re)issued
+	meta   pickMeta
+}
+
+// pickMeta packs the attempt number (bits 0-31), the reason (32-39) and the
+// cross-retry (40) and retry-token (41) flags.
+type pickMeta uint64
+
+func newMeta(attempt int, why reason, cross bool) pickMeta {
+	m := pickMeta(uint32(attempt)) | pickMeta(why)<<32
+	if cross {
+		m |= 1 << 40
+	}
+	return m
+}
+
+const metaRetryToken pickMeta = 1 << 41
+
+// reason says how a pick was made.
+type reason uint8
+
+const (
+	reasonHash reason = iota
+	reasonRequest
+	reasonRandom
+	reasonFallback
+	reasonCookie
+	reasonRetry
+	reasonCross
+)
+
+var reasonNames = [...]string{"hash", "request", "random", "fallback", "cookie", "retry", "cross-retry"}
+
+// Endpoint is the chosen backend.
+func (p Pick) Endpoint() *Endpoint { return p.ep }
+
+// SetCookie is the sticky cookie to (re)issue with the response, or nil.
+func (p Pick) SetCookie() *http.Cookie { return p.cookie }
+
+// SubCluster is the chosen sub-cluster's name.
+func (p Pick) SubCluster() string {
+	if p.g == nil {
+		return ""
+	}
+	return p.g.name
+}
+
+// Attempt is the attempt number (1-based).
+func (p Pick) Attempt() int { return int(uint32(p.meta)) }
+
+// Cross reports a cross-sub-cluster retry.
+func (p Pick) Cross() bool { return p.meta&(1<<40) != 0 }
+
+// Reason is "hash", "request", "random", "fallback" or "cookie" for the first
+// attempt (how the sub-cluster was chosen), "retry" or "cross-retry" after.
+func (p Pick) Reason() string { return reasonNames[reason(p.meta>>32)] }
+
+// Algorithm is the instance algorithm used.
+func (p Pick) Algorithm() string {
+	if p.g == nil {
+		return ""
+	}
+	return p.g.c.algoName
 }
 
 // Done reports the attempt's outcome: it updates in-flight, passive health,
 // EWMA latency, effective weight and the retry budget. Call exactly once.
 func (p Pick) Done(res Result) {
-	e, c := p.Endpoint, p.c
-	if e == nil || c == nil {
+	e := p.ep
+	if e == nil || p.g == nil {
 		return
 	}
+	c := p.g.c
 	r := c.reg
-	if p.retry {
+	if p.meta&metaRetryToken != 0 {
 		r.retries.Add(-1)
 	}
 	failed := false
@@ -89,47 +146,83 @@ func (p Pick) Done(res Result) {
 }
 
 // Selection is one request's sequence of picks. Not safe for concurrent use.
+// It lives in the caller's per-request state (Cluster.Start) or comes from a
+// pool (Cluster.NewSelection).
 type Selection struct {
 	c        *Cluster
 	req      *http.Request
 	ip       netip.Addr
 	keyHash  uint64
-	keyOK    bool
-	keyDone  bool
+	stop     error       // sticky terminal error (blackhole)
+	extra    []*Endpoint // tried endpoints beyond triedArr
+	nTried   int
 	attempt  int
 	primary  int // group index of the primary sub-cluster, -1 before the first pick
 	primUsed int
 	crossUse int
-	stop     error // sticky terminal error (blackhole)
-	tried    []*Endpoint
-	triedArr [8]*Endpoint
+	stripe   uint32
+	keyOK    bool
+	keyDone  bool
 	dry      bool
-	released bool
+	live     bool // started and not released
+	pooled   bool
+	triedArr [4]*Endpoint
 }
 
-var selPool = sync.Pool{New: func() any { return new(Selection) }}
+var selPool = sync.Pool{New: func() any { return &Selection{pooled: true} }}
 
-// NewSelection starts a request's selection; call Release when the request
-// ends. clientIP keys client_ip hashing (the caller resolves trusted proxies).
+// NewSelection starts a request's selection in pooled storage on stripe 0;
+// call Release when the request ends. clientIP keys client_ip hashing (the
+// caller resolves trusted proxies).
 func (c *Cluster) NewSelection(req *http.Request, clientIP netip.Addr) *Selection {
 	s := selPool.Get().(*Selection)
-	*s = Selection{c: c, req: req, ip: clientIP, primary: -1}
-	s.tried = s.triedArr[:0]
-	c.reg.active.Add(1)
+	c.Start(s, req, clientIP, 0)
 	return s
 }
 
-// Release ends the selection and returns it to a pool; s must not be used after.
+// Start begins a request's selection in s, storage the caller owns (a
+// field of its per-request state: no pool round trip); call s.Release when
+// the request ends, after which s may be started again.
+//
+// stripe chooses the smooth-WRR cursor: selections with the same stripe walk
+// one cursor, so a client connection that always passes the same stripe sees
+// nginx's exact smooth sequence, while connections on other stripes advance
+// their own cursors and concurrent picks do not contend on one counter.
+func (c *Cluster) Start(s *Selection, req *http.Request, clientIP netip.Addr, stripe uint32) {
+	s.c, s.req, s.ip = c, req, clientIP
+	// Pointer fields are written only when set: every write costs a
+	// write-barrier check.
+	if s.stop != nil {
+		s.stop = nil
+	}
+	if s.extra != nil {
+		s.extra = s.extra[:0]
+	}
+	s.nTried = 0
+	s.attempt, s.primary, s.primUsed, s.crossUse = 0, -1, 0, 0
+	s.stripe = stripe & uint32(c.reg.stripes-1)
+	s.keyDone, s.dry, s.live = false, false, true
+	c.reg.active[s.stripe].n.Add(1)
+}
+
+// Release ends the selection; s must not be used after, except to Start
+// it again when the caller owns it.
 func (s *Selection) Release() {
-	if s == nil || s.released {
+	if s == nil || !s.live {
 		return
 	}
-	s.released = true
+	s.live = false
 	if !s.dry {
-		s.c.reg.active.Add(-1)
+		s.c.reg.active[s.stripe].n.Add(^uint64(0))
 	}
-	*s = Selection{released: true}
-	selPool.Put(s)
+	// Caller-owned storage is left as it is: clearing costs write
+	// barriers on every request, and what it references (the request, the
+	// endpoints tried) dies with the caller's per-request state anyway.
+	if s.pooled {
+		s.c, s.req, s.stop, s.extra = nil, nil, nil, nil
+		clear(s.triedArr[:])
+		selPool.Put(s)
+	}
 }
 
 // Attempts is the number of picks returned so far.
@@ -144,12 +237,26 @@ func (s *Selection) key() (uint64, bool) {
 }
 
 func (s *Selection) isTried(e *Endpoint) bool {
-	for _, t := range s.tried {
+	for _, t := range s.triedArr[:min(s.nTried, len(s.triedArr))] {
+		if t == e {
+			return true
+		}
+	}
+	for _, t := range s.extra {
 		if t == e {
 			return true
 		}
 	}
 	return false
+}
+
+func (s *Selection) addTried(e *Endpoint) {
+	if s.nTried < len(s.triedArr) {
+		s.triedArr[s.nTried] = e
+	} else {
+		s.extra = append(s.extra, e)
+	}
+	s.nTried++
 }
 
 // Next returns the next attempt's target. The first call is the primary
@@ -163,6 +270,11 @@ func (s *Selection) Next() (Pick, error) {
 		return Pick{}, s.stop
 	}
 	if s.attempt == 0 {
+		if s.c.fast && !s.dry {
+			if p, ok := s.fastFirst(); ok {
+				return p, nil
+			}
+		}
 		return s.first()
 	}
 	c := s.c
@@ -180,7 +292,9 @@ func (s *Selection) Next() (Pick, error) {
 		}
 		return Pick{}, err
 	}
-	p.retry = !s.dry
+	if !s.dry {
+		p.meta |= metaRetryToken
+	}
 	return p, nil
 }
 
@@ -191,7 +305,7 @@ func (s *Selection) retry() (Pick, error) {
 		g := c.subs[s.primary]
 		if i, _ := s.pickInstance(g, g.currentView()); i >= 0 {
 			s.primUsed++
-			return s.take(g, i, "retry", false), nil
+			return s.take(g, i, reasonRetry, false), nil
 		}
 	}
 	if s.crossUse < max(0, rp.CrossRetry) {
@@ -199,7 +313,7 @@ func (s *Selection) retry() (Pick, error) {
 			g := c.subs[gi]
 			if i, _ := s.pickInstance(g, g.currentView()); i >= 0 {
 				s.crossUse++
-				return s.take(g, i, "cross-retry", true), nil
+				return s.take(g, i, reasonCross, true), nil
 			}
 		}
 	}
@@ -207,11 +321,11 @@ func (s *Selection) retry() (Pick, error) {
 	if gi, i, ok := s.onlyInstance(); ok {
 		if gi == s.primary && s.primUsed < 1+max(0, rp.RetryMax) {
 			s.primUsed++
-			return s.take(c.subs[gi], i, "retry", false), nil
+			return s.take(c.subs[gi], i, reasonRetry, false), nil
 		}
 		if gi != s.primary && s.crossUse < max(0, rp.CrossRetry) {
 			s.crossUse++
-			return s.take(c.subs[gi], i, "cross-retry", true), nil
+			return s.take(c.subs[gi], i, reasonCross, true), nil
 		}
 	}
 	if s.primUsed >= 1+max(0, rp.RetryMax) && s.crossUse >= max(0, rp.CrossRetry) {
@@ -248,7 +362,7 @@ func (s *Selection) hasUntried(gi int) bool {
 	if v.nAvail == 0 {
 		return false
 	}
-	if len(s.tried) == 0 {
+	if s.nTried == 0 {
 		return true
 	}
 	for i, ok := range v.avail {
@@ -303,7 +417,7 @@ func (s *Selection) pickCross() int {
 
 func (s *Selection) first() (Pick, error) {
 	c := s.c
-	gi, reason := s.pickSub()
+	gi, why := s.pickSub()
 	switch {
 	case gi == blackholeIdx:
 		s.stop = ErrBlackhole
@@ -324,13 +438,13 @@ func (s *Selection) first() (Pick, error) {
 			return Pick{}, ErrNoAvailable
 		}
 		s.crossUse++
-		return s.take(g, i, "cross-retry", true), nil
+		return s.take(g, i, reasonCross, true), nil
 	}
 	if c.algo == algoStickyCookie {
 		if g, i, ok := s.cookieTarget(); ok {
 			s.primary = g.idx
 			s.primUsed++
-			return s.take(g, i, "cookie", false), nil
+			return s.take(g, i, reasonCookie, false), nil
 		}
 	}
 	g := c.subs[gi]
@@ -340,81 +454,111 @@ func (s *Selection) first() (Pick, error) {
 	}
 	s.primary = gi
 	s.primUsed++
-	p := s.take(g, i, reason, false)
 	if c.algo == algoStickyCookie {
-		p.SetCookie = c.makeCookie(p.Endpoint.addr)
+		p := s.take(g, i, why, false)
+		p.cookie = c.makeCookie(p.ep.addr)
+		return p, nil
 	}
-	return p, nil
+	return s.take(g, i, why, false), nil
+}
+
+// fastFirst is first() for the common case the table marked c.fast —
+// consistent sub-cluster mode keyed by client IP, a schedule-based instance
+// algorithm (wrr, roundrobin) — when the chosen sub-cluster's view is
+// current, has no timed change pending and has available members. It gives
+// the same answer as first(); anything else (blackhole, empty sub-cluster,
+// a view to rebuild) returns false and first() decides.
+func (s *Selection) fastFirst() (Pick, bool) {
+	c := s.c
+	if !s.ip.IsValid() {
+		return Pick{}, false
+	}
+	h := hashAddr(s.ip)
+	s.keyHash, s.keyOK, s.keyDone = h, true, true
+	gi := int(c.slots[h>>(64-slotBits)])
+	if gi == blackholeIdx {
+		return Pick{}, false
+	}
+	g := c.subs[gi]
+	v := g.view.Load()
+	if v == nil || v.epoch != c.reg.epoch.Load() || v.timed || v.nAvail == 0 || len(v.sched.order) == 0 {
+		return Pick{}, false
+	}
+	e := v.order[v.sched.nextPos(s.stripe)]
+	e.inflight.Add(1)
+	s.triedArr[0] = e
+	s.nTried = 1
+	s.attempt, s.primary, s.primUsed = 1, gi, 1
+	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false)}, true
 }
 
 // take records the pick and builds it.
-func (s *Selection) take(g *group, i int, reason string, cross bool) Pick {
+func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
 	e := g.members[i].ep
 	if !s.dry {
 		e.inflight.Add(1)
 	}
-	s.tried = append(s.tried, e)
+	s.addTried(e)
 	s.attempt++
-	return Pick{SubCluster: g.name, Endpoint: e, Attempt: s.attempt, Cross: cross,
-		Reason: reason, Algorithm: s.c.algoName, c: s.c}
+	return Pick{ep: e, g: g, meta: newMeta(s.attempt, why, cross)}
 }
 
 // pickSub chooses the primary sub-cluster: an index, blackholeIdx, -1 (fail
 // fast: the chosen one has nothing available) or -2 (no weighted
 // sub-cluster has anything available).
-func (s *Selection) pickSub() (int, string) {
+func (s *Selection) pickSub() (int, reason) {
 	c := s.c
 	if len(c.subs) == 0 && c.bhWeight == 0 {
-		return -1, ""
+		return -1, reasonHash
 	}
-	reason := "hash"
+	why := reasonHash
 	var gi int
-	switch c.mode {
-	case "request":
-		reason = "request"
+	switch c.modeKind {
+	case modeRequest:
+		why = reasonRequest
 		if c.rowTotal == 0 {
-			return -2, reason
+			return -2, why
 		}
 		gi = pickRange(c.bfeRanges, c.reg.rand())
-	case "bfe":
+	case modeBFE:
 		h, ok := s.key()
 		if !ok {
-			h, reason = c.reg.rand(), "random"
+			h, why = c.reg.rand(), reasonRandom
 		}
 		if c.rowTotal == 0 {
-			return -2, reason
+			return -2, why
 		}
 		gi = pickRange(c.bfeRanges, h)
 	default:
 		h, ok := s.key()
 		if !ok {
-			h, reason = c.reg.rand(), "random"
+			h, why = c.reg.rand(), reasonRandom
 		}
 		gi = int(c.slots[h>>(64-slotBits)])
 		if c.rowTotal == 0 {
-			return -2, reason
+			return -2, why
 		}
 	}
 	if gi == blackholeIdx {
-		return gi, reason
+		return gi, why
 	}
 	if gi >= 0 && c.subs[gi].currentView().nAvail > 0 {
-		return gi, reason
+		return gi, why
 	}
 	if c.pol.Balance.FailFast {
-		return -1, reason
+		return -1, why
 	}
 	// Spread the share of an empty sub-cluster over the rest (blackhole excluded).
 	avail := func(i int) bool { return c.subs[i].currentView().nAvail > 0 }
-	switch c.mode {
-	case "consistent":
+	switch c.modeKind {
+	case modeConsistent:
 		h, ok := s.key()
 		if !ok {
 			h = c.reg.rand()
 		}
 		key := mix(uint64(h>>(64-slotBits)) + 0x9e3779b97f4a7c15)
 		gi = rendezvousOwner(c, key, avail)
-	case "bfe":
+	case modeBFE:
 		h, ok := s.key()
 		if !ok {
 			h = c.reg.rand()
@@ -424,9 +568,9 @@ func (s *Selection) pickSub() (int, string) {
 		gi = pickRange(bfeRanges(c, avail), c.reg.rand())
 	}
 	if gi < 0 || gi == blackholeIdx {
-		return -2, "fallback"
+		return -2, reasonFallback
 	}
-	return gi, "fallback"
+	return gi, reasonFallback
 }
 
 // pickInstance applies the cluster's instance algorithm to group g, skipping
@@ -436,9 +580,9 @@ func (s *Selection) pickInstance(g *group, v *view) (int, string) {
 		return -1, ""
 	}
 	c := s.c
-	if len(s.tried) == 0 && !s.dry && (c.algo == algoWRR || c.algo == algoRoundRobin || c.algo == algoStickyCookie) && len(v.sched.order) > 0 {
+	if s.nTried == 0 && !s.dry && (c.algo == algoWRR || c.algo == algoRoundRobin || c.algo == algoStickyCookie) && len(v.sched.order) > 0 {
 		// Hot path: the view's schedule holds only available members.
-		return int(v.sched.next()), "wrr"
+		return int(v.sched.next(s.stripe)), "wrr"
 	}
 	ok := func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
 	switch c.algo {
@@ -510,16 +654,15 @@ func (s *Selection) fromSchedule(sc *schedule, ok func(int) bool) int {
 		return -1
 	}
 	if s.dry {
-		pos := sc.counter.Load()
 		for k := 0; k < n; k++ {
-			if i := int(sc.order[(pos+uint64(k))%uint64(n)]); ok(i) {
+			if i := int(sc.peek(s.stripe, k)); ok(i) {
 				return i
 			}
 		}
 		return -1
 	}
 	for k := 0; k < n; k++ {
-		if i := int(sc.next()); ok(i) {
+		if i := int(sc.next(s.stripe)); ok(i) {
 			return i
 		}
 	}

@@ -1,7 +1,7 @@
 package balance
 
 import (
-	"slices"
+	"math/bits"
 	"sync/atomic"
 )
 
@@ -12,17 +12,64 @@ const maxScheduleLen = 1 << 16
 // schedule is one full cycle of nginx's smooth WRR over fixed weights,
 // precomputed so a pick is one atomic add and one slice read (lock-free, as
 // gRPC-Go's edfScheduler). In every window of len(order) consecutive picks
-// member i appears exactly weights[i] times (D3) — for the scaled weights when
-// the sum exceeded maxScheduleLen.
+// of one cursor, member i appears exactly weights[i] times (D3) — for the
+// scaled weights when the sum exceeded maxScheduleLen.
+//
+// A schedule has one cursor per stripe (see Cluster.Start), each on its own
+// cache line, so picks running on different cores do not fight over one
+// counter — the way nginx and Envoy keep one smooth-WRR state per worker.
+// Cursor k starts k/stripes of the way into the cycle so that stripes do not
+// move in lockstep.
 type schedule struct {
 	order   []int32 // member index per position
 	sig     uint64  // signature of (member, weight) list it was built from
-	counter atomic.Uint64
+	recip   uint64  // ⌊(2⁶⁴-1) / len(order)⌋: cursor mod len without a division
+	cursors []cursor
 }
 
-func (s *schedule) next() int32 {
-	n := s.counter.Add(1) - 1
-	return s.order[n%uint64(len(s.order))]
+// cursor is one stripe's position, padded to a cache line.
+type cursor struct {
+	n atomic.Uint64
+	_ [56]byte
+}
+
+func newSchedule(order []int32, sig uint64, stripes int) *schedule {
+	s := &schedule{order: order, sig: sig, cursors: make([]cursor, stripes)}
+	if len(order) > 0 {
+		s.recip = ^uint64(0) / uint64(len(order))
+	}
+	for k := range s.cursors {
+		s.cursors[k].n.Store(uint64(k * len(order) / stripes))
+	}
+	return s
+}
+
+// next advances stripe's cursor (stripe < len(cursors)) and returns its member.
+func (s *schedule) next(stripe uint32) int32 {
+	return s.order[s.pos(s.cursors[stripe].n.Add(1)-1)]
+}
+
+// nextPos advances stripe's cursor and returns its position in the cycle.
+func (s *schedule) nextPos(stripe uint32) uint64 {
+	return s.pos(s.cursors[stripe].n.Add(1) - 1)
+}
+
+// peek is the member stripe's cursor would return next, without advancing it.
+func (s *schedule) peek(stripe uint32, k int) int32 {
+	return s.order[s.pos(s.cursors[stripe].n.Load()+uint64(k))]
+}
+
+// pos is n mod len(order). A 64-bit division costs tens of cycles, as much
+// as the rest of the pick: the quotient from the precomputed reciprocal is
+// exact or one short, so one conditional subtraction finishes it.
+func (s *schedule) pos(n uint64) uint64 {
+	l := uint64(len(s.order))
+	q, _ := bits.Mul64(n, s.recip)
+	r := n - q*l
+	if r >= l {
+		r -= l
+	}
+	return r
 }
 
 // scaleWeights keeps Σw ≤ limit (and ≥ 1 for every positive weight).
@@ -157,5 +204,3 @@ func sigOf(ids []int32, weights []int) uint64 {
 	}
 	return h
 }
-
-var _ = slices.Index[[]int, int]

@@ -108,6 +108,15 @@ const (
 	algoSource
 )
 
+// subMode is policy.balance.subcluster_mode, compiled.
+type subMode uint8
+
+const (
+	modeConsistent subMode = iota
+	modeBFE
+	modeRequest
+)
+
 // Cluster is one backend cluster of a Table: its weight row over
 // sub-clusters and their instances. Safe for concurrent use.
 type Cluster struct {
@@ -120,6 +129,8 @@ type Cluster struct {
 	bhWeight   int      // GSLB_BLACKHOLE weight
 	rowTotal   int      // Σ weights > 0, blackhole included
 	mode       string
+	modeKind   subMode
+	fast       bool // Selection.fastFirst applies (see there)
 	key        keySpec
 	slots      []uint8 // consistent mode: owner per slot (blackholeIdx = drop)
 	bfeRanges  []bfeRange
@@ -274,7 +285,7 @@ func (r *Registry) progressFor(k progressKey, sig uint64, ws []int) *schedule {
 	if old != nil && old.sig == sig {
 		return old
 	}
-	s := &schedule{order: buildSchedule(ws), sig: sig}
+	s := newSchedule(buildSchedule(ws), sig, r.stripes)
 	r.mu.Lock()
 	r.progress[k] = s
 	r.mu.Unlock()
@@ -339,7 +350,12 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 		c.mode = config.SubclusterConsistent
 	}
 	switch c.mode {
-	case config.SubclusterConsistent, config.SubclusterBFE, config.SubclusterRequest:
+	case config.SubclusterConsistent:
+		c.modeKind = modeConsistent
+	case config.SubclusterBFE:
+		c.modeKind = modeBFE
+	case config.SubclusterRequest:
+		c.modeKind = modeRequest
 	default:
 		return nil, nil, fmt.Errorf("policy.balance.subcluster_mode %q: want consistent, bfe or request", c.mode)
 	}
@@ -435,6 +451,7 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 	for _, g := range c.subs {
 		c.rowTotal += g.weight
 	}
+	c.fast = c.modeKind == modeConsistent && c.key.ipOnly && c.rowTotal > 0 && (c.algo == algoWRR || c.algo == algoRoundRobin)
 	switch c.mode {
 	case config.SubclusterConsistent:
 		c.slots = buildSlots(c)
@@ -542,7 +559,9 @@ type view struct {
 	total   int64
 	prefix  []int64 // prefix sums of weights (random draws)
 	sched   *schedule
-	full    bool // every member available at its configured weight (sched is the base)
+	full    bool        // every member available at its configured weight (sched is the base)
+	timed   bool        // until is set
+	order   []*Endpoint // sched.order resolved to endpoints: one load less per pick
 	panic   bool
 	states  []memberState
 }
@@ -645,12 +664,17 @@ func (g *group) rebuildView(epoch uint64) *view {
 		}
 	}
 	v.full = static
+	v.timed = !v.until.IsZero()
 	if static {
 		v.sched = g.base
 	} else if old := g.view.Load(); old != nil && old.sched != nil && old.sched.sig == sigOfMembers(g.members, v.weights) {
 		v.sched = old.sched
 	} else {
-		v.sched = &schedule{order: buildSchedule(v.weights), sig: sigOfMembers(g.members, v.weights)}
+		v.sched = newSchedule(buildSchedule(v.weights), sigOfMembers(g.members, v.weights), r.stripes)
+	}
+	v.order = make([]*Endpoint, len(v.sched.order))
+	for k, i := range v.sched.order {
+		v.order[k] = g.members[i].ep
 	}
 	g.view.Store(v)
 	return v

@@ -24,7 +24,7 @@ func wrrSequence(t *testing.T, weights []int, names []string, states map[int]str
 			t.Fatalf("pick: %v", err)
 		}
 		for i := range weights {
-			if p.Endpoint.Addr() == inst(1, i) {
+			if p.Endpoint().Addr() == inst(1, i) {
 				out = append(out, names[i])
 			}
 		}
@@ -67,6 +67,71 @@ func TestScheduleMatchesClassicSmoothWRR(t *testing.T) {
 	}
 }
 
+// Each stripe has its own cursor: two connections picking alternately each
+// see nginx's exact smooth sequence (every window of Σw of their own picks
+// holds each instance w times), and the live selections of both stripes count
+// in the retry budget.
+func TestStripesWalkTheirOwnSmoothSequence(t *testing.T) {
+	weights := []int{5, 3, 1, 1}
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: weights}))
+	c := e.cluster()
+	var a, b Selection
+	seqs := [2][]netip.AddrPort{}
+	ip := netip.MustParseAddr("192.0.2.1")
+	for range 40 {
+		for k, s := range []*Selection{&a, &b} {
+			c.Start(s, nil, ip, uint32(k))
+			p, err := s.Next()
+			if err != nil {
+				t.Fatalf("stripe %d: %v", k, err)
+			}
+			seqs[k] = append(seqs[k], p.Endpoint().Addr())
+			p.Done(Result{Status: 200})
+		}
+		if active, _ := e.reg.RetryStats(); active != 2 {
+			t.Fatalf("active selections = %d with both stripes live, want 2", active)
+		}
+		a.Release()
+		b.Release()
+	}
+	for k, seq := range seqs {
+		for start := 0; start+10 <= len(seq); start++ {
+			count := map[netip.AddrPort]int{}
+			for _, x := range seq[start : start+10] {
+				count[x]++
+			}
+			for i, w := range weights {
+				if count[inst(1, i)] != w {
+					t.Fatalf("stripe %d window at %d: instance %d picked %d times, want %d", k, start, i, count[inst(1, i)], w)
+				}
+			}
+		}
+	}
+	if slices.Equal(seqs[0], seqs[1]) {
+		t.Fatalf("stripes 0 and 1 walked in lockstep: %v", seqs[0][:10])
+	}
+	if active, _ := e.reg.RetryStats(); active != 0 {
+		t.Fatalf("active selections = %d after release, want 0", active)
+	}
+}
+
+// schedule.pos is n mod len(order) for every cursor value, the largest included.
+func TestSchedulePosIsModulo(t *testing.T) {
+	r := seededRand(5)
+	for _, l := range []int{1, 2, 3, 7, 10, 1000, 30000, 65535, 65536} {
+		s := newSchedule(make([]int32, l), 0, 1)
+		ns := []uint64{0, 1, uint64(l) - 1, uint64(l), uint64(l) + 1, ^uint64(0), ^uint64(0) - 1, 1 << 63}
+		for range 10000 {
+			ns = append(ns, r())
+		}
+		for _, n := range ns {
+			if got, want := s.pos(n), n%uint64(l); got != want {
+				t.Fatalf("len %d: pos(%d) = %d, want %d", l, n, got, want)
+			}
+		}
+	}
+}
+
 func TestVectorMurmur3(t *testing.T) {
 	if got := hashBytes([]byte{1}); got != 8849112093580131862 {
 		t.Fatalf("murmur3(0x01) = %d", got)
@@ -91,7 +156,7 @@ func TestVectorBFEMode(t *testing.T) {
 		if err == nil {
 			p.Done(Result{})
 		}
-		return p.SubCluster, err
+		return p.SubCluster(), err
 	}
 	if _, err := try("val"); !errors.Is(err, ErrBlackhole) {
 		t.Fatalf("val: err = %v, want ErrBlackhole", err)
@@ -123,8 +188,8 @@ func TestVectorWLC(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if a := p.Endpoint.Addr(); !slices.Contains([]netip.AddrPort{inst(1, 2), inst(1, 3)}, a) {
-					t.Fatalf("picked %s with in-flight %d", a, p.Endpoint.InFlight()-1)
+				if a := p.Endpoint().Addr(); !slices.Contains([]netip.AddrPort{inst(1, 2), inst(1, 3)}, a) {
+					t.Fatalf("picked %s with in-flight %d", a, p.Endpoint().InFlight()-1)
 				}
 				p.Done(Result{})
 				s.Release()
@@ -147,6 +212,30 @@ func TestSum64MatchesMurmur3(t *testing.T) {
 	}
 }
 
+// hashAddr is murmur3 of the address bytes (4 for IPv4 and IPv4-mapped
+// IPv6, 16 for IPv6): the specialised forms give the same values.
+func TestHashAddrMatchesMurmur3(t *testing.T) {
+	r := seededRand(4)
+	for range 1000 {
+		var b16 [16]byte
+		for i := range b16 {
+			b16[i] = byte(r())
+		}
+		v6 := netip.AddrFrom16(b16)
+		if got, want := hashAddr(v6), murmur3.Sum64(b16[:]); got != want && !v6.Is4In6() {
+			t.Fatalf("%s: hashAddr = %d, murmur3 = %d", v6, got, want)
+		}
+		v4 := netip.AddrFrom4([4]byte(b16[:4]))
+		want := murmur3.Sum64(b16[:4])
+		if got := hashAddr(v4); got != want {
+			t.Fatalf("%s: hashAddr = %d, murmur3 = %d", v4, got, want)
+		}
+		if got := hashAddr(netip.AddrFrom16(v4.As16())); got != want {
+			t.Fatalf("%s mapped: hashAddr = %d, murmur3 = %d", v4, got, want)
+		}
+	}
+}
+
 // Request mode draws every request independently: the realised split follows
 // the row, blackhole included, even from a single client.
 func TestRequestModeFollowsRowWithBlackhole(t *testing.T) {
@@ -163,7 +252,7 @@ func TestRequestModeFollowsRowWithBlackhole(t *testing.T) {
 		case err != nil:
 			t.Fatal(err)
 		default:
-			counts[p.SubCluster]++ // e.pick reported Done
+			counts[p.SubCluster()]++ // e.pick reported Done
 		}
 	}
 	for k, want := range map[string]float64{"SC1": 45, "SC2": 45, "bh": 10} {

@@ -106,9 +106,9 @@ func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *htt
 		}
 		if st.recording {
 			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
-				attribute.Int("sluice.attempt", pick.Attempt+1),
+				attribute.Int("sluice.attempt", pick.Attempt()+1),
 				attribute.String("sluice.retry.after", failError(f).code),
-				attribute.String("sluice.subcluster", pick.SubCluster),
+				attribute.String("sluice.subcluster", pick.SubCluster()),
 				attribute.String("sluice.instance", st.instance)))
 			sp.End()
 		}
@@ -174,7 +174,7 @@ func (st *reqState) retryStale(written bool) bool {
 // into h (the client's response header).
 func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick balance.Pick, h http.Header) (*reply, *failure) {
 	p := &st.c.policy
-	up := st.s.pools.Get(pick.Endpoint.Addr(), p.Pool, p.Timeouts)
+	up := st.s.pools.Get(pick.Endpoint().Addr(), p.Pool, p.Timeouts)
 	tctx := ctx
 	cancel := context.CancelFunc(nop)
 	if d := p.Timeouts.PerTry.D(); d > 0 {
@@ -188,9 +188,9 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 			sctx, sp = st.s.tracer.Start(st.ctx, "sluice.forward", trace.WithSpanKind(trace.SpanKindClient),
 				trace.WithAttributes(
 					attribute.String("sluice.cluster", st.c.name),
-					attribute.String("sluice.subcluster", pick.SubCluster),
+					attribute.String("sluice.subcluster", pick.SubCluster()),
 					attribute.String("sluice.instance", st.instance),
-					attribute.Int("sluice.attempt", pick.Attempt),
+					attribute.Int("sluice.attempt", pick.Attempt()),
 					attribute.String("server.address", st.instance)))
 		}
 		st.s.prop.Inject(sctx, extraCarrier{fr})
@@ -207,8 +207,8 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	if sp != nil {
 		sp.SetAttributes(attribute.Int("http.response.status_code", res.Status))
 	}
-	if pick.SetCookie != nil {
-		h.Add("Set-Cookie", pick.SetCookie.String())
+	if pick.SetCookie() != nil {
+		h.Add("Set-Cookie", pick.SetCookie().String())
 	}
 	rep := &st.rep
 	*rep = reply{res: res, pick: pick, cancel: cancel, span: sp,

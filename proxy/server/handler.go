@@ -61,7 +61,8 @@ type reqState struct {
 	rt         *runtime
 	c          *clusterRT
 	res        route.Result
-	sel        *balance.Selection
+	sel        balance.Selection // started once the cluster is known
+	stripe     uint32            // the client connection's smooth-WRR cursor (see connStripe)
 	clientIP   netip.Addr
 	peer       netip.Addr
 	peerTrust  bool
@@ -93,6 +94,17 @@ type reqState struct {
 	rep   reply
 }
 
+// connStripe derives a stripe from the client connection's address and
+// port: a keep-alive connection keeps one smooth-WRR cursor (its requests
+// see nginx's exact sequence) and concurrent connections spread over the
+// cursors instead of contending for one. The port is scrambled first:
+// Linux hands out ephemeral ports of one parity.
+func connStripe(ap netip.AddrPort) uint32 {
+	a := ap.Addr().As16()
+	x := uint32(ap.Port())<<16 ^ uint32(a[15]) ^ uint32(a[14])<<8
+	return (x * 0x9E3779B1) >> 16
+}
+
 // ServeHTTP handles one client request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := &reqState{s: s, start: s.now(), r: r}
@@ -100,6 +112,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.rt = rt
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		st.peer = ap.Addr().Unmap()
+		st.stripe = connStripe(ap)
 		if a := ap.Addr(); !a.Is4In6() && a.Zone() == "" {
 			// The peer's text is RemoteAddr's host part: no formatting
 			// (and no allocation) for X-Forwarded-For.
@@ -197,7 +210,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.generated(w, classifyBodyError(err))
 		return
 	}
-	st.sel = c.bc.NewSelection(r, st.clientIP)
+	c.bc.Start(&st.sel, r, st.clientIP, st.stripe)
 	if s.fast && !isUpgrade(r.Header) {
 		st.serveFast(ctx, w, r)
 		return
@@ -354,9 +367,7 @@ func (st *reqState) generated(w http.ResponseWriter, e *genError) {
 // finishes it. It runs when ServeHTTP returns, or, when the response body was
 // handed to the front, once the front is done with it.
 func (st *reqState) end() {
-	if st.sel != nil {
-		st.sel.Release()
-	}
+	st.sel.Release()
 	if st.cancel != nil {
 		st.cancel()
 	}

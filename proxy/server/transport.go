@@ -101,9 +101,9 @@ func (st *reqState) roundTrip(out *http.Request) (*http.Response, error) {
 		}
 		if st.recording {
 			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
-				attribute.Int("sluice.attempt", pick.Attempt+1),
+				attribute.Int("sluice.attempt", pick.Attempt()+1),
 				attribute.String("sluice.retry.after", failError(f).code),
-				attribute.String("sluice.subcluster", pick.SubCluster),
+				attribute.String("sluice.subcluster", pick.SubCluster()),
 				attribute.String("sluice.instance", st.instance)))
 			sp.End()
 		}
@@ -120,14 +120,14 @@ func (st *reqState) next(last *failure) (balance.Pick, error) {
 	c := st.c
 	switch {
 	case err == nil:
-		st.attempts = pick.Attempt
-		st.subcluster, st.algorithm, st.reason = pick.SubCluster, pick.Algorithm, pick.Reason
-		st.instance = pick.Endpoint.Addr().String()
-		if pick.Attempt == 1 {
-			if m := c.subs[pick.SubCluster]; m != nil {
+		st.attempts = pick.Attempt()
+		st.subcluster, st.algorithm, st.reason = pick.SubCluster(), pick.Algorithm(), pick.Reason()
+		st.instance = pick.Endpoint().Addr().String()
+		if pick.Attempt() == 1 {
+			if m := c.subs[pick.SubCluster()]; m != nil {
 				m.picks.Inc()
 			}
-		} else if pick.Cross {
+		} else if pick.Cross() {
 			c.retryX.Inc()
 		} else {
 			c.retryIn.Inc()
@@ -146,12 +146,12 @@ func (st *reqState) next(last *failure) (balance.Pick, error) {
 			sp.SetAttributes(
 				attribute.Int64("sluice.snapshot.version", int64(st.rt.version)),
 				attribute.String("sluice.cluster", c.name),
-				attribute.String("sluice.subcluster", pick.SubCluster),
+				attribute.String("sluice.subcluster", pick.SubCluster()),
 				attribute.String("sluice.instance", st.instance),
-				attribute.String("sluice.algorithm", pick.Algorithm),
-				attribute.String("sluice.pick.reason", pick.Reason),
-				attribute.Int("sluice.attempt", pick.Attempt),
-				attribute.Bool("sluice.cross", pick.Cross))
+				attribute.String("sluice.algorithm", pick.Algorithm()),
+				attribute.String("sluice.pick.reason", pick.Reason()),
+				attribute.Int("sluice.attempt", pick.Attempt()),
+				attribute.Bool("sluice.cross", pick.Cross()))
 		} else {
 			code := st.giveUp(err, last).code
 			sp.SetAttributes(attribute.String("sluice.cluster", c.name), attribute.String("sluice.error_code", code))
@@ -201,16 +201,16 @@ func failError(f *failure) *genError {
 // reports the pick's Done when it is closed.
 func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Response, *failure) {
 	p := &st.c.policy
-	up := st.s.pools.Get(pick.Endpoint.Addr(), p.Pool, p.Timeouts)
+	up := st.s.pools.Get(pick.Endpoint().Addr(), p.Pool, p.Timeouts)
 	ctx := out.Context()
 	cancel := context.CancelFunc(nop)
 	if d := p.Timeouts.PerTry.D(); d > 0 {
 		ctx, cancel = context.WithTimeout(ctx, d)
 	}
 	req := out
-	if pick.Attempt > 1 || ctx != out.Context() {
+	if pick.Attempt() > 1 || ctx != out.Context() {
 		req = out.WithContext(ctx)
-		if pick.Attempt > 1 {
+		if pick.Attempt() > 1 {
 			req.Header = out.Header.Clone()
 		}
 	}
@@ -237,9 +237,9 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 		sctx, sp = st.s.tracer.Start(st.ctx, "sluice.forward", trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(
 				attribute.String("sluice.cluster", st.c.name),
-				attribute.String("sluice.subcluster", pick.SubCluster),
+				attribute.String("sluice.subcluster", pick.SubCluster()),
 				attribute.String("sluice.instance", st.instance),
-				attribute.Int("sluice.attempt", pick.Attempt),
+				attribute.Int("sluice.attempt", pick.Attempt()),
 				attribute.String("server.address", st.instance)))
 		st.s.prop.Inject(sctx, propagation.HeaderCarrier(req.Header))
 	}
@@ -255,8 +255,8 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 	if sp != nil {
 		sp.SetAttributes(attribute.Int("http.response.status_code", res.StatusCode))
 	}
-	if pick.SetCookie != nil {
-		res.Header.Add("Set-Cookie", pick.SetCookie.String())
+	if pick.SetCookie() != nil {
+		res.Header.Add("Set-Cookie", pick.SetCookie().String())
 	}
 	// KindStatus lets the balancer match policy.health.outlier_status.
 	result := balance.Result{Kind: balance.KindStatus, Status: res.StatusCode, Latency: lat}
