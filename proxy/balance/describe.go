@@ -68,7 +68,7 @@ func (t *Table) Describe() TableView {
 			sv := SubClusterView{Name: g.name, Weight: g.weight, Available: v.nAvail, Panic: v.panic}
 			for i, m := range g.members {
 				iv := InstanceView{Addr: m.ep.addr.String(), Weight: m.weight, EffectiveWeight: v.weights[i],
-					Health: v.states[i].health.String(), Available: v.avail[i], InFlight: m.ep.inflight.Load(),
+					Health: v.states[i].health.String(), Available: v.avail[i], InFlight: m.ep.InFlight(),
 					SlowStart: v.states[i].progress}
 				if !m.agentOK {
 					iv.AgentState = "excluded"

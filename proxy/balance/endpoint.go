@@ -71,14 +71,18 @@ type healthRules struct {
 // table that references the address and survives table swaps. Safe for
 // concurrent use.
 type Endpoint struct {
-	// Hot fields first, on one cache line: a pick touches only these.
-	inflight    atomic.Int64
+	// Read by every Done, written rarely: one cache line shared by all cores.
 	released    atomic.Bool
 	consecFails atomic.Int32
 	addr        netip.AddrPort
 	reg         *Registry
+	ewmaBits    atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
+	_           [8]byte
 
-	ewmaBits atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
+	// The in-flight count, split over cache lines by stripe (see
+	// Cluster.Start): picks on different cores do not pass one line back
+	// and forth. InFlight sums the cells.
+	load [inflightCells]cell
 
 	mu          sync.Mutex
 	rules       healthRules
@@ -96,8 +100,29 @@ type Endpoint struct {
 // Addr is the backend address; stable across table swaps.
 func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
 
+// inflightCells is how many cache lines an endpoint's in-flight count is
+// split over (a power of two).
+const inflightCells = 4
+
+// cell is one padded counter.
+type cell struct {
+	n atomic.Int64
+	_ [56]byte
+}
+
 // InFlight is the number of picks not yet reported with Done.
-func (e *Endpoint) InFlight() int64 { return e.inflight.Load() }
+func (e *Endpoint) InFlight() int64 {
+	var n int64
+	for i := range e.load {
+		n += e.load[i].n.Load()
+	}
+	return n
+}
+
+// acquire counts one pick on stripe's cell; release (with the same stripe)
+// ends it.
+func (e *Endpoint) acquire(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(1) }
+func (e *Endpoint) release(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(-1) }
 
 // Health returns the current health state.
 func (e *Endpoint) Health() HealthState {

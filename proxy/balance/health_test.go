@@ -41,7 +41,7 @@ func TestHealthStateMachineAndSlowStart(t *testing.T) {
 	ep := e.reg.Endpoint(inst(1, 0))
 	c := e.cluster()
 	mk := func() Pick { return Pick{ep: ep, g: c.subs[0]} }
-	ep.inflight.Add(6)
+	ep.load[0].n.Add(6)
 	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
 	mk().Done(Result{Kind: KindLocalLimit, Err: errors.New("pool full")})
 	fail(mk())

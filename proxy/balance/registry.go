@@ -244,7 +244,7 @@ func (r *Registry) setCurrent(t *Table) {
 func (r *Registry) sweepLocked() {
 	for a, e := range r.endpoints {
 		e.mu.Lock()
-		gone := e.refs <= 0 && e.inflight.Load() == 0
+		gone := e.refs <= 0 && e.InFlight() == 0
 		e.mu.Unlock()
 		if gone {
 			delete(r.endpoints, a)
@@ -261,7 +261,7 @@ func (r *Registry) sweepLocked() {
 
 // released is called by Done when a released address's last request ends.
 func (r *Registry) maybeSweep(e *Endpoint) {
-	if e.released.Load() && e.inflight.Load() == 0 {
+	if e.released.Load() && e.InFlight() == 0 {
 		r.mu.Lock()
 		r.sweepLocked()
 		r.mu.Unlock()

@@ -188,7 +188,7 @@ func TestPropertyRandomOperations(t *testing.T) {
 			case 3: // eject a random address
 				for _, ep := range e.h.Load().endpoints {
 					if rapid.Bool().Draw(rt, "eject") {
-						ep.inflight.Add(1)
+						ep.load[0].n.Add(1)
 						fail(Pick{ep: ep, g: e.cluster().subs[0]})
 					}
 				}

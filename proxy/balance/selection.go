@@ -46,12 +46,12 @@ type Pick struct {
 	meta   pickMeta
 }
 
-// pickMeta packs the attempt number (bits 0-31), the reason (32-39) and the
-// cross-retry (40) and retry-token (41) flags.
+// pickMeta packs the attempt number (bits 0-31), the reason (32-39), the
+// cross-retry (40) and retry-token (41) flags and the stripe (48-63).
 type pickMeta uint64
 
-func newMeta(attempt int, why reason, cross bool) pickMeta {
-	m := pickMeta(uint32(attempt)) | pickMeta(why)<<32
+func newMeta(attempt int, why reason, cross bool, stripe uint32) pickMeta {
+	m := pickMeta(uint32(attempt)) | pickMeta(why)<<32 | pickMeta(uint16(stripe))<<48
 	if cross {
 		m |= 1 << 40
 	}
@@ -140,7 +140,8 @@ func (p Pick) Done(res Result) {
 	if c.algo == algoP2C && res.Kind != KindLocalLimit {
 		e.observeLatency(res.Latency)
 	}
-	if e.inflight.Add(-1) == 0 && e.released.Load() {
+	e.release(uint32(p.meta >> 48))
+	if e.released.Load() && e.InFlight() == 0 {
 		r.maybeSweep(e)
 	}
 }
@@ -485,22 +486,22 @@ func (s *Selection) fastFirst() (Pick, bool) {
 		return Pick{}, false
 	}
 	e := v.order[v.sched.nextPos(s.stripe)]
-	e.inflight.Add(1)
+	e.acquire(s.stripe)
 	s.triedArr[0] = e
 	s.nTried = 1
 	s.attempt, s.primary, s.primUsed = 1, gi, 1
-	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false)}, true
+	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false, s.stripe)}, true
 }
 
 // take records the pick and builds it.
 func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
 	e := g.members[i].ep
 	if !s.dry {
-		e.inflight.Add(1)
+		e.acquire(s.stripe)
 	}
 	s.addTried(e)
 	s.attempt++
-	return Pick{ep: e, g: g, meta: newMeta(s.attempt, why, cross)}
+	return Pick{ep: e, g: g, meta: newMeta(s.attempt, why, cross, s.stripe)}
 }
 
 // pickSub chooses the primary sub-cluster: an index, blackholeIdx, -1 (fail
@@ -603,7 +604,7 @@ func (s *Selection) pickInstance(g *group, v *view) (int, string) {
 			if !ok(i) {
 				continue
 			}
-			if limit <= 0 || g.members[i].ep.inflight.Load() < limit {
+			if limit <= 0 || g.members[i].ep.InFlight() < limit {
 				return i, "first"
 			}
 			if fallback < 0 {
@@ -632,14 +633,14 @@ func (s *Selection) pickInstance(g *group, v *view) (int, string) {
 			var sum int64
 			for i := range g.members {
 				if v.avail[i] {
-					sum += g.members[i].ep.inflight.Load()
+					sum += g.members[i].ep.InFlight()
 				}
 			}
 			// ceil(c × (load+1) / n): the new request counted in.
 			bound = ((sum+1)*int64(c.pol.Balance.BoundedLoadPercent) + int64(v.nAvail)*100 - 1) / (int64(v.nAvail) * 100)
 		}
 		if bound >= 0 {
-			if i := g.ring.lookup(h, func(i int) bool { return ok(i) && g.members[i].ep.inflight.Load() < bound }); i >= 0 {
+			if i := g.ring.lookup(h, func(i int) bool { return ok(i) && g.members[i].ep.InFlight() < bound }); i >= 0 {
 				return i, "sticky"
 			}
 		}
@@ -679,7 +680,7 @@ func (s *Selection) leastLoaded(g *group, v *view, ok func(int) bool) int {
 		if !ok(i) || v.weights[i] <= 0 {
 			continue
 		}
-		n, w := g.members[i].ep.inflight.Load(), int64(v.weights[i])
+		n, w := g.members[i].ep.InFlight(), int64(v.weights[i])
 		switch {
 		case best < 0 || n*bw < bn*w:
 			best, bn, bw, ties = i, n, w, 1
@@ -691,7 +692,7 @@ func (s *Selection) leastLoaded(g *group, v *view, ok func(int) bool) int {
 		return best
 	}
 	isTie := func(i int) bool {
-		return ok(i) && v.weights[i] > 0 && g.members[i].ep.inflight.Load()*bw == bn*int64(v.weights[i])
+		return ok(i) && v.weights[i] > 0 && g.members[i].ep.InFlight()*bw == bn*int64(v.weights[i])
 	}
 	switch s.c.algo {
 	case algoWLCRandom:
@@ -775,7 +776,7 @@ func (s *Selection) randomN(g *group, v *view, ok func(int) bool, n int) int {
 		if i < 0 {
 			return best
 		}
-		if best < 0 || g.members[i].ep.inflight.Load()*int64(v.weights[best]) < g.members[best].ep.inflight.Load()*int64(v.weights[i]) {
+		if best < 0 || g.members[i].ep.InFlight()*int64(v.weights[best]) < g.members[best].ep.InFlight()*int64(v.weights[i]) {
 			best = i
 		}
 	}
@@ -795,7 +796,7 @@ func (s *Selection) p2c(g *group, v *view, ok func(int) bool) int {
 		if l <= 0 {
 			l = 1
 		}
-		return l * float64(e.inflight.Load()+1) / float64(v.weights[i])
+		return l * float64(e.InFlight()+1) / float64(v.weights[i])
 	}
 	if cost(b) < cost(a) {
 		return b

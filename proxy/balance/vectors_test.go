@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/spaolacci/murmur3"
 
@@ -115,6 +116,19 @@ func TestStripesWalkTheirOwnSmoothSequence(t *testing.T) {
 	}
 }
 
+// The in-flight cells of an endpoint, the cursors of a schedule and the
+// active-selection counters each fill whole cache lines, so that counters
+// written by different cores never share one.
+func TestCountersOwnTheirCacheLines(t *testing.T) {
+	var e Endpoint
+	if off, size := unsafe.Offsetof(e.load), unsafe.Sizeof(e.load[0]); off%64 != 0 || size != 64 {
+		t.Fatalf("endpoint in-flight cells at offset %d, %d bytes each: want 64-byte aligned lines", off, size)
+	}
+	if size := unsafe.Sizeof(cursor{}); size != 64 {
+		t.Fatalf("cursor is %d bytes, want 64", size)
+	}
+}
+
 // schedule.pos is n mod len(order) for every cursor value, the largest included.
 func TestSchedulePosIsModulo(t *testing.T) {
 	r := seededRand(5)
@@ -180,7 +194,7 @@ func TestVectorWLC(t *testing.T) {
 			e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1, 1}}))
 			g := e.cluster().subs[0]
 			for i, n := range []int64{2, 2, 1, 1} {
-				g.members[i].ep.inflight.Store(n)
+				g.members[i].ep.load[0].n.Store(n)
 			}
 			for range 20 {
 				s := e.cluster().NewSelection(nil, netip.Addr{})

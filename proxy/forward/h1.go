@@ -9,7 +9,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -97,7 +99,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 type conn struct {
 	nc      net.Conn
 	br      *bufio.Reader
-	bw      *bufio.Writer
+	bw      *bufio.Writer // writes through sockWriter
+	rc      syscall.RawConn
+	await   bool      // the next flush is a whole request (see sockWriter)
+	rdl     time.Time // read deadline last set on nc
+	wdl     time.Time // write deadline last set on nc
 	u       *Upstream
 	idleAt  time.Time
 	reused  bool // served an exchange before this one
@@ -167,23 +173,40 @@ func (c *conn) stopWatch() bool {
 func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Response, exchangeState, error) {
 	st := exchangeState{noResponse: true}
 	deadline, hasDeadline := ctx.Deadline()
-	if err := c.nc.SetDeadline(deadline); err != nil { // zero: none
+	streamed := req.BodyBytes == nil && req.Body != nil
+	// A whole request (no streamed body) has its response-header timeout
+	// armed before it is written: one deadline change per exchange. A
+	// streamed one gets it once the body is sent.
+	rd := deadline
+	var headerBy time.Time
+	if c.u.rht > 0 {
+		headerBy = time.Now().Add(c.u.rht)
+		if hasDeadline && deadline.Before(headerBy) {
+			headerBy = deadline
+		}
+		if !streamed {
+			rd = headerBy
+		}
+	}
+	if err := c.setDeadlines(rd, deadline); err != nil {
 		return Response{}, st, err
 	}
 	if ctx.Done() != nil {
 		nc := c.nc
 		c.stop = context.AfterFunc(ctx, func() { nc.SetDeadline(aLongTimeAgo) })
 	}
-	streamed := req.Body != nil
 	expect := streamed && req.ExpectContinue
 	c.writeHead(req, expect)
 	var werr error
 	switch {
-	case req.BodyBytes != nil:
+	case !streamed && len(req.BodyBytes) > c.bw.Available():
 		c.bw.Write(req.BodyBytes)
 		werr = c.bw.Flush()
 	case !streamed:
+		c.bw.Write(req.BodyBytes)
+		c.await = c.br.Buffered() == 0
 		werr = c.bw.Flush()
+		c.await = false
 	case expect:
 		if werr = c.bw.Flush(); werr != nil {
 			break
@@ -194,9 +217,9 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 		if hasDeadline && deadline.Before(wait) {
 			wait = deadline
 		}
-		c.nc.SetReadDeadline(wait)
+		c.setReadDeadline(wait)
 		_, err := c.br.Peek(1)
-		c.nc.SetReadDeadline(deadline)
+		c.setReadDeadline(deadline)
 		if err == nil {
 			st.noResponse = false
 			status, err := c.readHead(dst)
@@ -223,10 +246,10 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 	}
 	// After a write error the backend may still have answered (an early
 	// 413, say): read what it sent; without an answer the write error wins.
-	if c.u.rht > 0 {
-		t := time.Now().Add(c.u.rht)
-		if !hasDeadline || t.Before(deadline) {
-			c.nc.SetReadDeadline(t)
+	if streamed && c.u.rht > 0 {
+		c.setReadDeadline(time.Now().Add(c.u.rht))
+		if hasDeadline && deadline.Before(c.rdl) {
+			c.setReadDeadline(deadline)
 		}
 	}
 	if _, err := c.br.Peek(1); err != nil {
@@ -247,11 +270,72 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 	if err != nil {
 		return Response{}, st, err
 	}
-	if c.u.rht > 0 {
-		c.nc.SetReadDeadline(deadline)
-	}
 	res, err := c.finishHead(req, status, dst, werr == nil)
+	// The body is read under the exchange's deadline, not the header
+	// timeout — unless it is all buffered already and never touches the
+	// socket (the next exchange sets its own deadlines).
+	if c.u.rht > 0 && err == nil && !(res.ContentLength >= 0 && int64(c.br.Buffered()) >= res.ContentLength) {
+		c.setReadDeadline(deadline)
+	}
 	return res, st, err
+}
+
+// setDeadlines sets the read and write deadlines of nc, each only when it
+// changes: a deadline change is a runtime timer update.
+func (c *conn) setDeadlines(read, write time.Time) error {
+	if !write.Equal(c.wdl) {
+		if err := c.nc.SetWriteDeadline(write); err != nil {
+			return err
+		}
+		c.wdl = write
+	}
+	return c.setReadDeadline(read)
+}
+
+func (c *conn) setReadDeadline(t time.Time) error {
+	if t.Equal(c.rdl) {
+		return nil
+	}
+	if err := c.nc.SetReadDeadline(t); err != nil {
+		return err
+	}
+	c.rdl = t
+	return nil
+}
+
+// sockWriter is the writer under conn.bw. A flush of a whole request
+// (conn.await set, nothing unread from the backend) is written from inside
+// RawConn.Read: the runtime then waits for the answer to be readable
+// before the caller's first read, instead of that read failing with EAGAIN
+// first — one system call less per exchange. Readiness is reset before the
+// write, so an answer can never be missed. Anything else is a plain Write.
+type sockWriter struct{ c *conn }
+
+func (w sockWriter) Write(p []byte) (int, error) {
+	c := w.c
+	if !c.await || c.rc == nil {
+		return c.nc.Write(p)
+	}
+	n, called := 0, false
+	var werr error
+	_ = c.rc.Read(func(fd uintptr) bool {
+		if called {
+			return true // readable (the answer, or EOF)
+		}
+		called = true
+		n, werr = writeAll(fd, p)
+		// Wait for the answer only when all of it went out.
+		return werr != nil || n < len(p)
+	})
+	// A failed wait (deadline, cancellation) surfaces in the next read.
+	if werr != nil {
+		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
+	}
+	if n < len(p) {
+		m, err := c.nc.Write(p[n:]) // the socket buffer was full: wait for it
+		return n + m, err
+	}
+	return n, nil
 }
 
 // writeHead buffers the request line and header.

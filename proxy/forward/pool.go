@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -33,7 +34,12 @@ func (u *Upstream) getConn(ctx context.Context) (*conn, error) {
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10), u: u}, nil
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u}
+	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.rc, _ = sc.SyscallConn()
+	}
+	return c, nil
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.
