@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	"github.com/sluicelb/sluice/proxy/internal/deadline"
 )
 
 // This file is the purpose-built HTTP/1.1 upstream client (Upstream.Do): one
@@ -101,6 +103,8 @@ type conn struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer // writes through sockWriter
 	rc      syscall.RawConn
+	awaitFn func(uintptr) bool // c.awaitAnswer
+	aw      awaitWrite
 	await   bool      // the next flush is a whole request (see sockWriter)
 	rdl     time.Time // read deadline last set on nc
 	wdl     time.Time // write deadline last set on nc
@@ -281,9 +285,9 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 }
 
 // setDeadlines sets the read and write deadlines of nc, each only when it
-// changes: a deadline change is a runtime timer update.
+// really moves (deadline.Skip): a deadline change is a runtime timer update.
 func (c *conn) setDeadlines(read, write time.Time) error {
-	if !write.Equal(c.wdl) {
+	if !deadline.Skip(c.wdl, write) {
 		if err := c.nc.SetWriteDeadline(write); err != nil {
 			return err
 		}
@@ -293,7 +297,7 @@ func (c *conn) setDeadlines(read, write time.Time) error {
 }
 
 func (c *conn) setReadDeadline(t time.Time) error {
-	if t.Equal(c.rdl) {
+	if deadline.Skip(c.rdl, t) {
 		return nil
 	}
 	if err := c.nc.SetReadDeadline(t); err != nil {
@@ -316,18 +320,10 @@ func (w sockWriter) Write(p []byte) (int, error) {
 	if !c.await || c.rc == nil {
 		return c.nc.Write(p)
 	}
-	n, called := 0, false
-	var werr error
-	_ = c.rc.Read(func(fd uintptr) bool {
-		if called {
-			return true // readable (the answer, or EOF)
-		}
-		called = true
-		n, werr = writeAll(fd, p)
-		// Wait for the answer only when all of it went out.
-		return werr != nil || n < len(p)
-	})
-	// A failed wait (deadline, cancellation) surfaces in the next read.
+	c.aw = awaitWrite{p: p}
+	_ = c.rc.Read(c.awaitFn) // a failed wait (deadline, cancellation) surfaces in the next read
+	n, werr := c.aw.n, c.aw.err
+	c.aw = awaitWrite{}
 	if werr != nil {
 		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
 	}
@@ -336,6 +332,27 @@ func (w sockWriter) Write(p []byte) (int, error) {
 		return n + m, err
 	}
 	return n, nil
+}
+
+// awaitWrite is the state of one sockWriter write (kept in the conn: the
+// RawConn callback is a method value made once, not a closure per request).
+type awaitWrite struct {
+	p      []byte
+	n      int
+	err    error
+	called bool
+}
+
+// awaitAnswer is the RawConn.Read callback of sockWriter: the first call writes,
+// the second (the socket is readable) ends the wait.
+func (c *conn) awaitAnswer(fd uintptr) bool {
+	if c.aw.called {
+		return true
+	}
+	c.aw.called = true
+	c.aw.n, c.aw.err = writeAll(fd, c.aw.p)
+	// Wait for the answer only when all of it went out.
+	return c.aw.err != nil || c.aw.n < len(c.aw.p)
 }
 
 // writeHead buffers the request line and header.

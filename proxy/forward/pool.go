@@ -38,6 +38,7 @@ func (u *Upstream) getConn(ctx context.Context) (*conn, error) {
 	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
 	if sc, ok := nc.(syscall.Conn); ok {
 		c.rc, _ = sc.SyscallConn()
+		c.awaitFn = c.awaitAnswer
 	}
 	return c, nil
 }

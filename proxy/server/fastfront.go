@@ -14,6 +14,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicelb/sluice/proxy/internal/deadline"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -158,10 +160,36 @@ func (l addrListener) Accept() (net.Conn, error) {
 	return &addrConn{Conn: c}, nil
 }
 
-// addrConn formats the remote address once per connection, not per request.
+// addrConn formats the remote address once per connection, not per
+// request, and moves its deadlines only when they really move
+// (deadline.Skip): fasthttp and the handler set them at every request.
 type addrConn struct {
 	net.Conn
-	remote string // set on first use by the connection's goroutine
+	remote   string // set on first use by the connection's goroutine
+	rdl, wdl time.Time
+}
+
+func (c *addrConn) SetReadDeadline(t time.Time) error {
+	if deadline.Skip(c.rdl, t) {
+		return nil
+	}
+	c.rdl = t
+	return c.Conn.SetReadDeadline(t)
+}
+
+func (c *addrConn) SetWriteDeadline(t time.Time) error {
+	if deadline.Skip(c.wdl, t) {
+		return nil
+	}
+	c.wdl = t
+	return c.Conn.SetWriteDeadline(t)
+}
+
+func (c *addrConn) SetDeadline(t time.Time) error {
+	if err := c.SetReadDeadline(t); err != nil {
+		return err
+	}
+	return c.SetWriteDeadline(t)
 }
 
 func (c *addrConn) remoteAddr() string {
@@ -365,12 +393,17 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	r := &a.req
 	r.Method = internMethod(rh.Method())
 	r.RequestURI = string(rh.RequestURI())
-	u, err := url.ParseRequestURI(r.RequestURI)
-	if err != nil {
-		return fmt.Errorf("request target %q: %w", r.RequestURI, err)
+	if path, query, ok := plainTarget(r.RequestURI); ok {
+		a.url = url.URL{Path: path, RawQuery: query}
+	} else {
+		u, err := url.ParseRequestURI(r.RequestURI)
+		if err != nil {
+			return fmt.Errorf("request target %q: %w", r.RequestURI, err)
+		}
+		a.url = *u
 	}
-	a.url = *u
-	r.URL = &a.url
+	u := &a.url
+	r.URL = u
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
 	if !rh.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
@@ -428,6 +461,53 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	}
 	return nil
 }
+
+// plainTarget splits an origin-form request target made only of characters
+// that url.ParseRequestURI neither unescapes nor rejects ("/a/b?x=1"):
+// for those its answer is URL{Path, RawQuery}, without the parse. Any other
+// target goes through url.ParseRequestURI.
+func plainTarget(t string) (path, query string, ok bool) {
+	if t == "" || t[0] != '/' {
+		return "", "", false
+	}
+	q := len(t)
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c == '?' && q == len(t) {
+			q = i
+			continue
+		}
+		if !plainByte[c] {
+			return "", "", false
+		}
+	}
+	switch q {
+	case len(t):
+		return t, "", true
+	case len(t) - 1: // "/p?": an empty query that URL.ForceQuery keeps
+		return "", "", false
+	}
+	return t[:q], t[q+1:], true
+}
+
+// plainByte: the characters url's path escaping leaves as they are
+// (unreserved ones and "$&+,;=:@/"): for them Path is the target's path
+// and RawPath stays empty.
+var plainByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-._~$&+,;=:@/" {
+		t[c] = true
+	}
+	return t
+}()
 
 // bodyReader is the request body: fasthttp's stream, closed by the server.
 type bodyReader struct{ r io.Reader }

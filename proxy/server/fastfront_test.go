@@ -6,9 +6,11 @@ import (
 	"crypto/sha256"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -230,5 +232,33 @@ func BenchmarkFront(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// plainTarget agrees with url.ParseRequestURI wherever it answers.
+func TestPlainTargetMatchesParseRequestURI(t *testing.T) {
+	targets := []string{"/", "/a/b", "/index.html?q=1", "/a?b?c", "/a?", "/x;y=1/z@h:8,$&+=", "/-._~",
+		"/a%20b", "/a(b)", "/a!b", "/a*b", "/a'b", "/a b", "*", "http://h/p", "", "/é", "/a#f", "/a?x=%zz", "//x/y"}
+	r := rand.New(rand.NewPCG(1, 2))
+	alphabet := "/?%#:@!$&'()*+,;=-._~aZ09 \"<>[]\\^`{|}é"
+	for range 5000 {
+		b := []byte{'/'}
+		for range r.IntN(12) {
+			b = append(b, alphabet[r.IntN(len(alphabet))])
+		}
+		targets = append(targets, string(b))
+	}
+	for _, target := range targets {
+		path, query, ok := plainTarget(target)
+		if !ok {
+			continue
+		}
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatalf("%q: plainTarget accepted what ParseRequestURI rejects: %v", target, err)
+		}
+		if want := (url.URL{Path: path, RawQuery: query}); *u != want {
+			t.Fatalf("%q: plainTarget gives %#v, ParseRequestURI %#v", target, want, *u)
+		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -77,6 +78,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
+			&cli.IntFlag{Name: "gc-percent", Value: 400, Usage: "Go GC target (debug.SetGCPercent): the proxy's live heap is small, so collecting at 5x it instead of 2x saves CPU per request; 0 keeps GOGC", EnvVars: env("GC_PERCENT")},
 		},
 		Commands: []*cli.Command{{
 			Name:  "version",
@@ -97,6 +99,12 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	switch p := c.Int("gc-percent"); {
+	case p < 0:
+		return fmt.Errorf("--gc-percent %d: want 0 (keep GOGC) or a percentage above 0", p)
+	case p > 0:
+		debug.SetGCPercent(p)
+	}
 	cfg := lbproxy.Config{
 		ProxyCluster: c.String("proxy-cluster"), ID: c.String("id"),
 		Prefix: c.String("prefix"), ConfigFile: c.String("config"), BFEConfDir: c.String("bfe-conf"),
