@@ -8,9 +8,9 @@
 # request (utime+stime from /proc/<pid>/stat), and p50/p99 at a fixed
 # 2000 req/s (open loop), with ratios to nginx. lbproxy runs five times:
 #   lbproxy       lean: access log and tracing off (metrics are always on),
-#                 the default fast upstream client
-#   lbproxy-fast  lean with --front fasthttp (fasthttp server for the plain listener)
-#   lbproxy-std   the same with --upstream-client std (ReverseProxy + Transport)
+#                 the defaults: fasthttp front, fast upstream client
+#   lbproxy-net   lean with --front std (net/http server for the plain listener)
+#   lbproxy-std   lean with --upstream-client std (ReverseProxy + Transport; net/http front)
 #   lbproxy-full  access log to a file, retries on (policy defaults), 1 % trace
 #                 sampling exported over OTLP/HTTP to a local sink (benchtool sink)
 #   lbproxy-1k    lean, one cluster of 1 000 instances (the 4 backends + 996
@@ -88,9 +88,9 @@ taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$
 taskset -c 0 "$HAPROXY" -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
   --listen 127.0.0.1:28083 --admin 127.0.0.1:29083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
-GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id fast --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28087 --admin 127.0.0.1:29087 --access-log off --trace-sample 0 --front fasthttp \
-  2>"$WORK/fast.log" & PIDS+=($!); FAST_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id net --config "$WORK/snapshot.json" \
+  --listen 127.0.0.1:28087 --admin 127.0.0.1:29087 --access-log off --trace-sample 0 --front std \
+  2>"$WORK/net.log" & PIDS+=($!); NET_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id std --config "$WORK/snapshot.json" \
   --listen 127.0.0.1:28085 --admin 127.0.0.1:29085 --access-log off --trace-sample 0 --upstream-client std \
   2>"$WORK/std.log" & PIDS+=($!); STD_PID=$!
@@ -101,11 +101,11 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --conf
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
   --listen 127.0.0.1:28086 --admin 127.0.0.1:29086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
 
-declare -A URL=([nginx]=http://127.0.0.1:28081/ [haproxy]=http://127.0.0.1:28082/ [lbproxy]=http://127.0.0.1:28083/ [lbproxy-fast]=http://127.0.0.1:28087/
+declare -A URL=([nginx]=http://127.0.0.1:28081/ [haproxy]=http://127.0.0.1:28082/ [lbproxy]=http://127.0.0.1:28083/ [lbproxy-net]=http://127.0.0.1:28087/
   [lbproxy-std]=http://127.0.0.1:28085/ [lbproxy-full]=http://127.0.0.1:28084/ [lbproxy-1k]=http://127.0.0.1:28086/ [direct]=http://${B[0]}/)
-declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-fast]=$FAST_PID [lbproxy-std]=$STD_PID
+declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
   [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [direct]=0)
-NAMES=(${NAMES:-nginx haproxy lbproxy lbproxy-fast lbproxy-std lbproxy-full lbproxy-1k direct})
+NAMES=(${NAMES:-nginx haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
 for n in "${NAMES[@]}"; do

@@ -56,6 +56,9 @@ type Request struct {
 	// waits up to ContinueTimeout for the backend's 100 (a final answer
 	// instead means the body is never read from the client).
 	ExpectContinue bool
+	// Start is when the attempt began (zero: now); it saves Do a clock
+	// read for the response-header timeout and the idle-connection check.
+	Start time.Time
 	// RetryStale decides whether an exchange that failed on a reused
 	// keep-alive connection before any response byte arrived (the backend
 	// closed it meanwhile) is redone on another connection; written reports
@@ -134,13 +137,17 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 			return Response{}, err
 		}
 	}
+	now := req.Start
+	if now.IsZero() {
+		now = u.now()
+	}
 	for {
-		c, err := u.getConn(ctx)
+		c, err := u.getConn(ctx, now)
 		if err != nil {
 			u.releaseSlot()
 			return Response{}, err
 		}
-		res, st, err := c.exchange(ctx, req, dst)
+		res, st, err := c.exchange(ctx, req, dst, now)
 		if err == nil {
 			return res, nil
 		}
@@ -174,7 +181,7 @@ func (c *conn) stopWatch() bool {
 	return ok
 }
 
-func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Response, exchangeState, error) {
+func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now time.Time) (Response, exchangeState, error) {
 	st := exchangeState{noResponse: true}
 	deadline, hasDeadline := ctx.Deadline()
 	streamed := req.BodyBytes == nil && req.Body != nil
@@ -184,7 +191,7 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header) (Res
 	rd := deadline
 	var headerBy time.Time
 	if c.u.rht > 0 {
-		headerBy = time.Now().Add(c.u.rht)
+		headerBy = now.Add(c.u.rht)
 		if hasDeadline && deadline.Before(headerBy) {
 			headerBy = deadline
 		}

@@ -10,13 +10,13 @@ import (
 
 // getConn returns the most recently used idle connection that is not past
 // the idle timeout, or dials a new one (failures are *DialError).
-func (u *Upstream) getConn(ctx context.Context) (*conn, error) {
+func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 	u.idleMu.Lock()
 	for n := len(u.idle); n > 0; n = len(u.idle) {
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		if u.idleTimeout > 0 && u.now().Sub(c.idleAt) >= u.idleTimeout {
+		if u.idleTimeout > 0 && now.Sub(c.idleAt) >= u.idleTimeout {
 			c.close()
 			continue
 		}

@@ -101,8 +101,10 @@ type Config struct {
 	UpstreamClient string
 	// Front limits (see server.FrontOptions).
 	Front server.FrontOptions
-	// FrontKind is the server of the plain HTTP listener: server.FrontStd
-	// (net/http, the default) or server.FrontFastHTTP. TLS always uses net/http.
+	// FrontKind is the server of the plain HTTP listener: server.FrontFastHTTP
+	// or server.FrontStd (net/http). Empty: fasthttp, or std with the std
+	// upstream client (the fasthttp front needs the fast one). TLS listeners
+	// always use net/http (HTTP/2).
 	FrontKind string
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
@@ -168,7 +170,12 @@ func (c *Config) check() error {
 		return errors.New("lbproxy: no client listener: set a listen address")
 	}
 	switch c.FrontKind {
-	case "", server.FrontStd:
+	case "":
+		c.FrontKind = server.FrontFastHTTP
+		if c.UpstreamClient == server.UpstreamStd {
+			c.FrontKind = server.FrontStd
+		}
+	case server.FrontStd:
 	case server.FrontFastHTTP:
 		if c.UpstreamClient == server.UpstreamStd {
 			return fmt.Errorf("lbproxy: front %q needs the %q upstream client", c.FrontKind, server.UpstreamFast)

@@ -41,18 +41,18 @@ func TestMain(m *testing.M) {
 // frontEnv selects the front of start (empty: the default).
 const frontEnv = "SLUICE_TEST_FRONT"
 
-// TestFastHTTPFrontSuite runs every test of this package once more with
-// --front fasthttp.
-func TestFastHTTPFrontSuite(t *testing.T) {
+// TestStdFrontSuite runs every test of this package once more with
+// --front std (the default is fasthttp).
+func TestStdFrontSuite(t *testing.T) {
 	if os.Getenv(frontEnv) != "" {
 		t.Logf("already the %s run", os.Getenv(frontEnv))
 		return
 	}
 	cmd := exec.Command(os.Args[0], "-test.count=1")
-	cmd.Env = append(os.Environ(), frontEnv+"="+server.FrontFastHTTP)
+	cmd.Env = append(os.Environ(), frontEnv+"="+server.FrontStd)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("fasthttp front run failed: %v\n%s", err, out)
+		t.Fatalf("std front run failed: %v\n%s", err, out)
 	}
 }
 
@@ -196,7 +196,7 @@ func startWith(t *testing.T, cfg Config) *running {
 	}
 	cfg.Prefix = prefix
 	if cfg.FrontKind == "" {
-		cfg.FrontKind = os.Getenv(frontEnv) // TestFastHTTPFrontSuite
+		cfg.FrontKind = os.Getenv(frontEnv) // TestStdFrontSuite
 	}
 	cfg.TraceExporter = "none"
 	cfg.ReportInterval = 200 * time.Millisecond

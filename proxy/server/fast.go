@@ -196,6 +196,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 		st.s.prop.Inject(sctx, extraCarrier{fr})
 	}
 	start := time.Now()
+	fr.Start = start
 	res, err := up.Do(tctx, fr, h)
 	lat := time.Since(start)
 	if err != nil {
