@@ -104,10 +104,41 @@ func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
 // split over (a power of two).
 const inflightCells = 4
 
-// cell is one padded counter.
+// cell is one padded counter, with a copy of the endpoint's flags so that
+// Done reads only the line it writes.
 type cell struct {
-	n atomic.Int64
-	_ [56]byte
+	n     atomic.Int64
+	flags atomic.Uint32 // cellReleased | cellFailing, the same in every cell
+	_     [52]byte
+}
+
+const (
+	cellReleased uint32 = 1 << iota // no table references the address
+	cellFailing                     // consecFails is not zero
+)
+
+// setFlags and clearFlags change f in every cell (rare: a release, the
+// first failure of a run, the success that ends it).
+func (e *Endpoint) setFlags(f uint32) {
+	for i := range e.load {
+		e.load[i].flags.Or(f)
+	}
+}
+
+func (e *Endpoint) clearFlags(f uint32) {
+	for i := range e.load {
+		e.load[i].flags.And(^f)
+	}
+}
+
+// setReleased records whether any table references the address (e.mu held).
+func (e *Endpoint) setReleased(v bool) {
+	e.released.Store(v)
+	if v {
+		e.setFlags(cellReleased)
+	} else {
+		e.clearFlags(cellReleased)
+	}
 }
 
 // InFlight is the number of picks not yet reported with Done.
@@ -119,10 +150,8 @@ func (e *Endpoint) InFlight() int64 {
 	return n
 }
 
-// acquire counts one pick on stripe's cell; release (with the same stripe)
-// ends it.
+// acquire counts one pick on stripe's cell; Pick.Done takes it back.
 func (e *Endpoint) acquire(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(1) }
-func (e *Endpoint) release(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(-1) }
 
 // Health returns the current health state.
 func (e *Endpoint) Health() HealthState {
@@ -197,6 +226,9 @@ func (e *Endpoint) read(configured int, now time.Time) memberState {
 // health state changed.
 func (e *Endpoint) reportFailure(now time.Time) bool {
 	n := e.consecFails.Add(1)
+	if n == 1 {
+		e.setFlags(cellFailing)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	changed := false
@@ -226,16 +258,27 @@ func (e *Endpoint) reportFailure(now time.Time) bool {
 	return changed
 }
 
-// reportSuccess resets the failure run; it is small enough to inline into
-// Pick.Done, the lock is taken only when effective weights are in use.
-func (e *Endpoint) reportSuccess() bool {
-	if e.consecFails.Load() != 0 {
-		e.consecFails.Store(0)
+// reportSuccess resets the failure run, reading only the pick's own cell
+// unless a run is going on; the lock is taken only when effective weights
+// are in use.
+func (e *Endpoint) reportSuccess(c *cell, r *Registry) bool {
+	if c.flags.Load()&cellFailing != 0 {
+		e.endFailureRun()
 	}
-	if e.reg == nil || !e.reg.effActive.Load() {
+	if r == nil || !r.effActive.Load() {
 		return false
 	}
 	return e.recoverWeight()
+}
+
+// endFailureRun zeroes consecFails; a failure counted meanwhile keeps the
+// flag set.
+func (e *Endpoint) endFailureRun() {
+	e.consecFails.Store(0)
+	e.clearFlags(cellFailing)
+	if e.consecFails.Load() != 0 {
+		e.setFlags(cellFailing)
+	}
 }
 
 // recoverWeight raises a demoted effective weight by one step.
@@ -289,7 +332,7 @@ func (e *Endpoint) probeResult(ok bool, now time.Time) bool {
 		}
 		e.state = Normal
 		e.probeOK, e.activeFails = 0, 0
-		e.consecFails.Store(0)
+		e.endFailureRun()
 		e.ejectedAt = time.Time{}
 		if e.rules.slowStart > 0 {
 			e.rampStart = now

@@ -230,3 +230,43 @@ func mustBuild(t *testing.T, s interface{}, r *Registry) *Table {
 	}
 	return tb
 }
+
+// A failure run is global to the address whatever the stripes of the picks:
+// a success on one stripe ends a run counted on others, and fail_num
+// consecutive failures on mixed stripes eject.
+func TestFailureRunAcrossStripes(t *testing.T) {
+	pol := policy(func(p *config.Policy) { p.Health.FailNum = 3 })
+	e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1}}))
+	c := e.cluster()
+	ep := e.reg.Endpoint(inst(1, 0))
+	var s Selection
+	attempt := func(stripe uint32, ok bool) {
+		t.Helper()
+		c.Start(&s, nil, netip.MustParseAddr("192.0.2.1"), stripe)
+		p, err := s.Next()
+		if err != nil {
+			t.Fatalf("pick on stripe %d: %v", stripe, err)
+		}
+		if ok {
+			p.Done(Result{Status: 200})
+		} else {
+			fail(p)
+		}
+		s.Release()
+	}
+	attempt(0, false)
+	attempt(1, false)
+	attempt(2, true) // ends the run of two
+	attempt(3, false)
+	attempt(0, false)
+	if h := ep.Health(); h != Normal {
+		t.Fatalf("health after 2+2 failures split by a success = %s, want NORMAL", h)
+	}
+	attempt(1, false) // third in a row, on yet another stripe
+	if h := ep.Health(); h != Checking {
+		t.Fatalf("health after 3 consecutive failures on 3 stripes = %s, want CHECKING", h)
+	}
+	if n := ep.InFlight(); n != 0 {
+		t.Fatalf("in flight after every Done = %d, want 0", n)
+	}
+}

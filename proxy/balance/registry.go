@@ -218,7 +218,7 @@ func (r *Registry) setCurrent(t *Table) {
 			}
 			e.mu.Lock()
 			e.refs++
-			e.released.Store(false)
+			e.setReleased(false)
 			e.mu.Unlock()
 		}
 		r.effActive.Store(t.effWeights)
@@ -228,7 +228,7 @@ func (r *Registry) setCurrent(t *Table) {
 			e.mu.Lock()
 			e.refs--
 			if e.refs <= 0 {
-				e.released.Store(true)
+				e.setReleased(true)
 			}
 			e.mu.Unlock()
 		}

@@ -132,16 +132,18 @@ func (p Pick) Done(res Result) {
 			r.log.Info("balance: passive failure changed state", "addr", e.addr.String(), "state", e.Health().String())
 			r.bump()
 		}
-	} else if res.Kind != KindLocalLimit && (res.Err == nil || res.Kind == KindStatus) {
-		if e.reportSuccess() {
+	}
+	cl := &e.load[uint32(p.meta>>48)&(inflightCells-1)]
+	if !failed && res.Kind != KindLocalLimit && (res.Err == nil || res.Kind == KindStatus) {
+		if e.reportSuccess(cl, r) {
 			r.bump()
 		}
 	}
 	if c.algo == algoP2C && res.Kind != KindLocalLimit {
 		e.observeLatency(res.Latency)
 	}
-	e.release(uint32(p.meta >> 48))
-	if e.released.Load() && e.InFlight() == 0 {
+	cl.n.Add(-1)
+	if cl.flags.Load()&cellReleased != 0 && e.InFlight() == 0 {
 		r.maybeSweep(e)
 	}
 }
