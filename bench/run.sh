@@ -5,8 +5,10 @@
 # the load generator and the 4 backends (weights 5/3/1/1, 100-byte bodies)
 # run on core 1. Rounds are interleaved A B C D A B C D ... and the medians
 # printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
-# request (utime+stime from /proc/<pid>/stat), and p50/p99 at a fixed
-# 2000 req/s (open loop), with ratios to nginx. lbproxy runs five times:
+# request (utime+stime from /proc/<pid>/stat) in that closed loop and again
+# at a fixed CPU_RATE req/s (open loop, default 8000: every proxy under the
+# same load, so batching does not differ with throughput), and p50/p99 at a
+# fixed 2000 req/s (open loop), with ratios to nginx. lbproxy runs five times:
 #   lbproxy       lean: access log and tracing off (metrics are always on),
 #                 the defaults: fasthttp front, fast upstream client
 #   lbproxy-net   lean with --front std (net/http server for the plain listener)
@@ -21,6 +23,7 @@ set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 RATE=${RATE:-2000}
+CPU_RATE=${CPU_RATE:-8000}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
@@ -123,7 +126,7 @@ ticks() { # utime+stime of a process and its children threads, in clock ticks
   awk '{print $14+$15}' "/proc/$1/stat"
 }
 HZ=$(getconf CLK_TCK)
-declare -A RPS CPU P50 P99
+declare -A RPS CPU CPUF P50 P99
 for r in $(seq "$ROUNDS"); do
   for n in "${NAMES[@]}"; do
     t0=$(ticks "${PID[$n]}")
@@ -132,20 +135,28 @@ for r in $(seq "$ROUNDS"); do
     reqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
     rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
+    t0=$(ticks "${PID[$n]}")
+    fixed=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
+    t1=$(ticks "${PID[$n]}")
+    freqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$fixed")
+    cpuf=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$freqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     lat=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
-    RPS[$n]+="$rps "; CPU[$n]+="$cpu "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
+    RPS[$n]+="$rps "; CPU[$n]+="$cpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
     P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
-    echo "round $r $n: $out | cpu_us/req=$cpu | $lat" >&2
+    echo "round $r $n: $out | cpu_us/req=$cpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-printf "\n%-13s %10s %12s %8s %10s %10s\n" proxy "req/s" "CPU µs/req" "÷nginx" "p50 ms" "p99 ms"
+printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms"
 NG=$(median <<<"${CPU[nginx]}")
+NGF=$(median <<<"${CPUF[nginx]}")
 for n in "${NAMES[@]}"; do
   c=$(median <<<"${CPU[$n]}")
   ratio=$(awk -v a="$c" -v b="$NG" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
-  [ "$n" = direct ] && { c="-"; ratio="-"; }
-  printf "%-13s %10s %12s %8s %10s %10s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")"
+  cf=$(median <<<"${CPUF[$n]}")
+  ratiof=$(awk -v a="$cf" -v b="$NGF" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
+  [ "$n" = direct ] && { c="-"; ratio="-"; cf="-"; ratiof="-"; }
+  printf "%-13s %10s %12s %8s %14s %8s %10s %10s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")"
 done
 echo "load after: $(uptime)"
-echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
+echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $CPU_RATE req/s + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
