@@ -9,27 +9,11 @@ import (
 // github.com/spaolacci/murmur3.Sum64 (tested equal), written so the input
 // does not escape: hashing a stack array allocates nothing on the pick path.
 func sum64(p []byte) uint64 {
-	const c1, c2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
 	var h1, h2 uint64
 	n := len(p)
 	for len(p) >= 16 {
-		k1 := binary.LittleEndian.Uint64(p)
-		k2 := binary.LittleEndian.Uint64(p[8:])
+		h1, h2 = block(h1, h2, binary.LittleEndian.Uint64(p), binary.LittleEndian.Uint64(p[8:]))
 		p = p[16:]
-		k1 *= c1
-		k1 = bits.RotateLeft64(k1, 31)
-		k1 *= c2
-		h1 ^= k1
-		h1 = bits.RotateLeft64(h1, 27)
-		h1 += h2
-		h1 = h1*5 + 0x52dce729
-		k2 *= c2
-		k2 = bits.RotateLeft64(k2, 33)
-		k2 *= c1
-		h2 ^= k2
-		h2 = bits.RotateLeft64(h2, 31)
-		h2 += h1
-		h2 = h2*5 + 0x38495ab5
 	}
 	var k1, k2 uint64
 	switch len(p) {
@@ -53,10 +37,7 @@ func sum64(p []byte) uint64 {
 		fallthrough
 	case 9:
 		k2 ^= uint64(p[8])
-		k2 *= c2
-		k2 = bits.RotateLeft64(k2, 33)
-		k2 *= c1
-		h2 ^= k2
+		h2 ^= mixK2(k2)
 		fallthrough
 	case 8:
 		k1 ^= uint64(p[7]) << 56
@@ -81,60 +62,49 @@ func sum64(p []byte) uint64 {
 		fallthrough
 	case 1:
 		k1 ^= uint64(p[0])
-		k1 *= c1
-		k1 = bits.RotateLeft64(k1, 31)
-		k1 *= c2
-		h1 ^= k1
+		h1 ^= mixK1(k1)
 	}
-	h1 ^= uint64(n)
-	h2 ^= uint64(n)
+	return finish(h1, h2, uint64(n))
+}
+
+// block mixes one 16-byte block (k1, k2 its little-endian halves) into the state.
+func block(h1, h2, k1, k2 uint64) (uint64, uint64) {
+	h1 ^= mixK1(k1)
+	h1 = bits.RotateLeft64(h1, 27)
+	h1 += h2
+	h1 = h1*5 + 0x52dce729
+	h2 ^= mixK2(k2)
+	h2 = bits.RotateLeft64(h2, 31)
+	h2 += h1
+	h2 = h2*5 + 0x38495ab5
+	return h1, h2
+}
+
+const murmurC1, murmurC2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
+
+// mixK1 and mixK2 scramble the first and second 8 bytes of a block.
+func mixK1(k uint64) uint64 { return bits.RotateLeft64(k*murmurC1, 31) * murmurC2 }
+func mixK2(k uint64) uint64 { return bits.RotateLeft64(k*murmurC2, 33) * murmurC1 }
+
+// finish is murmur3's finalisation for an input of n bytes; it returns the
+// first 64 bits of the 128-bit hash.
+func finish(h1, h2, n uint64) uint64 {
+	h1 ^= n
+	h2 ^= n
 	h1 += h2
 	h2 += h1
 	h1 = mix(h1)
 	h2 = mix(h2)
-	h1 += h2
-	return h1
+	return h1 + h2
 }
 
 // sum64x4 is sum64 of 4 bytes whose little-endian value is k (an IPv4
 // address): the same value, without the loop and the tail switch.
-func sum64x4(k uint32) uint64 {
-	const c1, c2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
-	k1 := uint64(k) * c1
-	k1 = bits.RotateLeft64(k1, 31)
-	k1 *= c2
-	h1, h2 := k1^4, uint64(4)
-	h1 += h2
-	h2 += h1
-	h1 = mix(h1)
-	h2 = mix(h2)
-	return h1 + h2
-}
+func sum64x4(k uint32) uint64 { return finish(mixK1(uint64(k)), 0, 4) }
 
-// sum64x16 is sum64 of 16 bytes whose little-endian halves are a and b (an
-// IPv6 address).
+// sum64x16 is sum64 of 16 bytes whose little-endian halves are k1 and k2
+// (an IPv6 address).
 func sum64x16(k1, k2 uint64) uint64 {
-	const c1, c2 = 0x87c37b91114253d5, 0x4cf5ad432745937f
-	var h1, h2 uint64
-	k1 *= c1
-	k1 = bits.RotateLeft64(k1, 31)
-	k1 *= c2
-	h1 ^= k1
-	h1 = bits.RotateLeft64(h1, 27)
-	h1 += h2
-	h1 = h1*5 + 0x52dce729
-	k2 *= c2
-	k2 = bits.RotateLeft64(k2, 33)
-	k2 *= c1
-	h2 ^= k2
-	h2 = bits.RotateLeft64(h2, 31)
-	h2 += h1
-	h2 = h2*5 + 0x38495ab5
-	h1 ^= 16
-	h2 ^= 16
-	h1 += h2
-	h2 += h1
-	h1 = mix(h1)
-	h2 = mix(h2)
-	return h1 + h2
+	h1, h2 := block(0, 0, k1, k2)
+	return finish(h1, h2, 16)
 }
