@@ -82,8 +82,11 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Rand seeds the backoff jitter; nil means a random seed.
 	Rand *rand.Rand
-	// OnChange, when set, is called from Run's goroutine after every apply
-	// and every rejection (e.g. statusreport.Reporter.Notify). It must not block.
+	// OnChange, when set, is called from Run's goroutine after every apply,
+	// every rejection and every change of the etcd connection state (e.g.
+	// statusreport.Reporter.Notify, so that a status key never says
+	// "not connected" for a report interval after the connection came back).
+	// It must not block.
 	OnChange func()
 }
 
@@ -576,14 +579,22 @@ func (w *Watcher) changed() {
 
 func (w *Watcher) setSynced() {
 	w.mu.Lock()
+	flipped := !w.st.Connected
 	w.st.Connected, w.st.LastSync = true, w.cfg.Now()
 	w.mu.Unlock()
+	if flipped {
+		w.changed()
+	}
 }
 
 func (w *Watcher) setDisconnected() {
 	w.mu.Lock()
+	flipped := w.st.Connected
 	w.st.Connected = false
 	w.mu.Unlock()
+	if flipped {
+		w.changed()
+	}
 }
 
 func (w *Watcher) countRestart(reason string) {

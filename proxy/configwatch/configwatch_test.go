@@ -252,8 +252,8 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	}
 	publish(t, cli, testSnapshot(9))
 	eventually(t, 20*time.Second, "valid v9 applied", func() bool { return rec.last() == 9 })
-	if n := changes.Load(); n != int64(len(cases))+2 {
-		t.Fatalf("OnChange called %d times, want %d (2 applies + %d rejections)", n, len(cases)+2, len(cases))
+	if n := changes.Load(); n != int64(len(cases))+3 {
+		t.Fatalf("OnChange called %d times, want %d (the connection + 2 applies + %d rejections)", n, len(cases)+3, len(cases))
 	}
 	if st := w.Status(); st.AppliedVersion != 9 || st.RejectedVersion != 0 || st.RejectedReason != "" {
 		t.Fatalf("after a good apply: %+v", st)
