@@ -26,12 +26,24 @@
 // applier); picks may run on any number of goroutines meanwhile. A Selection
 // belongs to one request and must not be shared between goroutines; every
 // Pick it returns must be reported exactly once with Pick.Done, and the
-// Selection released with Release when the request ends. The request path
-// takes no lock that a config update holds; in the common case (every member
-// of the sub-cluster available at its configured weight) a smooth-WRR pick
-// is lock-free (a precomputed schedule read with an atomic counter). A
-// sub-cluster with members in slow start falls back to a mutex-guarded smooth
-// WRR until the ramp ends.
+// Selection released with Release when the request ends. A server keeps the
+// Selection in its per-request state and starts it with Cluster.Start;
+// NewSelection takes one from a pool. The request path takes no lock that a
+// config update holds; in the common case (every member of the sub-cluster
+// available at its configured weight) a smooth-WRR pick is lock-free (a
+// precomputed schedule read with an atomic cursor). A sub-cluster with
+// members in slow start gets a schedule of its current weights, rebuilt as
+// the ramp progresses.
+//
+// # Stripes
+//
+// Counters written by every request — the schedule cursor, the
+// active-selection count of the retry budget, an endpoint's in-flight count —
+// are split into cache-line-sized stripes, chosen by the stripe passed to
+// Cluster.Start (the server derives it from the client connection). Requests
+// on different cores then rarely write the same line. Each stripe walks the
+// exact smooth-WRR sequence, as each nginx worker does; sums (InFlight,
+// RetryStats) add the stripes up.
 //
 // # Blackhole and stickiness
 //
