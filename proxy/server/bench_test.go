@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/forward"
 )
@@ -40,18 +41,7 @@ var body100 = strings.Repeat("x", 99) + "\n"
 func BenchmarkServeHTTP(b *testing.B) {
 	for _, client := range []string{UpstreamFast, UpstreamStd} {
 		b.Run(client, func(b *testing.B) {
-			var insts []config.Instance
-			for i, w := range []int{5, 3, 1, 1} {
-				_ = i
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					w.Header().Set("Content-Type", "text/plain")
-					w.Header().Set("Content-Length", "100")
-					w.Write([]byte(body100))
-				}))
-				b.Cleanup(srv.Close)
-				insts = append(insts, inst(mustAddrPort(srv.Listener.Addr().String()), w))
-			}
-			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": insts}, map[string]int{"SC1": 100}, nil))
+			snap := benchSnapshot(b)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("bench-secret-0123456789")})
@@ -82,6 +72,22 @@ func BenchmarkServeHTTP(b *testing.B) {
 			}
 		})
 	}
+}
+
+// benchSnapshot is one cluster of 4 real loopback backends (weights
+// 5/3/1/1, 100-byte bodies), closed when the benchmark ends.
+func benchSnapshot(b *testing.B) *snapshot.Snapshot {
+	var insts []config.Instance
+	for _, w := range []int{5, 3, 1, 1} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain")
+			w.Header().Set("Content-Length", "100")
+			w.Write([]byte(body100))
+		}))
+		b.Cleanup(srv.Close)
+		insts = append(insts, inst(mustAddrPort(srv.Listener.Addr().String()), w))
+	}
+	return testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": insts}, map[string]int{"SC1": 100}, nil))
 }
 
 func mustAddrPort(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }

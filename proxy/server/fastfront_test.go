@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
@@ -196,17 +195,7 @@ func TestFastFrontPipelinedAnswersInOrder(t *testing.T) {
 func BenchmarkFront(b *testing.B) {
 	for _, kind := range []string{FrontStd, FrontFastHTTP} {
 		b.Run(kind, func(b *testing.B) {
-			var insts []config.Instance
-			for _, w := range []int{5, 3, 1, 1} {
-				srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					w.Header().Set("Content-Type", "text/plain")
-					w.Header().Set("Content-Length", "100")
-					w.Write([]byte(body100))
-				}))
-				b.Cleanup(srv.Close)
-				insts = append(insts, inst(mustAddrPort(srv.Listener.Addr().String()), w))
-			}
-			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": insts}, map[string]int{"SC1": 100}, nil))
+			snap := benchSnapshot(b)
 			p := newProxy(b, snap, proxyOpts{frontKind: kind, opts: Options{UpstreamClient: UpstreamFast}})
 			conn, err := net.Dial("tcp", p.addr)
 			if err != nil {
