@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // ErrPoolFull is returned when a backend's connection cap stayed reached for
@@ -100,7 +101,7 @@ func (p *Pools) newUpstream(k key) *Upstream {
 			if err != nil {
 				return nil, &DialError{Err: err}
 			}
-			return c, nil
+			return sockio.Wrap(c), nil
 		},
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   k.pool.MaxIdleConnsPerHost,

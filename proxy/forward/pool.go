@@ -6,6 +6,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // getConn returns the most recently used idle connection that is not past
@@ -34,6 +36,7 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
+	nc = sockio.Wrap(nc)
 	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u}
 	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
 	if sc, ok := nc.(syscall.Conn); ok {

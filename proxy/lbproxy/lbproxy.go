@@ -37,6 +37,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/configwatch"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/proxy/server"
 	"github.com/sluicelb/sluice/proxy/statusreport"
 	"github.com/sluicelb/sluice/proxy/telemetry"
@@ -412,6 +413,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var servers []server.Front
 	serve := func(name string, l net.Listener, hs server.Front, tlsOn bool) {
 		servers = append(servers, hs)
+		l = sockio.Listener{Listener: l}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

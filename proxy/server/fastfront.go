@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 
 	"github.com/valyala/fasthttp"
 )
@@ -157,7 +158,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &addrConn{Conn: c}, nil
+	return &addrConn{Conn: sockio.Wrap(c)}, nil
 }
 
 // addrConn formats the remote address once per connection, not per
