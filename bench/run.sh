@@ -13,8 +13,10 @@
 #                 the defaults: fasthttp front, fast upstream client
 #   lbproxy-net   lean with --front std (net/http server for the plain listener)
 #   lbproxy-std   lean with --upstream-client std (ReverseProxy + Transport; net/http front)
-#   lbproxy-full  access log to a file, retries on (policy defaults), 1 % trace
-#                 sampling exported over OTLP/HTTP to a local sink (benchtool sink)
+#   lbproxy-full  access log to a file (64 KiB buffer flushed every second, as
+#                 nginx's access_log buffer=64k flush=1s), retries on (policy
+#                 defaults), 1 % trace sampling exported over OTLP/HTTP to a
+#                 local sink (benchtool sink)
 #   lbproxy-1k    lean, one cluster of 1 000 instances (the 4 backends + 996
 #                 more listeners of the same backend process, weight 1 each)
 #
@@ -99,7 +101,7 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id std --confi
   2>"$WORK/std.log" & PIDS+=($!); STD_PID=$!
 OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:29200 \
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28084 --admin 127.0.0.1:29084 --access-log "$WORK/access.log" --trace-exporter otlp \
+  --listen 127.0.0.1:28084 --admin 127.0.0.1:29084 --access-log "$WORK/access.log" --access-log-buffer 65536 --trace-exporter otlp \
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
   --listen 127.0.0.1:28086 --admin 127.0.0.1:29086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!

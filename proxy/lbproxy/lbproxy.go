@@ -37,6 +37,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/configwatch"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/proxy/server"
 	"github.com/sluicelb/sluice/proxy/statusreport"
@@ -119,6 +120,12 @@ type Config struct {
 
 	// AccessLog receives JSON access-log lines; nil turns it off.
 	AccessLog io.Writer
+	// AccessLogBuffer, when positive, collects access-log lines in a buffer
+	// of that many bytes, written when full, every AccessLogFlush (default
+	// 1s) and at shutdown (nginx's access_log buffer= and flush=). Zero
+	// writes every line at once.
+	AccessLogBuffer int
+	AccessLogFlush  time.Duration
 	// Logger for everything else; nil means JSON on stderr.
 	Logger *slog.Logger
 	// TraceExporter is telemetry's exporter name ("" = from OTEL_* env).
@@ -252,8 +259,15 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		return err
 	}
 	var accessLog *slog.Logger
+	var accessBuf *logbuf.Writer
 	if cfg.AccessLog != nil {
-		accessLog = slog.New(slog.NewJSONHandler(cfg.AccessLog, nil))
+		w := cfg.AccessLog
+		if cfg.AccessLogBuffer > 0 {
+			accessBuf = logbuf.New(w, cfg.AccessLogBuffer)
+			defer accessBuf.Flush() // when Run fails before its flusher starts
+			w = accessBuf
+		}
+		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
 	probeFn := cfg.Probe
 	if probeFn == nil {
@@ -323,6 +337,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}()
 	}
 	goBG("health checks", func(ctx context.Context) error { reg.Run(ctx); return nil })
+	if accessBuf != nil {
+		every := cfg.AccessLogFlush
+		if every <= 0 {
+			every = time.Second
+		}
+		// Flushes once more when bgCtx ends: after the listeners drained.
+		goBG("access log flush", func(ctx context.Context) error { accessBuf.Run(ctx, every); return nil })
+	}
 
 	src := &source{srv: srv, log: log}
 	var rep *statusreport.Reporter

@@ -1,6 +1,7 @@
 package lbproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -533,4 +535,70 @@ clusters:
 	if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "a.test"); code != 200 || body != "from-file" {
 		t.Fatalf("GET after a bad reload: %d %q", code, body)
 	}
+}
+
+// lockedBuffer is an io.Writer safe for the proxy's concurrent writes.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A buffered access log holds its lines until the flush interval or
+// shutdown, and loses none of them at shutdown.
+func TestBufferedAccessLog(t *testing.T) {
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer backend.Close()
+	port := backend.Listener.Addr().(*net.TCPAddr).Port
+	path := filepath.Join(t.TempDir(), "state.yaml")
+	os.WriteFile(path, []byte(fmt.Sprintf(`topology: {idcs: [IDC1], proxy_clusters: {BFE1: {idc: IDC1}}}
+products: {p: {hosts: [a.test], rules: [{cond: "default_t()", cluster: c}]}}
+clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port: %d, weight: 1}]}}}}
+`, port)), 0o644)
+
+	t.Run("held until shutdown", func(t *testing.T) {
+		var log lockedBuffer
+		r := start(t, Config{ConfigFile: path, AccessLog: &log, AccessLogBuffer: 1 << 20, AccessLogFlush: time.Hour})
+		for i := 0; i < 3; i++ {
+			if code, _, _ := httpGet(t, "http://"+r.addrs.HTTP+fmt.Sprintf("/r%d", i), "a.test"); code != 200 {
+				t.Fatalf("GET: %d", code)
+			}
+		}
+		if s := log.String(); s != "" {
+			t.Fatalf("access log written before a flush: %q", s)
+		}
+		r.shutdown(t)
+		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("%d access-log lines after shutdown, want 3:\n%s", len(lines), log.String())
+		}
+		for i, l := range lines {
+			var e struct {
+				Path   string `json:"path"`
+				Status int    `json:"status"`
+			}
+			if err := json.Unmarshal([]byte(l), &e); err != nil || e.Path != fmt.Sprintf("/r%d", i) || e.Status != 200 {
+				t.Fatalf("line %d %q (%v): want path /r%d, status 200", i, l, err, i)
+			}
+		}
+	})
+	t.Run("written every flush interval", func(t *testing.T) {
+		var log lockedBuffer
+		r := start(t, Config{ConfigFile: path, AccessLog: &log, AccessLogBuffer: 1 << 20, AccessLogFlush: 20 * time.Millisecond})
+		httpGet(t, "http://"+r.addrs.HTTP+"/tick", "a.test")
+		eventually(t, 5*time.Second, "the line flushed while running", func() bool {
+			return strings.Contains(log.String(), `"path":"/tick"`)
+		})
+	})
 }

@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -67,6 +68,8 @@ func newApp() *cli.App {
 			&cli.StringSliceFlag{Name: "trusted-proxy", Usage: "CIDR whose X-Forwarded-For is believed (repeatable)", EnvVars: env("TRUSTED_PROXY")},
 			&cli.StringFlag{Name: "sticky-secret-file", Usage: "file holding the HMAC key of sticky cookies (default: random per process)", EnvVars: env("STICKY_SECRET_FILE")},
 			&cli.StringFlag{Name: "access-log", Value: "stdout", Usage: "access log: stdout, off or a file path", EnvVars: env("ACCESS_LOG")},
+			&cli.IntFlag{Name: "access-log-buffer", Usage: "bytes of access-log lines collected before one write (nginx's buffer=; 0 writes each line at once)", EnvVars: env("ACCESS_LOG_BUFFER")},
+			&cli.DurationFlag{Name: "access-log-flush", Value: time.Second, Usage: "longest time a line waits in the access-log buffer (nginx's flush=)", EnvVars: env("ACCESS_LOG_FLUSH")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 			&cli.StringFlag{Name: "trace-exporter", Usage: "none, stdout or otlp (default: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)", EnvVars: env("TRACE_EXPORTER")},
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
@@ -105,6 +108,12 @@ func run(c *cli.Context) error {
 	case p > 0:
 		debug.SetGCPercent(p)
 	}
+	if b := c.Int("access-log-buffer"); b < 0 {
+		return fmt.Errorf("--access-log-buffer %d: want 0 (write each line at once) or a size in bytes", b)
+	}
+	if f := c.Duration("access-log-flush"); f <= 0 {
+		return fmt.Errorf("--access-log-flush %s: want a positive duration", f)
+	}
 	cfg := lbproxy.Config{
 		ProxyCluster: c.String("proxy-cluster"), ID: c.String("id"),
 		Prefix: c.String("prefix"), ConfigFile: c.String("config"), BFEConfDir: c.String("bfe-conf"),
@@ -118,6 +127,7 @@ func run(c *cli.Context) error {
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
 			MaxHeaderBytes: c.Int("max-header-bytes"),
 		},
+		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
 		Version: version,
 	}
 	if e := c.String("etcd"); e != "" {
