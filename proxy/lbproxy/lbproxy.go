@@ -289,6 +289,12 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		Name: "sluice_proxy_ejections_total",
 		Help: "Instances ejected by passive health checks (fail_num consecutive failures: NORMAL → CHECKING).",
 	}, func() float64 { return float64(reg.Ejections()) }))
+	if accessBuf != nil {
+		promReg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_proxy_access_log_dropped_bytes_total",
+			Help: "Bytes of buffered access-log lines lost to failed writes (--access-log-buffer).",
+		}, func() float64 { return float64(accessBuf.Dropped()) }))
+	}
 
 	// Listeners first: a port clash is a start-up error, not a late surprise.
 	var closers []io.Closer

@@ -600,5 +600,8 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 		eventually(t, 5*time.Second, "the line flushed while running", func() bool {
 			return strings.Contains(log.String(), `"path":"/tick"`)
 		})
+		if _, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", ""); !strings.Contains(m, "sluice_proxy_access_log_dropped_bytes_total 0") {
+			t.Fatal("metrics lack sluice_proxy_access_log_dropped_bytes_total 0")
+		}
 	})
 }
