@@ -124,7 +124,10 @@ type Health struct {
 	// "5xx" or "502|503". Default "" (only connect errors and timeouts count).
 	OutlierStatus string `json:"outlier_status,omitempty"`
 	// PanicPercent: when fewer than this percentage of a sub-cluster's
-	// instances are healthy (and at least one is), health is ignored. 0 disables. Default 0.
+	// instances are healthy (and at least one is), health is ignored. A
+	// sub-cluster with none healthy leaves its share to the others, unless
+	// no sub-cluster of the cluster has a healthy instance: then every one
+	// ignores health (the last resort before 503). 0 disables. Default 0.
 	PanicPercent int `json:"panic_percent"`
 	// MaxEjectionPercent caps how much of a sub-cluster passive ejection may
 	// remove (at least one instance may always be ejected). Default 50.

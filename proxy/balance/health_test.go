@@ -270,3 +270,76 @@ func TestFailureRunAcrossStripes(t *testing.T) {
 		t.Fatalf("in flight after every Done = %d, want 0", n)
 	}
 }
+
+// With panic on, a sub-cluster with no healthy member leaves its share to
+// the others; once no sub-cluster of the cluster has one, every one
+// ignores health (the row still splits) instead of answering 503, and the
+// first recovery ends it. With panic off, all down is ErrNoAvailable.
+func TestClusterWidePanic(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		panic int
+	}{{"panic on", 50}, {"panic off", 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pol := policy(func(p *config.Policy) {
+				p.Health.FailNum = 1
+				p.Health.MaxEjectionPercent = 100
+				p.Health.PanicPercent = tc.panic
+			})
+			e := newEnv(t, snap(1, pol, 0,
+				sc{name: "A", weight: 70, weights: []int{1, 1}},
+				sc{name: "B", weight: 30, weights: []int{1, 1}}))
+			c := e.cluster()
+			split := func() (map[string]int, error) {
+				n := map[string]int{}
+				for range 1000 {
+					p, err := e.pick(netip.Addr{})
+					if err != nil {
+						return n, err
+					}
+					n[p.SubCluster()]++
+				}
+				return n, nil
+			}
+			for i := range 2 {
+				fail(Pick{ep: e.reg.Endpoint(inst(1, i)), g: c.subs[0]})
+			}
+			n, err := split()
+			if err != nil || n["B"] != 1000 {
+				t.Fatalf("A down: split %v (%v), want all 1000 in B", n, err)
+			}
+			if v := c.subs[0].currentView(); v.panic || v.nAvail != 0 {
+				t.Fatalf("A down, B healthy: A panic=%v available=%d, want no panic and none", v.panic, v.nAvail)
+			}
+			for i := range 2 {
+				fail(Pick{ep: e.reg.Endpoint(inst(2, i)), g: c.subs[1]})
+			}
+			n, err = split()
+			if tc.panic == 0 {
+				if !errors.Is(err, ErrNoAvailable) {
+					t.Fatalf("all down without panic: %v after %v, want ErrNoAvailable", err, n)
+				}
+				return
+			}
+			if err != nil || n["A"] < 650 || n["A"] > 750 || n["A"]+n["B"] != 1000 {
+				t.Fatalf("all down with panic: split %v (%v), want about 700/300 by the row", n, err)
+			}
+			for gi := range c.subs {
+				if v := c.subs[gi].currentView(); !v.panic || v.nAvail != 2 {
+					t.Fatalf("sub-cluster %d: panic=%v available=%d, want panic with both", gi, v.panic, v.nAvail)
+				}
+			}
+			// One instance of B recovers: A is plain down again, B serves.
+			ep := e.reg.Endpoint(inst(2, 0))
+			ep.probeResult(true, e.clock.Now())
+			e.reg.bump()
+			n, err = split()
+			if err != nil || n["B"] != 1000 {
+				t.Fatalf("after B recovered: split %v (%v), want all in B", n, err)
+			}
+			if v := c.subs[0].currentView(); v.panic {
+				t.Fatal("A still in panic with a healthy instance in B")
+			}
+		})
+	}
+}

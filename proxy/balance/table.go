@@ -579,25 +579,16 @@ func (g *group) currentView() *view {
 	return g.rebuildView(e)
 }
 
-func (g *group) rebuildView(epoch uint64) *view {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	r := g.c.reg
-	now := r.now()
-	if v := g.view.Load(); v != nil && v.epoch == epoch && (v.until.IsZero() || now.Before(v.until)) {
-		return v
-	}
-	n := len(g.members)
-	v := &view{epoch: epoch, avail: make([]bool, n), weights: make([]int, n), prefix: make([]int64, n), states: make([]memberState, n)}
-	eligible, healthy := 0, 0
+// assess reads every member's state into states and marks in avail those
+// that may serve: eligible (agent OK, not drained, weight > 0) and
+// healthy, or ejected beyond the ejection cap. It returns how many are
+// eligible and how many of those may serve.
+func (g *group) assess(now time.Time, states []memberState, avail []bool) (eligible, healthy int) {
 	var ejected []int
 	for i := range g.members {
 		m := &g.members[i]
 		ms := m.ep.read(m.weight, now)
-		v.states[i] = ms
-		if !ms.until.IsZero() && (v.until.IsZero() || ms.until.Before(v.until)) {
-			v.until = ms.until
-		}
+		states[i] = ms
 		if !m.agentOK || ms.drained || ms.weight <= 0 {
 			continue
 		}
@@ -605,7 +596,7 @@ func (g *group) rebuildView(epoch uint64) *view {
 		switch ms.health {
 		case Normal:
 			healthy++
-			v.avail[i] = true
+			avail[i] = true
 		case Checking:
 			ejected = append(ejected, i)
 		}
@@ -618,14 +609,55 @@ func (g *group) rebuildView(epoch uint64) *view {
 			allowed = len(ejected)
 		}
 		sort.SliceStable(ejected, func(a, b int) bool {
-			return v.states[ejected[a]].ejectedAt.Before(v.states[ejected[b]].ejectedAt)
+			return states[ejected[a]].ejectedAt.Before(states[ejected[b]].ejectedAt)
 		})
 		for _, i := range ejected[min(allowed, len(ejected)):] {
-			v.avail[i] = true
+			avail[i] = true
 			healthy++
 		}
 	}
-	if pol.PanicPercent > 0 && healthy > 0 && healthy*100 < pol.PanicPercent*eligible {
+	return eligible, healthy
+}
+
+// healthyElsewhere reports whether a sub-cluster of c other than g has a
+// member that may serve (see assess). It reads states, not views: views
+// are rebuilt lazily and one may be rebuilding this one.
+func (c *Cluster) healthyElsewhere(g *group, now time.Time) bool {
+	for _, o := range c.subs {
+		if o == g || len(o.members) == 0 {
+			continue
+		}
+		if _, healthy := o.assess(now, make([]memberState, len(o.members)), make([]bool, len(o.members))); healthy > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (g *group) rebuildView(epoch uint64) *view {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	r := g.c.reg
+	now := r.now()
+	if v := g.view.Load(); v != nil && v.epoch == epoch && (v.until.IsZero() || now.Before(v.until)) {
+		return v
+	}
+	n := len(g.members)
+	v := &view{epoch: epoch, avail: make([]bool, n), weights: make([]int, n), prefix: make([]int64, n), states: make([]memberState, n)}
+	eligible, healthy := g.assess(now, v.states, v.avail)
+	for i := range v.states {
+		if u := v.states[i].until; !u.IsZero() && (v.until.IsZero() || u.Before(v.until)) {
+			v.until = u
+		}
+	}
+	// Panic: with too few healthy members health is ignored, rather than
+	// piling all traffic on the survivors. A sub-cluster with none healthy
+	// leaves its share to the others — unless no sub-cluster of the cluster
+	// has a healthy member: then every one ignores health, the last resort
+	// before answering 503.
+	pol := g.c.pol.Health
+	if pol.PanicPercent > 0 && eligible > 0 &&
+		(healthy > 0 && healthy*100 < pol.PanicPercent*eligible || healthy == 0 && !g.c.healthyElsewhere(g, now)) {
 		v.panic = true
 		for i := range g.members {
 			m := &g.members[i]
