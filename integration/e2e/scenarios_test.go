@@ -491,3 +491,81 @@ func (v tableView) instances(cluster string) []instanceView {
 	}
 	return out
 }
+
+// Scenario 10: every instance of demo-main stops, in both sub-clusters. The
+// proxies answer every request at once with a generated 5xx and a reason —
+// no hang, nothing sent elsewhere — settle on 503 once the agents and health
+// checks exclude them all, keep serving the other clusters, and serve
+// demo-main again when its backends return.
+func TestAllSubClustersDown(t *testing.T) {
+	f := startFleet(t, fleet.Options{})
+	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE2", 30*time.Second)
+	var down []*fleet.Backend
+	for _, sc := range []string{"SC1", "SC2"} {
+		down = append(down, f.BackendsOf("demo-main", sc)...)
+	}
+	for _, b := range down {
+		if err := b.Proc.Stop(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	px := f.ProxiesOf("BFE2")[0]
+	generated := func(outs []outcome) error {
+		for _, o := range outs {
+			switch {
+			case o.Err != nil:
+				return o.Err
+			case o.Status == http.StatusOK:
+				t.Fatalf("200 from %s/%s/%s with every demo-main instance stopped", o.Cluster, o.SubCluster, o.Instance)
+			case o.Status < 500 || o.Reason == "":
+				t.Fatalf("answer %d with reason %q: want a generated 5xx with a reason", o.Status, o.Reason)
+			}
+		}
+		return nil
+	}
+	// Right away: generated answers, quick (connect timeout 500ms, 4 tries).
+	began := time.Now()
+	outs := load(px.URL+"/", 40, 4, 0)
+	if err := generated(outs); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(began); d > 8*time.Second {
+		t.Fatalf("40 requests took %s with the cluster down: want failures that come quickly", d)
+	}
+	eventually(t, 30*time.Second, "every demo-main request answered 503 no-available-instance", func() error {
+		outs := load(px.URL+"/", 100, 4, 0)
+		if err := generated(outs); err != nil {
+			return err
+		}
+		_, counts := shares(outs)
+		for _, o := range outs {
+			if o.Status != http.StatusServiceUnavailable || o.Reason != "no-available-instance" {
+				return fmt.Errorf("%d %s (outcomes %v)", o.Status, o.Reason, counts)
+			}
+		}
+		return nil
+	})
+	if o := do("GET", px.URL+"/static/logo.png", ""); o.Status != http.StatusOK || o.Cluster != "demo-static" {
+		t.Fatalf("/static with demo-main down: %d from %q (%v), want 200 from demo-static", o.Status, o.Cluster, o.Err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for _, b := range down {
+		if err := f.RestartBackend(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Which sub-clusters serve is the published row's business (BFE2
+	// prefers its own IDC's SC2); every answer must be a success again.
+	eventually(t, 60*time.Second, "demo-main serves again", func() error {
+		outs := load(px.URL+"/", 400, 8, 0)
+		_, counts := shares(outs)
+		for _, o := range outs {
+			if o.Err != nil || o.Status != http.StatusOK || o.Cluster != "demo-main" {
+				return fmt.Errorf("%d %v %s from %q (counts %v)", o.Status, o.Err, o.Reason, o.Cluster, counts)
+			}
+		}
+		return nil
+	})
+}

@@ -384,6 +384,17 @@ func (f *Fleet) startBackend(ctx context.Context, cluster, sub, idc string, n in
 	return f.StartAgent(b)
 }
 
+// RestartBackend starts b's demo backend again, on the same address, after
+// it was stopped or killed; its agent is left as it is.
+func (f *Fleet) RestartBackend(ctx context.Context, b *Backend) error {
+	p, err := startProc(b.Proc.Name, f.bin("demo-backend"), b.Proc.Args, f.LogDir, f.opts.Env)
+	if err != nil {
+		return err
+	}
+	b.Proc = p
+	return WaitHTTP(ctx, "http://"+b.Addr+"/healthz", 20*time.Second)
+}
+
 // StartAgent (re)starts the lbagent of b.
 func (f *Fleet) StartAgent(b *Backend) error {
 	admin := fmt.Sprintf("127.0.0.1:%d", f.port())
