@@ -8,7 +8,10 @@
 # request (utime+stime from /proc/<pid>/stat) in that closed loop and again
 # at a fixed CPU_RATE req/s (open loop, default 8000: every proxy under the
 # same load, so batching does not differ with throughput), and p50/p99 at a
-# fixed 2000 req/s (open loop), with ratios to nginx. lbproxy runs five times:
+# fixed 2000 req/s (open loop), with ratios to nginx. The last column is the
+# backend process's CPU per request in the closed loop: when it rises (1 000
+# instances: 1 000 backend connections) the closed loop runs slower and every
+# proxy batches less, which the fixed-rate column does not suffer from. lbproxy runs five times:
 #   lbproxy       lean: access log and tracing off (metrics are always on),
 #                 the defaults: fasthttp front, fast upstream client
 #   lbproxy-net   lean with --front std (net/http server for the plain listener)
@@ -49,7 +52,7 @@ W=(5 3 1 1)
 EXTRA=() # the 996 more instances of the 1 000-instance cluster
 for p in $(seq 30000 30995); do EXTRA+=("127.0.0.1:$p"); done
 ALL=("${B[@]}" "${EXTRA[@]}")
-taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${ALL[*]}")" & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${ALL[*]}")" & PIDS+=($!); BACKENDS_PID=$!
 taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:29200 & PIDS+=($!)
 
 # --- configurations ---------------------------------------------------------
@@ -128,28 +131,29 @@ ticks() { # utime+stime of a process and its children threads, in clock ticks
   awk '{print $14+$15}' "/proc/$1/stat"
 }
 HZ=$(getconf CLK_TCK)
-declare -A RPS CPU CPUF P50 P99
+declare -A RPS CPU BCPU CPUF P50 P99
 for r in $(seq "$ROUNDS"); do
   for n in "${NAMES[@]}"; do
-    t0=$(ticks "${PID[$n]}")
+    b0=$(ticks "$BACKENDS_PID"); t0=$(ticks "${PID[$n]}")
     out=$(taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
-    t1=$(ticks "${PID[$n]}")
+    t1=$(ticks "${PID[$n]}"); b1=$(ticks "$BACKENDS_PID")
     reqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
     rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
+    bcpu=$(awk -v a="$b0" -v b="$b1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     t0=$(ticks "${PID[$n]}")
     fixed=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
     t1=$(ticks "${PID[$n]}")
     freqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$fixed")
     cpuf=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$freqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     lat=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
-    RPS[$n]+="$rps "; CPU[$n]+="$cpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
+    RPS[$n]+="$rps "; CPU[$n]+="$cpu "; BCPU[$n]+="$bcpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
     P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
-    echo "round $r $n: $out | cpu_us/req=$cpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
+    echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
   done
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms"
+printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms" "backend µs"
 NG=$(median <<<"${CPU[nginx]}")
 NGF=$(median <<<"${CPUF[nginx]}")
 for n in "${NAMES[@]}"; do
@@ -158,7 +162,7 @@ for n in "${NAMES[@]}"; do
   cf=$(median <<<"${CPUF[$n]}")
   ratiof=$(awk -v a="$cf" -v b="$NGF" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
   [ "$n" = direct ] && { c="-"; ratio="-"; cf="-"; ratiof="-"; }
-  printf "%-13s %10s %12s %8s %14s %8s %10s %10s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")"
+  printf "%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")" "$(median <<<"${BCPU[$n]}")"
 done
 echo "load after: $(uptime)"
 echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $CPU_RATE req/s + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
