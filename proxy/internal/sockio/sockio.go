@@ -27,19 +27,18 @@ import (
 // other method (deadlines, CloseWrite, addresses) is the TCPConn's.
 type Conn struct {
 	*net.TCPConn
-	rc syscall.RawConn
+	rc   syscall.RawConn
+	r, w half
+}
 
-	rmu    sync.Mutex // one Read at a time uses the fields below
-	rp     []byte
-	rn     int
-	rerr   syscall.Errno
-	readFn func(uintptr) bool // c.read, made once
-
-	wmu     sync.Mutex // one Write at a time uses the fields below
-	wp      []byte
-	wn      int
-	werr    syscall.Errno
-	writeFn func(uintptr) bool // c.write, made once
+// half is the state of one direction's call, kept in the Conn so the
+// RawConn callback is a method value made once, not a closure per call.
+type half struct {
+	mu    sync.Mutex // one call at a time uses the fields below
+	p     []byte
+	n     int
+	errno syscall.Errno
+	fn    func(uintptr) bool // Conn.read or Conn.write
 }
 
 // Wrap returns c as a *Conn when it is a TCP connection and raw system
@@ -54,8 +53,8 @@ func Wrap(c net.Conn) net.Conn {
 		return c
 	}
 	sc := &Conn{TCPConn: tc, rc: rc}
-	sc.readFn = sc.read
-	sc.writeFn = sc.write
+	sc.r.fn = sc.read
+	sc.w.fn = sc.write
 	return sc
 }
 
@@ -65,37 +64,32 @@ func (c *Conn) Read(p []byte) (int, error) {
 	if len(p) == 0 {
 		return 0, nil
 	}
-	c.rmu.Lock()
-	c.rp = p
-	err := c.rc.Read(c.readFn)
-	n, errno := c.rn, c.rerr
-	c.rp, c.rn, c.rerr = nil, 0, 0
-	c.rmu.Unlock()
-	switch {
-	case err != nil:
-		return 0, c.opError("read", err)
-	case errno != 0:
-		return 0, c.opError("read", os.NewSyscallError("read", errno))
-	case n == 0:
+	n, err := c.call(&c.r, p, "read")
+	if err == nil && n == 0 {
 		return 0, io.EOF
 	}
-	return n, nil
+	return n, err
 }
 
 // Write writes all of p, waiting for socket buffer space as needed, like
 // net.TCPConn.Write.
-func (c *Conn) Write(p []byte) (int, error) {
-	c.wmu.Lock()
-	c.wp = p
-	err := c.rc.Write(c.writeFn)
-	n, errno := c.wn, c.werr
-	c.wp, c.wn, c.werr = nil, 0, 0
-	c.wmu.Unlock()
-	switch {
-	case err != nil:
-		return n, c.opError("write", err)
-	case errno != 0:
-		return n, c.opError("write", os.NewSyscallError("write", errno))
+func (c *Conn) Write(p []byte) (int, error) { return c.call(&c.w, p, "write") }
+
+// call runs h's callback on p through RawConn.Read or RawConn.Write.
+func (c *Conn) call(h *half, p []byte, op string) (int, error) {
+	h.mu.Lock()
+	h.p = p
+	var err error
+	if h == &c.w {
+		err = c.rc.Write(h.fn)
+	} else {
+		err = c.rc.Read(h.fn)
+	}
+	n, errno := h.n, h.errno
+	h.p, h.n, h.errno = nil, 0, 0
+	h.mu.Unlock()
+	if err != nil || errno != 0 {
+		return n, c.fail(op, err, errno)
 	}
 	return n, nil
 }
@@ -103,14 +97,14 @@ func (c *Conn) Write(p []byte) (int, error) {
 // read is the RawConn.Read callback: false asks the poller to wait.
 func (c *Conn) read(fd uintptr) bool {
 	for {
-		n, errno := rawRead(fd, c.rp)
+		n, errno := rawRead(fd, c.r.p)
 		switch errno {
 		case syscall.EINTR:
 			continue
 		case syscall.EAGAIN:
 			return false
 		}
-		c.rn, c.rerr = n, errno
+		c.r.n, c.r.errno = n, errno
 		return true
 	}
 }
@@ -118,13 +112,13 @@ func (c *Conn) read(fd uintptr) bool {
 // write is the RawConn.Write callback: false asks the poller to wait for
 // buffer space.
 func (c *Conn) write(fd uintptr) bool {
-	n, errno := WriteAll(fd, c.wp[c.wn:])
-	c.wn += n
+	n, errno := WriteAll(fd, c.w.p[c.w.n:])
+	c.w.n += n
 	if errno != 0 {
-		c.werr = errno
+		c.w.errno = errno
 		return true
 	}
-	return c.wn == len(c.wp)
+	return c.w.n == len(c.w.p)
 }
 
 // WriteAll writes p to the non-blocking socket fd until all of it is
@@ -147,9 +141,14 @@ func WriteAll(fd uintptr, p []byte) (int, syscall.Errno) {
 	return n, 0
 }
 
-// opError names the operation the way net.TCPConn does ("read", not
-// RawConn's "raw-read"), keeping the cause (and so Timeout()).
-func (c *Conn) opError(op string, err error) error {
+// fail is the error of a failed op: RawConn's err (a deadline, a closed
+// connection) or the system call's errno, named the way net.TCPConn names
+// it ("read", not RawConn's "raw-read"), keeping the cause (and so
+// Timeout()).
+func (c *Conn) fail(op string, err error, errno syscall.Errno) error {
+	if err == nil {
+		err = os.NewSyscallError(op, errno)
+	}
 	var oe *net.OpError
 	if errors.As(err, &oe) {
 		e := *oe
