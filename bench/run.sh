@@ -11,7 +11,9 @@
 # fixed 2000 req/s (open loop), with ratios to nginx. The last column is the
 # backend process's CPU per request in the closed loop: when it rises (1 000
 # instances: 1 000 backend connections) the closed loop runs slower and every
-# proxy batches less, which the fixed-rate column does not suffer from. lbproxy runs five times:
+# proxy batches less, which the fixed-rate column does not suffer from. The
+# load generator runs with GOGC=off (a few hundred MB per phase): its own
+# garbage collection would otherwise add to the latencies it measures. lbproxy runs five times:
 #   lbproxy       lean: access log and tracing off (metrics are always on),
 #                 the defaults: fasthttp front, fast upstream client
 #   lbproxy-net   lean with --front std (net/http server for the plain listener)
@@ -135,18 +137,18 @@ declare -A RPS CPU BCPU CPUF P50 P99
 for r in $(seq "$ROUNDS"); do
   for n in "${NAMES[@]}"; do
     b0=$(ticks "$BACKENDS_PID"); t0=$(ticks "${PID[$n]}")
-    out=$(taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
+    out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
     t1=$(ticks "${PID[$n]}"); b1=$(ticks "$BACKENDS_PID")
     reqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
     rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     bcpu=$(awk -v a="$b0" -v b="$b1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     t0=$(ticks "${PID[$n]}")
-    fixed=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
+    fixed=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
     t1=$(ticks "${PID[$n]}")
     freqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$fixed")
     cpuf=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$freqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
-    lat=$(taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
+    lat=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
     RPS[$n]+="$rps "; CPU[$n]+="$cpu "; BCPU[$n]+="$bcpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
     P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
     echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
