@@ -44,8 +44,10 @@ func TestPlanWhatIfAgainstScheduler(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond) // poll interval
 	}
+	// The first publication of every proxy cluster of static.yaml: one
+	// appearing after "before" was read would look like a what-if publishing.
 	for {
-		if p, err := h.pointersNow(); err == nil && p["BFE1"] > 0 {
+		if p, err := h.pointersNow(); err == nil && p["BFE1"] > 0 && p["BFE2"] > 0 {
 			break
 		}
 		if time.Now().After(deadline) {

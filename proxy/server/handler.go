@@ -419,12 +419,16 @@ func (st *reqState) finish(r *http.Request) {
 	if st.span != nil {
 		st.span.End()
 	}
-	if s.access != nil {
+	if s.access != nil && s.access.Handler().Enabled(context.Background(), slog.LevelInfo) {
 		var version uint64
 		if st.rt != nil {
 			version = st.rt.version
 		}
-		s.access.LogAttrs(context.Background(), slog.LevelInfo, "request",
+		// A record handed to the handler directly: Logger.LogAttrs would also
+		// walk the stack for the caller's PC (runtime.Callers, ~0.6 µs), which
+		// an access line never prints.
+		rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
+		rec.AddAttrs(
 			slog.String("method", r.Method), slog.String("host", r.Host), slog.String("path", r.URL.Path),
 			slog.String("client_ip", st.clientIP.String()),
 			slog.Uint64("version", version),
@@ -434,6 +438,7 @@ func (st *reqState) finish(r *http.Request) {
 			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
 			slog.Int("status", st.status), slog.String("error_code", st.code),
 			slog.Duration("duration", s.now().Sub(st.start)))
+		_ = s.access.Handler().Handle(context.Background(), rec)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,16 +82,26 @@ func (b *backend) last() *http.Request {
 	return b.reqs[len(b.reqs)-1]
 }
 
-// deadAddr is a loopback address nobody listens on.
+// deadAddr is a loopback address that refuses connections for the whole
+// test. A socket bound to it without listening holds the port: a port
+// merely closed again could be handed to another test's listener meanwhile
+// (and then it answers).
 func deadAddr(t *testing.T) netip.AddrPort {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := netip.MustParseAddrPort(l.Addr().String())
-	l.Close()
-	return a
+	syscall.CloseOnExec(fd)
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := syscall.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return netip.AddrPortFrom(netip.AddrFrom4([4]byte{127, 0, 0, 1}), uint16(sa.(*syscall.SockaddrInet4).Port))
 }
 
 func inst(a netip.AddrPort, w int) config.Instance {
