@@ -1,7 +1,6 @@
 package lbproxy
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,7 +14,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -537,22 +535,21 @@ clusters:
 	}
 }
 
-// lockedBuffer is an io.Writer safe for the proxy's concurrent writes.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+// accessFile is an access-log file of the test and a way to read it.
+func accessFile(t *testing.T) (*os.File, func() string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "access.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f, func() string {
+		b, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 }
 
 // A buffered access log holds its lines until the flush interval or
@@ -568,20 +565,20 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 `, port)), 0o644)
 
 	t.Run("held until shutdown", func(t *testing.T) {
-		var log lockedBuffer
-		r := start(t, Config{ConfigFile: path, AccessLog: &log, AccessLogBuffer: 1 << 20, AccessLogFlush: time.Hour})
+		f, logged := accessFile(t)
+		r := start(t, Config{ConfigFile: path, AccessLog: f, AccessLogBuffer: 1 << 20, AccessLogFlush: time.Hour})
 		for i := 0; i < 3; i++ {
 			if code, _, _ := httpGet(t, "http://"+r.addrs.HTTP+fmt.Sprintf("/r%d", i), "a.test"); code != 200 {
 				t.Fatalf("GET: %d", code)
 			}
 		}
-		if s := log.String(); s != "" {
+		if s := logged(); s != "" {
 			t.Fatalf("access log written before a flush: %q", s)
 		}
 		r.shutdown(t)
-		lines := strings.Split(strings.TrimSpace(log.String()), "\n")
+		lines := strings.Split(strings.TrimSpace(logged()), "\n")
 		if len(lines) != 3 {
-			t.Fatalf("%d access-log lines after shutdown, want 3:\n%s", len(lines), log.String())
+			t.Fatalf("%d access-log lines after shutdown, want 3:\n%s", len(lines), logged())
 		}
 		for i, l := range lines {
 			var e struct {
@@ -594,11 +591,11 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 		}
 	})
 	t.Run("written every flush interval", func(t *testing.T) {
-		var log lockedBuffer
-		r := start(t, Config{ConfigFile: path, AccessLog: &log, AccessLogBuffer: 1 << 20, AccessLogFlush: 20 * time.Millisecond})
+		f, logged := accessFile(t)
+		r := start(t, Config{ConfigFile: path, AccessLog: f, AccessLogBuffer: 1 << 20, AccessLogFlush: 20 * time.Millisecond})
 		httpGet(t, "http://"+r.addrs.HTTP+"/tick", "a.test")
 		eventually(t, 5*time.Second, "the line flushed while running", func() bool {
-			return strings.Contains(log.String(), `"path":"/tick"`)
+			return strings.Contains(logged(), `"path":"/tick"`)
 		})
 		if _, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", ""); !strings.Contains(m, "sluice_proxy_access_log_dropped_bytes_total 0") {
 			t.Fatal("metrics lack sluice_proxy_access_log_dropped_bytes_total 0")
