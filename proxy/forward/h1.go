@@ -9,12 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"os"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // This file is the purpose-built HTTP/1.1 upstream client (Upstream.Do): one
@@ -105,12 +104,9 @@ type conn struct {
 	nc      net.Conn
 	br      *bufio.Reader
 	bw      *bufio.Writer // writes through sockWriter
-	rc      syscall.RawConn
-	awaitFn func(uintptr) bool // c.awaitAnswer
-	aw      awaitWrite
-	await   bool      // the next flush is a whole request (see sockWriter)
-	rdl     time.Time // read deadline last set on nc
-	wdl     time.Time // write deadline last set on nc
+	await   bool          // the next flush is a whole request (see sockWriter)
+	rdl     time.Time     // read deadline last set on nc
+	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream
 	idleAt  time.Time
 	reused  bool // served an exchange before this one
@@ -315,51 +311,19 @@ func (c *conn) setReadDeadline(t time.Time) error {
 }
 
 // sockWriter is the writer under conn.bw. A flush of a whole request
-// (conn.await set, nothing unread from the backend) is written from inside
-// RawConn.Read: the runtime then waits for the answer to be readable
-// before the caller's first read, instead of that read failing with EAGAIN
-// first — one system call less per exchange. Readiness is reset before the
-// write, so an answer can never be missed. Anything else is a plain Write.
+// (conn.await set, nothing unread from the backend) goes through
+// sockio.Conn.WriteAwait: the runtime then waits for the answer before the
+// first read, instead of that read failing with EAGAIN first. Anything
+// else, and a connection sockio did not wrap, is a plain Write.
 type sockWriter struct{ c *conn }
 
 func (w sockWriter) Write(p []byte) (int, error) {
-	c := w.c
-	if !c.await || c.rc == nil {
-		return c.nc.Write(p)
+	if w.c.await {
+		if sc, ok := w.c.nc.(*sockio.Conn); ok {
+			return sc.WriteAwait(p)
+		}
 	}
-	c.aw = awaitWrite{p: p}
-	_ = c.rc.Read(c.awaitFn) // a failed wait (deadline, cancellation) surfaces in the next read
-	n, werr := c.aw.n, c.aw.err
-	c.aw = awaitWrite{}
-	if werr != nil {
-		return n, &net.OpError{Op: "write", Net: "tcp", Source: c.nc.LocalAddr(), Addr: c.nc.RemoteAddr(), Err: os.NewSyscallError("write", werr)}
-	}
-	if n < len(p) {
-		m, err := c.nc.Write(p[n:]) // the socket buffer was full: wait for it
-		return n + m, err
-	}
-	return n, nil
-}
-
-// awaitWrite is the state of one sockWriter write (kept in the conn: the
-// RawConn callback is a method value made once, not a closure per request).
-type awaitWrite struct {
-	p      []byte
-	n      int
-	err    error
-	called bool
-}
-
-// awaitAnswer is the RawConn.Read callback of sockWriter: the first call writes,
-// the second (the socket is readable) ends the wait.
-func (c *conn) awaitAnswer(fd uintptr) bool {
-	if c.aw.called {
-		return true
-	}
-	c.aw.called = true
-	c.aw.n, c.aw.err = writeAll(fd, c.aw.p)
-	// Wait for the answer only when all of it went out.
-	return c.aw.err != nil || c.aw.n < len(c.aw.p)
+	return w.c.nc.Write(p)
 }
 
 // writeHead buffers the request line and header.

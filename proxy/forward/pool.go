@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -39,10 +38,6 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 	nc = sockio.Wrap(nc)
 	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u}
 	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
-	if sc, ok := nc.(syscall.Conn); ok {
-		c.rc, _ = sc.SyscallConn()
-		c.awaitFn = c.awaitAnswer
-	}
 	return c, nil
 }
 

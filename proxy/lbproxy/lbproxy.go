@@ -441,7 +441,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	var servers []server.Front
 	serve := func(name string, l net.Listener, hs server.Front, tlsOn bool) {
 		servers = append(servers, hs)
-		l = sockio.Listener{Listener: l}
+		l = sockio.Listener{Listener: l} // every listener's connections make raw system calls
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

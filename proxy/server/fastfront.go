@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
-	"github.com/sluicelb/sluice/proxy/internal/sockio"
 
 	"github.com/valyala/fasthttp"
 )
@@ -158,7 +157,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &addrConn{Conn: sockio.Wrap(c)}, nil
+	return &addrConn{Conn: c}, nil
 }
 
 // addrConn formats the remote address once per connection, not per

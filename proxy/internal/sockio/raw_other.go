@@ -1,19 +1,12 @@
-//go:build unix && !linux
+//go:build !linux
 
 package sockio
 
 import "syscall"
 
-// supported is false: Wrap leaves connections as they are; WriteAll writes
-// through syscall.Write.
+// supported is false: Wrap leaves connections as they are, so no Conn (and
+// none of the raw calls below) is ever used here.
 const supported = false
 
-func rawRead(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
-
-func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) {
-	n, err := syscall.Write(int(fd), p)
-	if err != nil {
-		return 0, err.(syscall.Errno)
-	}
-	return n, 0
-}
+func rawRead(fd uintptr, p []byte) (int, syscall.Errno)  { return 0, syscall.EINVAL }
+func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }

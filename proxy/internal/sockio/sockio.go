@@ -29,6 +29,9 @@ type Conn struct {
 	*net.TCPConn
 	rc   syscall.RawConn
 	r, w half
+
+	awaitFn func(uintptr) bool // Conn.writeThenAwait, made once
+	written bool               // WriteAwait: the write is done, the wait goes on
 }
 
 // half is the state of one direction's call, kept in the Conn so the
@@ -55,6 +58,7 @@ func Wrap(c net.Conn) net.Conn {
 	sc := &Conn{TCPConn: tc, rc: rc}
 	sc.r.fn = sc.read
 	sc.w.fn = sc.write
+	sc.awaitFn = sc.writeThenAwait
 	return sc
 }
 
@@ -94,6 +98,42 @@ func (c *Conn) call(h *half, p []byte, op string) (int, error) {
 	return n, nil
 }
 
+// WriteAwait writes all of p, like Write, and then waits until the socket
+// is readable: for a request whose answer the caller reads next. The write
+// is made inside RawConn.Read, after the poller's readiness was reset, so
+// the answer cannot be missed, and the caller's first Read finds it instead
+// of failing with EAGAIN first — one system call less per exchange. A wait
+// that ends in a deadline or a close is left for that Read to report.
+func (c *Conn) WriteAwait(p []byte) (int, error) {
+	h := &c.w
+	h.mu.Lock()
+	h.p, c.written = p, false
+	_ = c.rc.Read(c.awaitFn)
+	n, errno := h.n, h.errno
+	h.p, h.n, h.errno = nil, 0, 0
+	h.mu.Unlock()
+	if errno != 0 {
+		return n, c.fail("write", nil, errno)
+	}
+	if n < len(p) { // the socket buffer was full: wait for room as Write does
+		m, err := c.Write(p[n:])
+		return n + m, err
+	}
+	return n, nil
+}
+
+// writeThenAwait is WriteAwait's RawConn.Read callback: the first call
+// writes, a later one (the socket is readable) ends the wait. Only a whole
+// write is followed by a wait.
+func (c *Conn) writeThenAwait(fd uintptr) bool {
+	if c.written {
+		return true
+	}
+	c.written = true
+	c.w.n, c.w.errno = writeAll(fd, c.w.p)
+	return c.w.errno != 0 || c.w.n < len(c.w.p)
+}
+
 // read is the RawConn.Read callback: false asks the poller to wait.
 func (c *Conn) read(fd uintptr) bool {
 	for {
@@ -112,7 +152,7 @@ func (c *Conn) read(fd uintptr) bool {
 // write is the RawConn.Write callback: false asks the poller to wait for
 // buffer space.
 func (c *Conn) write(fd uintptr) bool {
-	n, errno := WriteAll(fd, c.w.p[c.w.n:])
+	n, errno := writeAll(fd, c.w.p[c.w.n:])
 	c.w.n += n
 	if errno != 0 {
 		c.w.errno = errno
@@ -121,10 +161,9 @@ func (c *Conn) write(fd uintptr) bool {
 	return c.w.n == len(c.w.p)
 }
 
-// WriteAll writes p to the non-blocking socket fd until all of it is
+// writeAll writes p to the non-blocking socket fd until all of it is
 // written, the socket buffer is full (n < len(p), errno 0) or a write fails.
-// It is meant for syscall.RawConn callbacks.
-func WriteAll(fd uintptr, p []byte) (int, syscall.Errno) {
+func writeAll(fd uintptr, p []byte) (int, syscall.Errno) {
 	n := 0
 	for n < len(p) {
 		k, errno := rawWrite(fd, p[n:])

@@ -180,6 +180,47 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 	}
 }
 
+// WriteAwait returns once the answer is readable, and the next Read has it.
+func TestWriteAwaitWaitsForTheAnswer(t *testing.T) {
+	c, s := pair(t)
+	answered := make(chan struct{})
+	go func() {
+		buf := make([]byte, len("request"))
+		if _, err := io.ReadFull(s, buf); err != nil {
+			return
+		}
+		time.Sleep(30 * time.Millisecond) // a backend that thinks: WriteAwait must not return meanwhile
+		close(answered)
+		s.Write([]byte("answer"))
+	}()
+	if n, err := c.WriteAwait([]byte("request")); n != len("request") || err != nil {
+		t.Fatalf("WriteAwait = %d, %v", n, err)
+	}
+	select {
+	case <-answered:
+	default:
+		t.Fatal("WriteAwait returned before the answer was sent")
+	}
+	buf := make([]byte, 6)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "answer" {
+		t.Fatalf("Read after WriteAwait: %q, %v", buf, err)
+	}
+}
+
+// A wait that ends at the read deadline leaves the timeout to the next Read;
+// the write itself succeeded.
+func TestWriteAwaitDeadlineLeftToRead(t *testing.T) {
+	c, s := pair(t)
+	go io.Copy(io.Discard, s)
+	c.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+	if n, err := c.WriteAwait([]byte("request")); n != len("request") || err != nil {
+		t.Fatalf("WriteAwait = %d, %v; want the write done", n, err)
+	}
+	if _, err := c.Read(make([]byte, 1)); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("Read after an unanswered WriteAwait: %v, want a timeout", err)
+	}
+}
+
 func TestWrapLeavesOtherConns(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
