@@ -162,16 +162,27 @@ func (r *Registrar) latest() (report.Instance, bool) {
 	return *r.desired, true
 }
 
-// session is the lease currently held.
+// session is the lease currently held, kept alive by a lessor of its own:
+// the keep-alive stream of a lessor stays on the member it opened on, and
+// a frozen member never fails it, so a lost lease's successor must not
+// reuse it (a new lessor opens a new stream, on another member by the
+// client's round robin).
 type session struct {
 	id     clientv3.LeaseID
 	ka     <-chan *clientv3.LeaseKeepAliveResponse
 	cancel context.CancelFunc
+	lessor clientv3.Lease
 }
 
 func (s *session) stop() {
-	if s != nil && s.cancel != nil {
+	if s == nil {
+		return
+	}
+	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.lessor != nil {
+		s.lessor.Close()
 	}
 }
 
@@ -301,18 +312,21 @@ func (r *Registrar) due(desired report.Instance, have, leased bool, written *rep
 }
 
 func (r *Registrar) grant(ctx context.Context) (*session, error) {
+	lessor := clientv3.NewLease(r.o.Client)
 	gctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
-	g, err := r.o.Client.Grant(gctx, r.ttlSec)
+	g, err := lessor.Grant(gctx, r.ttlSec)
 	cancel()
 	if err != nil {
+		lessor.Close()
 		r.hookErr("grant", err)
 		r.o.Logger.Warn("grant lease", "err", err)
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	kctx, kcancel := context.WithCancel(ctx)
-	ka, err := r.o.Client.KeepAlive(kctx, g.ID)
+	ka, err := lessor.KeepAlive(kctx, g.ID)
 	if err != nil {
 		kcancel()
+		lessor.Close()
 		r.hookErr("keepalive", err)
 		return nil, fmt.Errorf("keep lease alive: %w", err)
 	}
@@ -321,7 +335,7 @@ func (r *Registrar) grant(ctx context.Context) (*session, error) {
 		r.o.Hooks.Granted(g.ID)
 	}
 	r.o.Logger.Info("lease granted", "lease", int64(g.ID), "ttl_s", g.TTL)
-	return &session{id: g.ID, ka: ka, cancel: kcancel}, nil
+	return &session{id: g.ID, ka: ka, cancel: kcancel, lessor: lessor}, nil
 }
 
 func (r *Registrar) put(ctx context.Context, lease clientv3.LeaseID, rec report.Instance) error {
