@@ -52,10 +52,9 @@ func applyCommand() *cli.Command {
 			after, _ := yaml.Marshal(next)
 			d := lineDiff(string(before), string(after))
 			if d == "" && cur.Revision != 0 {
-				fmt.Fprintln(e.out, "No changes: the stored desired state is already this.")
-				return nil
+				return e.wrote(writeResult{Action: "unchanged", Revision: cur.Revision}, "No changes: the stored desired state is already this.\n")
 			}
-			fmt.Fprintf(e.out, "Changes to the desired state (revision %d):\n%s", cur.Revision, d)
+			fmt.Fprintf(e.info(), "Changes to the desired state (revision %d):\n%s", cur.Revision, d)
 			if !e.c.Bool("yes") {
 				if !confirm(e, "Apply these changes?") {
 					return withCode(ExitAborted, fmt.Errorf("not applied"))
@@ -65,14 +64,14 @@ func applyCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "Applied: desired state is now at revision %d.\n", newRev)
-			return nil
+			return e.wrote(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
+				fmt.Sprintf("Applied: desired state is now at revision %d.\n", newRev))
 		}),
 	}
 }
 
 func confirm(e *env, q string) bool {
-	fmt.Fprintf(e.out, "%s [y/N] ", q)
+	fmt.Fprintf(e.info(), "%s [y/N] ", q)
 	line, _ := bufio.NewReader(e.c.App.Reader).ReadString('\n')
 	a := strings.ToLower(strings.TrimSpace(line))
 	return a == "y" || a == "yes"

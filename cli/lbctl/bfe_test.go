@@ -34,7 +34,7 @@ func sharedDir(t *testing.T) string {
 func TestBFEImportSampleAndApply(t *testing.T) {
 	h := newHarness(t)
 	out := filepath.Join(t.TempDir(), "state.yaml")
-	stdout, stderr, code := h.run("", "bfe", "import", "--conf-dir", filepath.Join(sharedDir(t), "conf"), "-o", out)
+	stdout, stderr, code := h.run("", "bfe", "import", "--conf-dir", filepath.Join(sharedDir(t), "conf"), "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}

@@ -297,7 +297,7 @@ func TestRolloutStatus(t *testing.T) {
 	var wcode int
 	go func() {
 		defer close(done)
-		wout, _, wcode = h.run("", "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--timeout", "30s")
+		wout, _, wcode = h.run("", "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--wait-timeout", "30s")
 	}()
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now})
 	<-done
@@ -308,7 +308,7 @@ func TestRolloutStatus(t *testing.T) {
 	h.publish(demoSnapshot("BFE1", 5, map[string]int{"SC1": 60, "SC2": 40}, false))
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 5, EtcdConnected: true, UpdatedAt: now})
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedVersion: 4, RejectedVersion: 5, RejectedReason: "clusters.demo-main.row: weights sum to 90", EtcdConnected: true, UpdatedAt: now})
-	out, errs, code = h.run("", "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--timeout", "2s")
+	out, errs, code = h.run("", "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--wait-timeout", "2s")
 	if code != ExitNotConverged || !strings.Contains(errs, "BFE1/p2 REJECTED (clusters.demo-main.row: weights sum to 90)") {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
 	}

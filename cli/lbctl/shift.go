@@ -108,14 +108,16 @@ func shiftCreate(e *env) error {
 	if !r.Succeeded {
 		return withCode(ExitConflict, fmt.Errorf("shift %s already exists", sh.ID))
 	}
-	fmt.Fprintf(e.out, "Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
+	text := fmt.Sprintf("Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
 	if sh.Ramp > 0 {
-		fmt.Fprintf(e.out, " over %s in steps of %d", sh.Ramp, sh.StepPercent)
+		text += fmt.Sprintf(" over %s in steps of %d", sh.Ramp, sh.StepPercent)
 	}
-	fmt.Fprintln(e.out, ".")
+	text += ".\n"
 	if !c.Bool("wait") {
-		fmt.Fprintf(e.out, "Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
-		return nil
+		text += fmt.Sprintf("Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
+	}
+	if err := e.wrote(writeResult{Action: "created", Shift: &sh}, text); err != nil || !c.Bool("wait") {
+		return err
 	}
 	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
 	defer wcancel()
@@ -208,7 +210,7 @@ func waitShift(ctx context.Context, e *env, sh config.Shift) error {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
+					fmt.Fprintf(e.info(), "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
 					return nil
 				}
 			}
@@ -258,8 +260,7 @@ func shiftSetState(state string) func(*env) error {
 		if !tr.Succeeded {
 			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
 		}
-		fmt.Fprintf(e.out, "Shift %s is now %s.\n", id, state)
-		return nil
+		return e.wrote(writeResult{Action: state, Shift: &sh}, fmt.Sprintf("Shift %s is now %s.\n", id, state))
 	}
 }
 

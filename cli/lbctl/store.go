@@ -90,6 +90,10 @@ func (e *env) updateState(mutate func(*config.State) error) (int64, error) {
 			cancel()
 			return 0, err
 		}
+		if err := validate.State(&st.State); err != nil {
+			cancel()
+			return 0, fmt.Errorf("invalid change; nothing was written:\n%w", inUserWords(err, &st.State))
+		}
 		rev, err := e.writeState(ctx, &st.State, st.Revision)
 		cancel()
 		if errors.Is(err, errConflict) {

@@ -66,8 +66,8 @@ func weightsCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev)
-					return nil
+					return e.wrote(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
+						fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev))
 				}),
 			},
 		},
@@ -126,9 +126,9 @@ func weightsSet(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
-		pc, c, formatRow(row, sortedSubclusters(row)), rev, pc)
-	return nil
+	return e.wrote(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}},
+		fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
+			pc, c, formatRow(row, sortedSubclusters(row)), rev, pc))
 }
 
 // matrix is the JSON shape of weights get.
