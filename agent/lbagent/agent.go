@@ -175,7 +175,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				log.Error("admin server", "err", err)
 			}
 		}()
-		log.Info("admin listening", "addr", addr)
+		log.Info("admin listening", "admin_addr", addr)
 	}
 
 	workCtx, stopWork := context.WithCancel(ctx)

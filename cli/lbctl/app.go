@@ -116,7 +116,7 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 			applyCommand(), getCommand(), validateCommand(),
 			weightsCommand(), shiftCommand(), drainCommand(true), drainCommand(false),
 			rolloutCommand(), historyCommand(), diffCommand(), rollbackCommand(),
-			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(),
+			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(), completionCommand(),
 			{
 				Name:  "version",
 				Usage: "print lbctl's version",
@@ -141,6 +141,12 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 
 // Main runs lbctl with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
+	return MainContext(context.Background(), args, stdout, stderr, stdin)
+}
+
+// MainContext is Main bounded by ctx: a command (a --watch) ends when ctx
+// does.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	app := App(stdout, stderr, stdin)
 	p, err := arrange(app, args)
 	if err == nil && p.version {
@@ -148,7 +154,7 @@ func Main(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 		return ExitOK
 	}
 	if err == nil {
-		err = app.Run(p.args)
+		err = app.RunContext(ctx, p.args)
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "lbctl:", userWords(err, p.path))
@@ -165,6 +171,7 @@ type env struct {
 	timeout time.Duration
 	format  string
 	client  *clientv3.Client
+	base    context.Context // bounds every call when set (a --watch); else the command's context
 }
 
 func newEnv(c *cli.Context) (*env, error) {
@@ -200,7 +207,11 @@ func (e *env) close() {
 
 // ctx returns a context bounded by --timeout.
 func (e *env) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.c.Context, e.timeout)
+	base := e.c.Context
+	if e.base != nil {
+		base = e.base
+	}
+	return context.WithTimeout(base, e.timeout)
 }
 
 func etcdConfig(c *cli.Context) (clientv3.Config, error) {

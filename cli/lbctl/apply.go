@@ -33,7 +33,7 @@ func applyCommand() *cli.Command {
 		Action: action(func(e *env) error {
 			next, err := loadStateFile(e.c.String("file"), e.c.App.Reader)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w\nnothing was written", err)
 			}
 			ctx, cancel := e.ctx()
 			defer cancel()
@@ -96,10 +96,10 @@ func loadStateFile(path string, stdin io.Reader) (*config.State, error) {
 	}
 	var s config.State
 	if err := codec.Unmarshal(raw, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, inFile(path, raw, err)
 	}
 	if err := validate.State(&s); err != nil {
-		return nil, fmt.Errorf("%s is invalid; nothing was written:\n%w", path, err)
+		return nil, fmt.Errorf("%s is not a valid desired state:\n%w", path, inFile(path, raw, err))
 	}
 	return &s, nil
 }
@@ -108,7 +108,7 @@ func getCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "get",
 		Usage: "show stored objects",
-		Subcommands: []*cli.Command{{
+		Subcommands: append([]*cli.Command{{
 			Name:  "config",
 			Usage: "print the stored desired state (YAML unless -o json)",
 			Action: action(func(e *env) error {
@@ -128,10 +128,13 @@ func getCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "# revision %d\n%s", st.Revision, b)
-				return nil
+				if e.format == "table" {
+					fmt.Fprintf(e.out, "# revision %d\n", st.Revision)
+				}
+				_, err = e.out.Write(b)
+				return err
 			}),
-		}},
+		}}, getSubcommands()...),
 	}
 }
 
@@ -157,17 +160,17 @@ func validateCommand() *cli.Command {
 			}
 			j, err := codec.ToJSON(raw)
 			if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
+				return inFile(path, raw, err)
 			}
 			var probe map[string]json.RawMessage
 			_ = json.Unmarshal(j, &probe)
 			if _, isSnap := probe["meta"]; isSnap {
 				s, err := snapshot.Unmarshal(j)
 				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
+					return inFile(path, raw, err)
 				}
 				if err := validate.Snapshot(s); err != nil {
-					return fmt.Errorf("%s: snapshot is invalid:\n%w", path, err)
+					return fmt.Errorf("%s is not a valid snapshot:\n%w", path, inFile(path, raw, err))
 				}
 				fmt.Fprintf(e.out, "%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version)
 				return nil

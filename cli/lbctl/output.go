@@ -50,7 +50,7 @@ type writeResult struct {
 	PreviousRevision int64          `json:"previous_revision,omitempty"`
 	Pins             []config.Pin   `json:"pins,omitempty"`
 	Drains           []config.Drain `json:"drains,omitempty"`
-	Shift            *config.Shift  `json:"shift,omitempty"`
+	Shift            *shiftView     `json:"shift,omitempty"`
 }
 
 // info is where a command's narration goes (diffs, previews, questions):

@@ -85,7 +85,7 @@ type proxyRollout struct {
 	Applied      uint64    `json:"applied_version"`
 	Target       uint64    `json:"target_version"`
 	Reason       string    `json:"reason,omitempty"`
-	Since        time.Time `json:"since,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
 }
 
 // rollout computes every live proxy's state against its target version.

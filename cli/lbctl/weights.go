@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -22,13 +23,14 @@ func weightsCommand() *cli.Command {
 			{
 				Name:      "get",
 				Usage:     "show the live W matrix, pinned rows marked; -v adds the scheduler's explanation",
-				UsageText: "lbctl weights get [--cluster C] [--proxy-cluster B] [-v]",
+				UsageText: "lbctl weights get [--cluster C] [--proxy-cluster B] [-v] [--watch]",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"},
 					&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster's row"},
 					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show how each row was computed"},
+					watchFlag(),
 				},
-				Action: action(weightsGet),
+				Action: action(watchable(weightsGet, func(l keys.Layout) []string { return []string{l.CurrentPrefix()} })),
 			},
 			{
 				Name:      "set",
@@ -263,6 +265,19 @@ func sortedSubclusters(row map[string]int) []string {
 	sort.Strings(out)
 	if _, ok := row[config.Blackhole]; ok {
 		out = append(out, config.Blackhole)
+	}
+	return out
+}
+
+// columnNames is the header of weight columns: tables say BLACKHOLE;
+// GSLB_BLACKHOLE is the name in BFE files and in weight specs only.
+func columnNames(cols []string) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c
+		if c == config.Blackhole {
+			out[i] = "BLACKHOLE"
+		}
 	}
 	return out
 }

@@ -164,7 +164,7 @@ func (r *Registry) SetOverride(addr netip.AddrPort, o Override) error {
 	e.ovr = ov
 	e.mu.Unlock()
 	r.bump()
-	r.log.Info("balance: override set", "addr", addr.String(), "drain", o.Drain, "ttl", o.TTL)
+	r.log.Info("balance: override set", "addr", addr.String(), "drain", o.Drain, "ttl_seconds", o.TTL.Seconds())
 	return nil
 }
 
