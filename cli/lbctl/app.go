@@ -157,7 +157,7 @@ func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer, s
 		err = app.RunContext(ctx, p.args)
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "lbctl:", userWords(err, p.path))
+		fmt.Fprintln(stderr, "lbctl:", err)
 	}
 	return ExitCode(err)
 }

@@ -143,6 +143,7 @@ func validateCommand() *cli.Command {
 		Name:      "validate",
 		Usage:     "check a desired state or snapshot file; exit 1 listing every error",
 		UsageText: "lbctl validate -f FILE   (or: lbctl validate FILE)",
+		ArgsUsage: "[FILE]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "file to check (YAML or JSON; - for stdin)"},
 		},

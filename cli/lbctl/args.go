@@ -14,7 +14,6 @@ import (
 type parsedArgs struct {
 	args    []string // argv for app.Run
 	version bool     // --version was given as a global flag
-	path    string   // the command path, e.g. "lbctl weights set"
 }
 
 // arrange checks the command line the way kubectl users expect and
@@ -44,6 +43,7 @@ func arrange(app *cli.App, argv []string) (parsedArgs, error) {
 		pos     []string
 		p       parsedArgs
 		seen    = map[string]string{} // scope+flag -> first value
+		given   = map[string]bool{}   // flags of the deepest command given, by first name
 	)
 	path := func() string {
 		s := "lbctl"
@@ -90,6 +90,12 @@ func arrange(app *cli.App, argv []string) (parsedArgs, error) {
 			} else if hasValue {
 				_, value, _ = strings.Cut(a, "=")
 			}
+			if f != nil && !global {
+				given[f.Names()[0]] = true
+			}
+			if f == cli.HelpFlag {
+				given["help"] = true
+			}
 			if f != nil && !isBool(f) && !isMulti(f) {
 				key := scope + " --" + f.Names()[0]
 				if first, dup := seen[key]; dup {
@@ -129,6 +135,12 @@ func arrange(app *cli.App, argv []string) (parsedArgs, error) {
 			return p, unknownCommand(a, path(), subs)
 		}
 		levels = append(levels, level{name: a, cmd: next})
+		clear(given)
+	}
+	if n := len(levels); n > 0 && levels[n-1].cmd != nil && !given["help"] {
+		if err := checkCommandLine(levels[n-1].cmd, given, pos, path()); err != nil {
+			return p, err
+		}
 	}
 	out := append([]string{argv[0]}, globals...)
 	for _, l := range levels {
@@ -139,7 +151,7 @@ func arrange(app *cli.App, argv []string) (parsedArgs, error) {
 		out = append(out, "--")
 		out = append(out, pos...)
 	}
-	p.args, p.path = out, path()
+	p.args = out
 	return p, nil
 }
 
@@ -228,28 +240,28 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// userWords rewords urfave/cli's errors for the command the user ran:
-// `Required flags "cluster, proxy-cluster" not set` becomes
-// `lbctl weights set needs --cluster and --proxy-cluster`.
-func userWords(err error, path string) string {
-	msg := err.Error()
-	if !strings.HasPrefix(msg, "Required flag") {
-		return msg
+// checkCommandLine checks what urfave/cli would otherwise answer with a
+// help page: required flags first (so that a missing --cluster is the first
+// thing said), then positional arguments given to a command that takes none
+// (a command that takes some says so in its ArgsUsage).
+func checkCommandLine(cmd *cli.Command, given map[string]bool, pos []string, path string) error {
+	var missing []string
+	for _, f := range cmd.Flags {
+		if r, ok := f.(cli.RequiredFlag); ok && r.IsRequired() && !given[f.Names()[0]] {
+			missing = append(missing, "--"+f.Names()[0])
+		}
 	}
-	_, names, ok := strings.Cut(msg, `"`)
-	names, _, _ = strings.Cut(names, `"`)
-	if !ok || path == "" {
-		return msg
+	if len(missing) > 0 {
+		list := missing[0]
+		if len(missing) > 1 {
+			list = strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1]
+		}
+		return usageErr("%s needs %s (see %s --help)", path, list, path)
 	}
-	var flags []string
-	for _, n := range strings.Split(names, ",") {
-		flags = append(flags, "--"+strings.TrimSpace(n))
+	if len(pos) > 0 && cmd.ArgsUsage == "" && len(cmd.Subcommands) == 0 {
+		return usageErr("%s takes no arguments, got %q (see %s --help)", path, strings.Join(pos, " "), path)
 	}
-	list := strings.Join(flags, ", ")
-	if len(flags) > 1 {
-		list = strings.Join(flags[:len(flags)-1], ", ") + " and " + flags[len(flags)-1]
-	}
-	return fmt.Sprintf("%s needs %s (see %s --help)", path, list, path)
+	return nil
 }
 
 // versionLine is what both `lbctl version` and `lbctl --version` print.

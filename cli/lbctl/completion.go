@@ -14,6 +14,7 @@ func completionCommand() *cli.Command {
 		Name:      "completion",
 		Usage:     "print a shell completion script for bash or zsh",
 		UsageText: "source <(lbctl completion bash)      # or, in ~/.zshrc: source <(lbctl completion zsh)",
+		ArgsUsage: "bash|zsh",
 		Description: "The script completes command names, subcommand names and flags from lbctl's own command tree;\n" +
 			"it runs no lbctl process while completing.",
 		Action: func(c *cli.Context) error {

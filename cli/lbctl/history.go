@@ -64,6 +64,7 @@ func diffCommand() *cli.Command {
 		Name:      "diff",
 		Usage:     "compare two snapshot versions of a proxy cluster row by row",
 		UsageText: "lbctl diff --proxy-cluster B V1 V2",
+		ArgsUsage: "V1 V2",
 		Flags:     []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Required: true}},
 		Action: action(func(e *env) error {
 			if e.c.NArg() != 2 {

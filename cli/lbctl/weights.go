@@ -36,6 +36,7 @@ func weightsCommand() *cli.Command {
 				Name:      "set",
 				Usage:     "pin a row: operator weights win over computation until unpinned",
 				UsageText: `lbctl weights set --cluster C --proxy-cluster B SC1=45 SC2=45 GSLB_BLACKHOLE=10 --reason "…"`,
+				ArgsUsage: "SUBCLUSTER=WEIGHT ...",
 				Description: "Each argument is SUBCLUSTER=WEIGHT (an integer 0..100); the weights must sum to 100 and name existing\n" +
 					"sub-clusters or GSLB_BLACKHOLE. GSLB_BLACKHOLE=100 needs --allow-full-drop. Checked before anything is written.",
 				Flags: []cli.Flag{
