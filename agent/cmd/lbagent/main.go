@@ -126,6 +126,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:           "lbagent",
 		Usage:          "register a backend in Sluice, probe it, report health and load, drain on SIGTERM",
+		Version:        lbagent.Version, // --version, as lbproxy and lbctl have
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		Flags:          agentFlags(),

@@ -88,6 +88,9 @@ func TestVersionAndBadConfig(t *testing.T) {
 	if code, out, _ := runCLI("version"); code != 0 || !strings.HasPrefix(out, "lbagent ") {
 		t.Fatalf("version: %d %q", code, out)
 	}
+	if code, out, _ := runCLI("--version"); code != 0 || !strings.HasPrefix(out, "lbagent version ") {
+		t.Fatalf("--version: %d %q", code, out)
+	}
 	code, _, stderr := runCLI("--etcd", "http://127.0.0.1:1", "--cluster", "demo", "--subcluster", "SC1", "--addr", "127.0.0.1:80", "--label", "novalue")
 	if code != 2 || !strings.Contains(stderr, `label: "novalue" is not k=v`) {
 		t.Fatalf("bad label: %d %q", code, stderr)

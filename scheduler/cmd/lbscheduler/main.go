@@ -38,6 +38,7 @@ func newApp(out io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "lbscheduler",
 		Usage:     "compute Sluice weight matrices and publish them to etcd",
+		Version:   version, // --version, as lbproxy and lbctl have
 		Writer:    out,
 		ErrWriter: os.Stderr,
 		Flags: []cli.Flag{

@@ -30,6 +30,9 @@ func TestVersionAndBadFlags(t *testing.T) {
 	if out, err := run(ctx, "version"); err != nil || out != "lbscheduler dev\n" {
 		t.Fatalf("version: %q %v", out, err)
 	}
+	if out, err := run(ctx, "--version"); err != nil || out != "lbscheduler version dev\n" {
+		t.Fatalf("--version: %q %v", out, err)
+	}
 	cases := []struct {
 		args []string
 		want string
