@@ -114,12 +114,9 @@ func getCommand() *cli.Command {
 			Action: action(func(e *env) error {
 				ctx, cancel := e.ctx()
 				defer cancel()
-				st, err := e.readState(ctx)
+				st, err := e.storedState(ctx)
 				if err != nil {
 					return err
-				}
-				if st.Revision == 0 {
-					return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
 				}
 				if e.format == "json" {
 					return e.render(&st.State, nil)

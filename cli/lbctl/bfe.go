@@ -82,12 +82,9 @@ func bfeCommand() *cli.Command {
 				Action: action(func(e *env) error {
 					ctx, cancel := e.ctx()
 					defer cancel()
-					st, err := e.readState(ctx)
+					st, err := e.storedState(ctx)
 					if err != nil {
 						return err
-					}
-					if st.Revision == 0 {
-						return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
 					}
 					if err := bfe.ExportDir(&st.State, e.c.String("proxy-cluster"), e.c.String("out")); err != nil {
 						return err

@@ -83,12 +83,9 @@ func getSnapshot(e *env) error {
 func getDrains(e *env) error {
 	ctx, cancel := e.ctx()
 	defer cancel()
-	st, err := e.readState(ctx)
+	st, err := e.storedState(ctx)
 	if err != nil {
 		return err
-	}
-	if st.Revision == 0 {
-		return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
 	}
 	c := e.c.String("cluster")
 	if _, ok := st.State.Clusters[c]; c != "" && !ok {
