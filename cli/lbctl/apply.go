@@ -170,14 +170,22 @@ func validateCommand() *cli.Command {
 				if err := validate.Snapshot(s); err != nil {
 					return fmt.Errorf("%s is not a valid snapshot:\n%w", path, inFile(path, raw, err))
 				}
-				fmt.Fprintf(e.out, "%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version)
-				return nil
+				return e.wrote(validResult{File: path, Valid: true, Kind: "snapshot", ProxyCluster: s.Meta.ProxyCluster, Version: s.Meta.Version},
+					fmt.Sprintf("%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version))
 			}
 			if _, err := loadStateFile(path, strings.NewReader(string(raw))); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "%s: valid desired state\n", path)
-			return nil
+			return e.wrote(validResult{File: path, Valid: true, Kind: "desired_state"}, fmt.Sprintf("%s: valid desired state\n", path))
 		}),
 	}
+}
+
+// validResult is validate's answer in JSON/YAML (errors go to stderr, exit 1).
+type validResult struct {
+	File         string `json:"file"`
+	Valid        bool   `json:"valid"`
+	Kind         string `json:"kind"` // desired_state or snapshot
+	ProxyCluster string `json:"proxy_cluster,omitempty"`
+	Version      uint64 `json:"version,omitempty"`
 }

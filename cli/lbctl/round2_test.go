@@ -209,6 +209,10 @@ func TestGetShiftsAndSnapshot(t *testing.T) {
 	if out := h.mustRun("validate", f); !strings.HasSuffix(out, "valid snapshot (BFE1 v5)\n") {
 		t.Fatalf("validate of get snapshot's output: %s", out)
 	}
+	want := `{"file":"` + f + `","valid":true,"kind":"snapshot","proxy_cluster":"BFE1","version":5}`
+	if out := h.mustRun("validate", f, "-o", "json"); strings.Join(strings.Fields(out), "") != strings.Join(strings.Fields(want), "") {
+		t.Fatalf("validate -o json: %s, want %s", out, want)
+	}
 	if _, errs, code := h.run("", "get", "snapshot", "--proxy-cluster", "BFE9"); code != ExitError ||
 		!strings.Contains(errs, `no snapshot has been published for proxy cluster "BFE9" (the proxy clusters with one are BFE1)`) {
 		t.Fatalf("unknown proxy cluster: exit %d %s", code, errs)

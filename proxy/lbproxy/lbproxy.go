@@ -132,6 +132,8 @@ type Config struct {
 	TraceExporter string
 	// TraceSample is the root sampling ratio 0..1.
 	TraceSample float64
+	// TraceOutput receives the stdout trace exporter's spans; nil: stdout.
+	TraceOutput io.Writer
 	// SpanProcessor is added to the tracer provider (tests).
 	SpanProcessor sdktrace.SpanProcessor
 	// Probe is the active health probe of the balancer (nil: agent/probe's
@@ -234,7 +236,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{
 		ServiceName: "lbproxy", ServiceInstance: cfg.ID, Version: cfg.Version,
-		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor,
+		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor, Stdout: cfg.TraceOutput,
 	})
 	if err != nil {
 		return fmt.Errorf("lbproxy: %w", err)

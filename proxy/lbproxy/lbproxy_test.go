@@ -198,9 +198,13 @@ func startWith(t *testing.T, cfg Config) *running {
 	if cfg.FrontKind == "" {
 		cfg.FrontKind = os.Getenv(frontEnv) // TestStdFrontSuite
 	}
-	cfg.TraceExporter = "none"
+	if cfg.TraceExporter == "" {
+		cfg.TraceExporter = "none"
+	}
 	cfg.ReportInterval = 200 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
 	started := make(chan Addrs, 1)
 	cfg.Started = func(a Addrs) { started <- a }
 	ctx, cancel := context.WithCancel(context.Background())

@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/api/bfe"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -72,6 +73,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "access-log-flush", Value: time.Second, Usage: "longest time a line waits in the access-log buffer (nginx's flush=)", EnvVars: env("ACCESS_LOG_FLUSH")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 			&cli.StringFlag{Name: "trace-exporter", Usage: "none, stdout or otlp (default: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)", EnvVars: env("TRACE_EXPORTER")},
+			&cli.StringFlag{Name: "trace-file", Usage: "with --trace-exporter stdout: append the spans to this file, not to stdout (keeps them out of the log)", EnvVars: env("TRACE_FILE")},
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). TLS always uses net/http (HTTP/2)", EnvVars: env("FRONT")},
@@ -162,6 +164,17 @@ func run(c *cli.Context) error {
 			return fmt.Errorf("--sticky-secret-file %s: want at least 16 bytes of secret", f)
 		}
 		cfg.StickySecret = []byte(strings.TrimSpace(string(b)))
+	}
+	if f := c.String("trace-file"); f != "" {
+		if cfg.TraceExporter != telemetry.ExporterStdout {
+			return fmt.Errorf("--trace-file %s needs --trace-exporter stdout (it is %q)", f, cfg.TraceExporter)
+		}
+		tf, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--trace-file: %w", err)
+		}
+		defer tf.Close()
+		cfg.TraceOutput = tf
 	}
 	switch a := c.String("access-log"); a {
 	case "off", "":

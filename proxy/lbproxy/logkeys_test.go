@@ -1,0 +1,90 @@
+package lbproxy
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/integration/etcdtest"
+)
+
+// lockedBuffer is written by the proxy's goroutines and read by the test.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+// No JSON log line repeats a key (the components used to add proxy_cluster
+// and id again to a logger that already had them), and spans of the stdout
+// exporter go to TraceOutput, never into the log.
+func TestLogLinesHaveNoDuplicateKeysAndNoSpans(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	b1 := backendServer(t, "b1", nil)
+	var logs, traces lockedBuffer
+	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir(),
+		Logger:        slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		TraceExporter: "stdout", TraceSample: 1, TraceOutput: &traces})
+	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v1 serves b1", func() bool {
+		code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test")
+		return code == 200 && body == "b1"
+	})
+	eventually(t, 10*time.Second, "configwatch and statusreport log lines", func() bool {
+		s := logs.String()
+		return strings.Contains(s, `"component":"configwatch"`) && strings.Contains(s, `"component":"statusreport"`)
+	})
+	r.shutdown(t)
+	if !strings.Contains(traces.String(), `"SpanContext"`) {
+		t.Fatalf("no span reached TraceOutput:\n%.2000s", traces.String())
+	}
+	sc := bufio.NewScanner(strings.NewReader(logs.String()))
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		if strings.Contains(line, "SpanContext") {
+			t.Errorf("a span in the log: %.300s", line)
+		}
+		if k := duplicateKey(t, line); k != "" {
+			t.Errorf("key %q twice in %s", k, line)
+		}
+	}
+	if n == 0 {
+		t.Fatal("no log lines")
+	}
+}
+
+// duplicateKey returns a top-level key that occurs twice in a JSON object.
+func duplicateKey(t *testing.T, line string) string {
+	t.Helper()
+	d := json.NewDecoder(strings.NewReader(line))
+	if tok, err := d.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("not a JSON object: %s", line)
+	}
+	seen := map[string]bool{}
+	for d.More() {
+		tok, err := d.Token()
+		if err != nil {
+			t.Fatalf("%v in %s", err, line)
+		}
+		k := tok.(string)
+		if seen[k] {
+			return k
+		}
+		seen[k] = true
+		var v json.RawMessage
+		if err := d.Decode(&v); err != nil {
+			t.Fatalf("%v in %s", err, line)
+		}
+	}
+	return ""
+}
