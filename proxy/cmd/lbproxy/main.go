@@ -20,6 +20,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/bfe"
+	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
 	"github.com/sluicelb/sluice/proxy/telemetry"
@@ -103,7 +104,7 @@ func run(c *cli.Context) error {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(logrepeat.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}), 0)) // identical warnings/errors: once a minute, with a count
 	switch p := c.Int("gc-percent"); {
 	case p < 0:
 		return fmt.Errorf("--gc-percent %d: want 0 (keep GOGC) or a percentage above 0", p)
