@@ -116,7 +116,7 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 			applyCommand(), getCommand(), validateCommand(),
 			weightsCommand(), shiftCommand(), drainCommand(true), drainCommand(false),
 			rolloutCommand(), historyCommand(), diffCommand(), rollbackCommand(),
-			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(), completionCommand(),
+			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(), overrideCommand(), completionCommand(),
 			{
 				Name:  "version",
 				Usage: "print lbctl's version",
