@@ -99,7 +99,7 @@ func arrange(app *cli.App, argv []string) (parsedArgs, error) {
 			if f != nil && !isBool(f) && !isMulti(f) {
 				key := scope + " --" + f.Names()[0]
 				if first, dup := seen[key]; dup {
-					return p, usageErr("--%s given twice (%q and %q); it takes one value: run %s once per value",
+					return p, usageMsg("--%s given twice (%q and %q); it takes one value: run %s once per value",
 						f.Names()[0], first, value, path())
 				}
 				seen[key] = value
@@ -198,9 +198,9 @@ func unknownCommand(word, path string, cmds []*cli.Command) error {
 		}
 	}
 	if s := suggest(word, names); s != "" {
-		return usageErr("unknown command %q for %s; did you mean %s?", word, path, s)
+		return usageMsg("unknown command %q for %s; did you mean %s?", word, path, s)
 	}
-	return usageErr("unknown command %q for %s; the commands are: %s (see %s --help)", word, path, strings.Join(names, ", "), path)
+	return usageMsg("unknown command %q for %s; the commands are: %s (see %s --help)", word, path, strings.Join(names, ", "), path)
 }
 
 // suggest returns the candidate closest to word: a prefix either way, or an
@@ -256,12 +256,18 @@ func checkCommandLine(cmd *cli.Command, given map[string]bool, pos []string, pat
 		if len(missing) > 1 {
 			list = strings.Join(missing[:len(missing)-1], ", ") + " and " + missing[len(missing)-1]
 		}
-		return usageErr("%s needs %s (see %s --help)", path, list, path)
+		return usageMsg("%s needs %s (see %s --help)", path, list, path)
 	}
 	if len(pos) > 0 && cmd.ArgsUsage == "" && len(cmd.Subcommands) == 0 {
-		return usageErr("%s takes no arguments, got %q (see %s --help)", path, strings.Join(pos, " "), path)
+		return usageMsg("%s takes no arguments, got %q (see %s --help)", path, strings.Join(pos, " "), path)
 	}
 	return nil
+}
+
+// usageMsg is a usage error (exit 2) whose text says what is wrong by
+// itself, without the "usage:" prefix.
+func usageMsg(format string, args ...any) error {
+	return withCode(ExitUsage, fmt.Errorf(format, args...))
 }
 
 // versionLine is what both `lbctl version` and `lbctl --version` print.

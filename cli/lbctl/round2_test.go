@@ -103,7 +103,7 @@ func TestRepeatedOneValueFlagIsRefused(t *testing.T) {
 	h.applyDemo()
 	_, rev := h.desired()
 	_, errs, code := h.run("", "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--subcluster", "SC2")
-	want := "lbctl: usage: --subcluster given twice (\"SC1\" and \"SC2\"); it takes one value: run lbctl drain once per value\n"
+	want := "lbctl: --subcluster given twice (\"SC1\" and \"SC2\"); it takes one value: run lbctl drain once per value\n"
 	if code != ExitUsage || errs != want {
 		t.Fatalf("exit %d, stderr %q, want %q", code, errs, want)
 	}
