@@ -10,13 +10,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/integration/syncbuf"
 )
 
 // normalise replaces what differs between machines and runs (the author
@@ -249,19 +249,6 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-// syncBuffer is written by a running lbctl and read by the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
-
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -283,7 +270,7 @@ func TestWeightsGetWatch(t *testing.T) {
 		t.Run(stop, func(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			var out, errb syncBuffer
+			var out, errb syncbuf.Buffer
 			done := make(chan int, 1)
 			go func() {
 				done <- MainContext(ctx, []string{"lbctl", "weights", "get", "--watch", "--endpoints", ep}, &out, &errb, strings.NewReader(""))

@@ -2,25 +2,15 @@ package lbproxy
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/integration/syncbuf"
 )
-
-// lockedBuffer is written by the proxy's goroutines and read by the test.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
-func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 // No JSON log line repeats a key (the components used to add proxy_cluster
 // and id again to a logger that already had them), and spans of the stdout
@@ -28,7 +18,7 @@ func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Un
 func TestLogLinesHaveNoDuplicateKeysAndNoSpans(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	b1 := backendServer(t, "b1", nil)
-	var logs, traces lockedBuffer
+	var logs, traces syncbuf.Buffer
 	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir(),
 		Logger:        slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		TraceExporter: "stdout", TraceSample: 1, TraceOutput: &traces})
