@@ -242,6 +242,9 @@ func TestExitCodes(t *testing.T) {
 		{"", []string{"apply", "-f", changed, "--yes", "--expect-revision", itoa(rev - 1)}, ExitConflict},
 		{"", []string{"rollout", "status", "--proxy-cluster", "BFE1"}, ExitNotConverged},
 		{"n\n", []string{"apply", "-f", changed}, ExitAborted},
+		{"", []string{"help", "weights"}, ExitOK},
+		{"", []string{"weights", "set", "--help"}, ExitOK}, // required flags are not asked for with --help
+		{"", []string{"weights", "-h"}, ExitOK},
 	} {
 		if _, errs, code := h.run(c.stdin, c.args...); code != c.code {
 			t.Errorf("lbctl %v: exit %d, want %d\n%s", c.args, code, c.code, errs)
@@ -381,4 +384,41 @@ func TestPlanTableSaysBlackhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	golden(t, "plan-table", b.String())
+}
+
+// proxies --watch -o json prints one JSON document per change of a proxy's
+// status, and ends with exit 0 with its context.
+func TestProxiesWatchJSON(t *testing.T) {
+	h := newHarness(t)
+	h.publish(demoSnapshot("BFE1", 2, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 1, EtcdConnected: true, UpdatedAt: time.Now()})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var out, errb syncbuf.Buffer
+	done := make(chan int, 1)
+	go func() {
+		done <- MainContext(ctx, []string{"lbctl", "--endpoints", strings.Join(h.srv.Endpoints, ","), "proxies", "-w", "-o", "json"},
+			&out, &errb, strings.NewReader(""))
+	}()
+	docs := func() []report.ProxyStatus {
+		var all []report.ProxyStatus
+		d := json.NewDecoder(strings.NewReader(out.String()))
+		for {
+			var sts []report.ProxyStatus
+			if d.Decode(&sts) != nil {
+				return all
+			}
+			all = append(all, sts...)
+		}
+	}
+	waitFor(t, "the first document", func() bool { return len(docs()) == 1 })
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 2, EtcdConnected: true, UpdatedAt: time.Now()})
+	waitFor(t, "the second document", func() bool { return len(docs()) == 2 })
+	cancel()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if d := docs(); d[0].AppliedVersion != 1 || d[1].AppliedVersion != 2 {
+		t.Fatalf("documents %+v", d)
+	}
 }
