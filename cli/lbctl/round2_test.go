@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/integration/syncbuf"
@@ -420,5 +421,30 @@ func TestProxiesWatchJSON(t *testing.T) {
 	}
 	if d := docs(); d[0].AppliedVersion != 1 || d[1].AppliedVersion != 2 {
 		t.Fatalf("documents %+v", d)
+	}
+}
+
+// get config: the table format is YAML with the revision in a comment;
+// -o yaml is the document alone, -o json the same document as JSON.
+func TestGetConfigFormats(t *testing.T) {
+	h := newHarness(t)
+	h.applyDemo()
+	_, rev := h.desired()
+	table := h.mustRun("get", "config")
+	y := h.mustRun("get", "config", "-o", "yaml")
+	if table != fmt.Sprintf("# revision %d\n", rev)+y || strings.HasPrefix(y, "#") {
+		t.Fatalf("table:\n%s\nyaml:\n%s", table, y)
+	}
+	var fromYAML, fromJSON config.State
+	if err := codec.Unmarshal([]byte(y), &fromYAML); err != nil {
+		t.Fatal(err)
+	}
+	if err := codec.Unmarshal([]byte(h.mustRun("get", "config", "-o", "json")), &fromJSON); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(fromYAML)
+	b, _ := json.Marshal(fromJSON)
+	if string(a) != string(b) {
+		t.Fatalf("yaml and json differ:\n%s\n%s", a, b)
 	}
 }
