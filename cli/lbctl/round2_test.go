@@ -306,6 +306,20 @@ func TestWeightsGetWatch(t *testing.T) {
 	}
 }
 
+// With --timeout given, a watch ends (exit 0) when it has passed.
+func TestWatchEndsAfterAnExplicitTimeout(t *testing.T) {
+	h := newHarness(t)
+	h.publish(demoSnapshot("BFE1", 3, map[string]int{"SC1": 45, "SC2": 55}, false))
+	start := time.Now()
+	out, errs, code := h.run("", "weights", "get", "--watch", "--timeout", "500ms")
+	if code != 0 || strings.Count(out, "CLUSTER demo-main") != 1 {
+		t.Fatalf("exit %d\n%s%s", code, out, errs)
+	}
+	if d := time.Since(start); d < 500*time.Millisecond || d > 10*time.Second {
+		t.Fatalf("the watch ended after %s, want about 500ms", d)
+	}
+}
+
 // The completion scripts are valid shell and complete commands,
 // subcommands and flags.
 func TestCompletionScripts(t *testing.T) {
