@@ -462,3 +462,21 @@ func TestGetConfigFormats(t *testing.T) {
 		t.Fatalf("yaml and json differ:\n%s\n%s", a, b)
 	}
 }
+
+// history and diff in every format.
+func TestHistoryAndDiffFormats(t *testing.T) {
+	h := newHarness(t)
+	h.publish(demoSnapshot("BFE1", 1, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.publish(demoSnapshot("BFE1", 2, map[string]int{"SC1": 40, "SC2": 50, config.Blackhole: 10}, true))
+	var got strings.Builder
+	for _, args := range [][]string{
+		{"history", "--proxy-cluster", "BFE1"},
+		{"history", "--proxy-cluster", "BFE1", "-o", "yaml"},
+		{"diff", "--proxy-cluster", "BFE1", "1", "2"},
+		{"diff", "--proxy-cluster", "BFE1", "v1", "v2", "-o", "json"},
+		{"weights", "get", "-o", "yaml"},
+	} {
+		fmt.Fprintf(&got, "$ lbctl %s\n%s", strings.Join(args, " "), h.mustRun(args...))
+	}
+	golden(t, "history-diff-formats", got.String())
+}
