@@ -4,7 +4,8 @@ go 1.26.0
 
 require (
 	github.com/sluicelb/sluice/api v0.0.0
-	github.com/sluicelb/sluice/integration v0.0.0
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
+	github.com/valyala/fasthttp v1.78.0
 )
 
 require (
@@ -12,7 +13,6 @@ require (
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
-	github.com/valyala/fasthttp v1.78.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
 
@@ -94,4 +94,5 @@ replace (
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/integration => ../integration
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

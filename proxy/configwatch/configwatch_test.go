@@ -14,7 +14,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/proxy/faultproxy"
 )
 

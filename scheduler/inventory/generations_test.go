@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // TestGenerations: each input change gives exactly the clusters it touches

@@ -12,7 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // recSink records what watchLoop delivers; its first reset blocks until

@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
