@@ -21,8 +21,8 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
