@@ -1,6 +1,6 @@
 # Sluice — every target works from a clean clone. See README.md.
 SHELL := /bin/bash
-MODULES := api proxy scheduler agent cli integration testkit
+MODULES := api probe proxy scheduler agent cli integration testkit
 BINARIES := ./proxy/cmd/lbproxy ./scheduler/cmd/lbscheduler ./agent/cmd/lbagent ./cli/cmd/lbctl
 GO ?= go
 FUZZTIME ?= 10s
