@@ -5,6 +5,9 @@ BINARIES := ./proxy/cmd/lbproxy ./scheduler/cmd/lbscheduler ./agent/cmd/lbagent 
 GO ?= go
 FUZZTIME ?= 10s
 TEST_FLAGS ?= -race -count=1 -timeout 15m
+# staticcheck for make lint; .ci/run installs this version (it supports Go 1.26)
+STATICCHECK ?= staticcheck
+STATICCHECK_VERSION := v0.8.2
 
 .PHONY: all build devtools test unit e2e lint fuzz run bench chaos images deploy-up deploy-down clean tidy
 
@@ -31,9 +34,11 @@ devtools:
 e2e: build devtools
 	cd integration && SLUICE_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 25m -tags e2e -v ./e2e/...
 
-## lint: go vet on every module and a gofmt check
+## lint: go vet and staticcheck on every module (integration's e2e suite too) and a gofmt check
 lint:
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@command -v $(STATICCHECK) >/dev/null || { echo "lint: $(STATICCHECK) not found: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; exit 1; }
+	@set -e; for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./...); done
+	@cd integration && $(STATICCHECK) -tags e2e ./e2e/...
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## fuzz: each fuzz target for FUZZTIME

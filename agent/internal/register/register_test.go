@@ -106,13 +106,11 @@ func TestAbandonLeavesKeyUntilTTL(t *testing.T) {
 
 func TestReRegisterAfterLeaseLoss(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	var grants int
 	granted := make(chan clientv3.LeaseID, 10)
 	r, stop := start(t, Options{Client: cli, Key: key, TTL: 5 * time.Second, Hooks: Hooks{Granted: func(id clientv3.LeaseID) { granted <- id }}})
 	defer stop()
 	r.Set(rec(config.StateUnhealthy))
 	first := <-granted
-	grants++
 	eventually(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
 	// Someone revokes our lease: the key goes, the registrar must notice
 	// and register again with the last known record.
