@@ -18,10 +18,10 @@ import (
 
 	"github.com/sluicelb/sluice/agent/internal/load"
 	"github.com/sluicelb/sluice/agent/internal/register"
-	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/probe"
 )
 
 // Agent is one running lbagent. Create it with New, start it with Run;

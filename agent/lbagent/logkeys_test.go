@@ -6,9 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
-	"github.com/sluicelb/sluice/integration/logcheck"
-	"github.com/sluicelb/sluice/integration/syncbuf"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/logcheck"
+	"github.com/sluicelb/sluice/testkit/poll"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 // No JSON log line of the agent repeats a key: the admin address is
@@ -20,7 +21,7 @@ func TestLogLinesHaveNoDuplicateKeys(t *testing.T) {
 	cfg := baseConfig(t, srv, b)
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	r := startAgent(t, cfg)
-	eventually(t, 10*time.Second, "registration", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool {
 		_, _, ok := getInstance(t, cli, r.a.Key())
 		return ok
 	})

@@ -19,7 +19,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files")

@@ -17,7 +17,8 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/syncbuf"
+	"github.com/sluicelb/sluice/testkit/poll"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 // normalise replaces what differs between machines and runs (the author
@@ -253,17 +254,6 @@ func TestExitCodes(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond) // poll interval
-	}
-}
-
 // weights get --watch prints the matrix again when a new snapshot goes
 // live, and ends with exit 0 when its context ends and on SIGINT.
 func TestWeightsGetWatch(t *testing.T) {
@@ -279,13 +269,13 @@ func TestWeightsGetWatch(t *testing.T) {
 			go func() {
 				done <- MainContext(ctx, []string{"lbctl", "weights", "get", "--watch", "--endpoints", ep}, &out, &errb, strings.NewReader(""))
 			}()
-			waitFor(t, "the first table", func() bool { return strings.Contains(out.String(), "BFE1") })
+			poll.EventuallyTrue(t, 20*time.Second, "the first table", func() bool { return strings.Contains(out.String(), "BFE1") })
 			v := uint64(4)
 			if stop == "SIGINT" {
 				v = 5
 			}
 			h.publish(demoSnapshot("BFE1", v, map[string]int{"SC1": 30, "SC2": 70}, false))
-			waitFor(t, "the redraw", func() bool { return strings.Contains(out.String(), fmt.Sprintf("v%d", v)) })
+			poll.EventuallyTrue(t, 20*time.Second, "the redraw", func() bool { return strings.Contains(out.String(), fmt.Sprintf("v%d", v)) })
 			if stop == "SIGINT" {
 				syscall.Kill(os.Getpid(), syscall.SIGINT)
 			} else {
@@ -426,9 +416,9 @@ func TestProxiesWatchJSON(t *testing.T) {
 			all = append(all, sts...)
 		}
 	}
-	waitFor(t, "the first document", func() bool { return len(docs()) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the first document", func() bool { return len(docs()) == 1 })
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 2, EtcdConnected: true, UpdatedAt: time.Now()})
-	waitFor(t, "the second document", func() bool { return len(docs()) == 2 })
+	poll.EventuallyTrue(t, 20*time.Second, "the second document", func() bool { return len(docs()) == 2 })
 	cancel()
 	if code := <-done; code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())

@@ -24,9 +24,9 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // TestMain checks for leaked goroutines. Two fasthttp goroutines are not

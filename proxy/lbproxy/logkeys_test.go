@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
-	"github.com/sluicelb/sluice/integration/logcheck"
-	"github.com/sluicelb/sluice/integration/syncbuf"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/logcheck"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 // No JSON log line repeats a key (the components used to add proxy_cluster

@@ -40,11 +40,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/agent/lbagent"
-	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/api/tlsfiles"
+	"github.com/sluicelb/sluice/probe"
 )
 
 func main() {
