@@ -58,11 +58,6 @@ type Request struct {
 	// Start is when the attempt began (zero: now); it saves Do a clock
 	// read for the response-header timeout and the idle-connection check.
 	Start time.Time
-	// RetryStale decides whether an exchange that failed on a reused
-	// keep-alive connection before any response byte arrived (the backend
-	// closed it meanwhile) is redone on another connection; written reports
-	// whether a body byte had been written. nil means never.
-	RetryStale func(written bool) bool
 }
 
 // ContinueTimeout is how long Do waits for "100 Continue" before sending the
@@ -85,6 +80,24 @@ type BodyReadError struct{ Err error }
 
 func (e *BodyReadError) Error() string { return "read request body: " + e.Err.Error() }
 func (e *BodyReadError) Unwrap() error { return e.Err }
+
+// StaleConnError is an exchange that failed on a reused keep-alive
+// connection before any byte of the answer arrived: the backend may have
+// closed the connection just as it was taken (Do checks idle connections
+// before reuse, so only that race is left). Do never resends by itself: a
+// resend is another attempt, the caller's decision (is the request
+// replayable, did a body byte leave?).
+type StaleConnError struct {
+	Err error
+	// Unsent: no byte of the request reached the socket (the first write
+	// failed), so the backend cannot have seen any of it.
+	Unsent bool
+}
+
+func (e *StaleConnError) Error() string {
+	return "reused connection failed before the answer: " + e.Err.Error()
+}
+func (e *StaleConnError) Unwrap() error { return e.Err }
 
 // ErrProtocol wraps every malformed backend response.
 var ErrProtocol = errors.New("forward: malformed backend response")
@@ -109,7 +122,8 @@ type conn struct {
 	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream
 	idleAt  time.Time
-	reused  bool // served an exchange before this one
+	sent    int64 // bytes written to nc over its life
+	reused  bool  // served an exchange before this one
 	stop    func() bool
 	body    Body
 	line    []byte // scratch for header lines longer than the read buffer
@@ -137,25 +151,24 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	if now.IsZero() {
 		now = u.now()
 	}
-	for {
-		c, err := u.getConn(ctx, now)
-		if err != nil {
-			u.releaseSlot()
-			return Response{}, err
-		}
-		res, st, err := c.exchange(ctx, req, dst, now)
-		if err == nil {
-			return res, nil
-		}
-		c.stopWatch()
-		c.close()
-		if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) &&
-			req.RetryStale != nil && req.RetryStale(st.written) {
-			continue
-		}
+	c, err := u.getConn(ctx, now)
+	if err != nil {
 		u.releaseSlot()
 		return Response{}, err
 	}
+	sent := c.sent
+	res, st, err := c.exchange(ctx, req, dst, now)
+	if err == nil {
+		return res, nil
+	}
+	c.stopWatch()
+	c.close()
+	u.releaseSlot()
+	var rbe *BodyReadError
+	if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
+		err = &StaleConnError{Err: err, Unsent: c.sent == sent}
+	}
+	return Response{}, err
 }
 
 func isTimeout(err error) bool {
@@ -164,7 +177,6 @@ func isTimeout(err error) bool {
 }
 
 type exchangeState struct {
-	written    bool // a body byte was written
 	noResponse bool // no response byte was read
 }
 
@@ -241,10 +253,8 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now 
 		} else if !isTimeout(err) || ctx.Err() != nil {
 			return Response{}, st, err
 		}
-		st.written = true
 		werr = c.writeBody(req)
 	default:
-		st.written = true
 		werr = c.writeBody(req)
 	}
 	var rbe *BodyReadError
@@ -317,13 +327,17 @@ func (c *conn) setReadDeadline(t time.Time) error {
 // else, and a connection sockio did not wrap, is a plain Write.
 type sockWriter struct{ c *conn }
 
-func (w sockWriter) Write(p []byte) (int, error) {
+func (w sockWriter) Write(p []byte) (n int, err error) {
 	if w.c.await {
 		if sc, ok := w.c.nc.(*sockio.Conn); ok {
-			return sc.WriteAwait(p)
+			n, err = sc.WriteAwait(p)
+			w.c.sent += int64(n)
+			return n, err
 		}
 	}
-	return w.c.nc.Write(p)
+	n, err = w.c.nc.Write(p)
+	w.c.sent += int64(n)
+	return n, err
 }
 
 // writeHead buffers the request line and header.
@@ -905,6 +919,22 @@ func (b *Body) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// Ready reports whether the whole body is already in memory (read with the
+// header, or empty): reading it to its end touches no socket.
+func (b *Body) Ready() bool {
+	switch b.mode {
+	case modeNone:
+		return true
+	case modeLength:
+		return b.eof || int64(b.c.br.Buffered()) >= b.remaining
+	}
+	return b.eof
+}
+
+// Buffered reports whether bytes from the backend are waiting to be read,
+// so that the next Read returns without waiting for the backend.
+func (b *Body) Buffered() bool { return b.c.br.Buffered() > 0 }
 
 // Trailer returns the trailer fields of a chunked body once Read returned
 // io.EOF (nil when there were none).

@@ -618,10 +618,17 @@ func (a *fastAdapter) Flush() {}
 func (a *fastAdapter) SetReadDeadline(t time.Time) error  { return a.ctx.SetReadDeadline(t) }
 func (a *fastAdapter) SetWriteDeadline(t time.Time) error { return a.ctx.SetWriteDeadline(t) }
 
-// Handoff takes bodies that are unsized or over handoffMax.
-func (a *fastAdapter) Handoff(contentLength int64) bool {
-	return a.req.Method != http.MethodHead && (contentLength < 0 || contentLength > handoffMax) &&
-		a.status != http.StatusNoContent && a.status != http.StatusNotModified
+// Handoff takes bodies that are unsized, over handoffMax or not all in
+// memory yet; the header of one not in memory is flushed at once.
+func (a *fastAdapter) Handoff(contentLength int64, ready bool) bool {
+	if a.req.Method == http.MethodHead || a.status == http.StatusNoContent || a.status == http.StatusNotModified {
+		return false
+	}
+	if !ready {
+		a.ctx.Response.ImmediateHeaderFlush = true
+		return true
+	}
+	return contentLength < 0 || contentLength > handoffMax
 }
 
 // StreamBody lets fasthttp copy body after the handler returned (chunked

@@ -86,6 +86,7 @@ type reqState struct {
 	// end of the request: the request-deadline cancel, and whether the
 	// response body was handed to the front (bodyHandoff) that then ends it
 	r         *http.Request
+	w         http.ResponseWriter // the std path's writer (flushingBody)
 	cancel    context.CancelFunc
 	handedOff bool
 
@@ -219,6 +220,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.serveFast(ctx, w, r)
 		return
 	}
+	st.w = w
 	s.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, stateKey{}, st)))
 }
 
@@ -516,7 +518,44 @@ func (s *Server) modifyResponse(res *http.Response) error {
 	if st.status >= 500 {
 		st.c.stats.errors.Add(1)
 	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return nil
+	}
+	policy := accelPolicy(res.Header)
+	// An unsized or event-stream answer is flushed by ReverseProxy itself
+	// (header at once, then every write, from its own timer goroutine).
+	if fl, ok := st.w.(http.Flusher); ok && res.ContentLength >= 0 && !isEventStream(res.Header) {
+		res.Body = &flushingBody{ReadCloser: res.Body, fl: fl, policy: policy}
+	}
 	return nil
+}
+
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
+
+// flushingBody gives a sized answer on the std path relay's flush policy:
+// ReverseProxy writes what a Read returned before it calls Read again, so a
+// flush before a Read that may wait sends the header (first Read) and the
+// body read so far to the client instead of holding them until the backend
+// sends more.
+type flushingBody struct {
+	io.ReadCloser
+	fl     http.Flusher
+	policy flushPolicy
+	n      int
+}
+
+func (b *flushingBody) Read(p []byte) (int, error) {
+	if b.n == 0 || b.policy != flushBuffer {
+		b.fl.Flush()
+	}
+	b.n++
+	return b.ReadCloser.Read(p)
 }
 
 func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error) {
