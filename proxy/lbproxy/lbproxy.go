@@ -62,7 +62,10 @@ type CertPair struct{ Cert, Key string }
 // Config is one proxy's configuration. Exactly one of Etcd.Endpoints,
 // ConfigFile and BFEConfDir selects the config source.
 type Config struct {
-	// ProxyCluster is the proxy cluster whose snapshot is served (e.g. BFE1).
+	// ProxyCluster is the proxy cluster whose snapshot is served (e.g.
+	// BFE1). Required with etcd; with a file, empty means the file's own
+	// (a desired state with one proxy cluster, a snapshot's meta, BFE's
+	// default for a BFE directory).
 	ProxyCluster string
 	// ID is this proxy's unique id within its proxy cluster.
 	ID string
@@ -166,8 +169,12 @@ func (c *Config) check() error {
 	if sources != 1 {
 		return errors.New("lbproxy: give exactly one config source: etcd endpoints, a config file or a BFE conf dir")
 	}
-	if err := keys.ValidName(c.ProxyCluster); err != nil {
-		return fmt.Errorf("lbproxy: proxy cluster: %w", err)
+	// A file names its own proxy cluster (a BFE directory gets BFE's
+	// default name): --proxy-cluster is only required with etcd.
+	if c.ProxyCluster != "" || len(c.Etcd.Endpoints) > 0 {
+		if err := keys.ValidName(c.ProxyCluster); err != nil {
+			return fmt.Errorf("lbproxy: proxy cluster: %w", err)
+		}
 	}
 	if len(c.Etcd.Endpoints) > 0 {
 		if err := keys.ValidName(c.ID); err != nil {

@@ -188,8 +188,11 @@ func start(t *testing.T, cfg Config) *running {
 // startWith runs lbproxy with the listeners cfg already has.
 func startWith(t *testing.T, cfg Config) *running {
 	t.Helper()
-	if cfg.ProxyCluster == "" {
+	switch cfg.ProxyCluster {
+	case "":
 		cfg.ProxyCluster = "BFE1"
+	case noProxyCluster:
+		cfg.ProxyCluster = ""
 	}
 	if cfg.ID == "" {
 		cfg.ID = "p1"

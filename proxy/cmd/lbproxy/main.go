@@ -47,7 +47,7 @@ func newApp() *cli.App {
 		Usage:   "Sluice's L7 traffic balancer (data plane)",
 		Version: version,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1)", EnvVars: env("PROXY_CLUSTER"), Required: true},
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1); required with --etcd, with --config/--bfe-conf the file's own by default", EnvVars: env("PROXY_CLUSTER")},
 			&cli.StringFlag{Name: "id", Usage: "this proxy's unique id in its proxy cluster (default: host name)", EnvVars: env("ID")},
 			&cli.StringFlag{Name: "etcd", Usage: "etcd endpoints, comma-separated", EnvVars: env("ETCD")},
 			&cli.StringFlag{Name: "etcd-cacert", Usage: "PEM CA bundle for etcd TLS", EnvVars: env("ETCD_CACERT")},
