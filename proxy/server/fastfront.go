@@ -238,27 +238,6 @@ func (f *FastFront) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
-// onError answers a request fasthttp could not read, with the statuses of
-// the std front: 431 header too large, 408 read timeout, 413, else 400.
-func (f *FastFront) onError(ctx *fasthttp.RequestCtx, err error) {
-	var small *fasthttp.ErrSmallBuffer
-	status := http.StatusBadRequest
-	var ne net.Error
-	switch {
-	case errors.As(err, &small):
-		status = http.StatusRequestHeaderFieldsTooLarge
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		status = http.StatusRequestEntityTooLarge
-		ctx.Response.Header.Set(ReasonHeader, CodeBodyTooLarge)
-	case errors.As(err, &ne) && ne.Timeout():
-		status = http.StatusRequestTimeout
-	}
-	ctx.Response.Header.Set("Content-Type", "text/plain; charset=utf-8")
-	ctx.SetStatusCode(status)
-	ctx.SetBodyString(strconv.Itoa(status) + " " + http.StatusText(status))
-	ctx.SetConnectionClose()
-}
-
 // serve is the fasthttp handler.
 func (f *FastFront) serve(ctx *fasthttp.RequestCtx) {
 	if up := ctx.Request.Header.Peek("Upgrade"); len(up) > 0 && !isH2CUpgrade(http.Header{"Upgrade": {string(up)}}) {
@@ -268,10 +247,7 @@ func (f *FastFront) serve(ctx *fasthttp.RequestCtx) {
 	a := adapters.Get().(*fastAdapter)
 	if err := a.reset(ctx); err != nil {
 		a.release()
-		ctx.Response.Header.Set("Content-Type", "text/plain; charset=utf-8")
-		ctx.SetStatusCode(http.StatusBadRequest)
-		ctx.SetBodyString("400 Bad Request: " + err.Error())
-		ctx.SetConnectionClose()
+		f.answer(ctx, http.StatusBadRequest, CodeBadRequest, true, ": "+err.Error())
 		return
 	}
 	aborted := f.run(a)
