@@ -69,4 +69,3 @@ func atoi(s string) int {
 	}
 	return n
 }
-
