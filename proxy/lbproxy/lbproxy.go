@@ -36,6 +36,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
 	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/proxy/filesource"
 	"github.com/sluicelb/sluice/proxy/forward"
 	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -428,7 +429,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		goBG("config watch", w.Run)
 		goBG("status report", rep.Run)
 	default:
-		path, err := startFileSource(cfg, log, apply, goBG, promReg)
+		src.fileState = new(filesource.State)
+		path, err := startFileSource(cfg, log, apply, goBG, promReg, src.fileState)
 		if err != nil {
 			return err
 		}
@@ -556,6 +558,8 @@ type source struct {
 	log     *slog.Logger
 	watcher *configwatch.Watcher
 	file    string
+	// fileState is the file source's status (file and BFE modes).
+	fileState *filesource.State
 }
 
 // Status is the document of GET /v1/status.
@@ -580,7 +584,12 @@ func (s *source) adminStatus() Status {
 		st.AppliedHash = snap.Meta.Hash
 	}
 	if s.watcher == nil {
-		st.Source, st.File = "file", s.file
+		st.Source, st.File = filesource.SourceFile, s.file
+		if s.fileState != nil {
+			fs := s.fileState.Status()
+			st.AppliedAt, st.RejectedVersion, st.RejectedReason = fs.AppliedAt, fs.RejectedVersion, fs.RejectedReason
+			st.LatestVersion, st.LastSync = fs.LatestVersion, fs.LastSync
+		}
 		return st
 	}
 	ws := s.watcher.Status()
