@@ -13,12 +13,13 @@ import (
 	"time"
 )
 
-// Issue 17.7: file mode reports what etcd mode reports — applied_at, a
-// rejected reload (rejected_version, rejected_reason) in /v1/status, and
-// the sluice_proxy_snapshot_* metrics.
-func TestFileModeReportsLikeEtcd(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	defer backend.Close()
+// stateFile writes a desired state (one proxy cluster BFE1, host a.test to
+// a backend answering "from-file") and returns its path and the document
+// for another weight of the backend.
+func stateFile(t *testing.T) (string, func(weight int) string) {
+	t.Helper()
+	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "from-file") }))
+	t.Cleanup(backend.Close)
 	port := backend.Listener.Addr().(*net.TCPAddr).Port
 	state := func(weight int) string {
 		return fmt.Sprintf(`topology: {idcs: [IDC1], proxy_clusters: {BFE1: {idc: IDC1}}}
@@ -33,6 +34,14 @@ clusters:
 	if err := os.WriteFile(path, []byte(state(1)), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return path, state
+}
+
+// Issue 17.7: file mode reports what etcd mode reports — applied_at, a
+// rejected reload (rejected_version, rejected_reason) in /v1/status, and
+// the sluice_proxy_snapshot_* metrics.
+func TestFileModeReportsLikeEtcd(t *testing.T) {
+	path, state := stateFile(t)
 	r := start(t, Config{ConfigFile: path})
 	st := adminStatus(t, r)
 	if st.AppliedVersion == 0 || st.AppliedAt.IsZero() || st.Source != "file" || st.RejectedVersion != 0 {
