@@ -203,6 +203,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	if pick.SetCookie() != nil {
 		h.Add("Set-Cookie", pick.SetCookie().String())
 	}
+	st.upstreamTime = lat
 	rep := &st.rep
 	*rep = reply{res: res, pick: pick, cancel: cancel, span: sp,
 		result: balance.Result{Kind: balance.KindStatus, Status: res.Status, Latency: lat}}
@@ -287,8 +288,10 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
+				st.clientLeft()
 				panic(http.ErrAbortHandler) // the client went away mid-answer
 			}
+			st.bytesOut += int64(n)
 			if err == nil && (policy == flushEach || (policy == flushIdle && !body.Buffered())) {
 				fl.Flush()
 			}
@@ -297,6 +300,14 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 			break
 		}
 		if err != nil {
+			if st.r.Context().Err() != nil {
+				// The client went away (net/http cancelled the request,
+				// which interrupted the backend read): neutral for the
+				// backend.
+				rep.result.Err, rep.result.Kind = err, balance.KindNone
+				st.clientLeft()
+				panic(http.ErrAbortHandler)
+			}
 			rep.result.Err, rep.result.Kind = err, balance.KindConnect
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -321,10 +332,13 @@ type handedBody struct {
 	rep    *reply
 	w      http.ResponseWriter
 	closed bool
+	ended  bool // Read returned an error (io.EOF included)
 }
 
 func (b *handedBody) Read(p []byte) (int, error) {
 	n, err := b.rep.res.Body.Read(p)
+	b.st.bytesOut += int64(n)
+	b.ended = b.ended || err != nil
 	if err != nil && err != io.EOF && b.rep.result.Err == nil {
 		b.rep.result.Err, b.rep.result.Kind = err, balance.KindConnect
 		var ne net.Error
@@ -353,6 +367,9 @@ func (b *handedBody) Close() error {
 		return nil
 	}
 	b.closed = true
+	if !b.ended {
+		b.st.clientLeft() // the front stopped writing before the body ended
+	}
 	b.rep.finish()
 	b.st.end()
 	return nil

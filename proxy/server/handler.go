@@ -79,6 +79,8 @@ type reqState struct {
 	attempts                                int
 	status                                  int
 	code                                    string
+	bytesOut                                int64         // response body bytes relayed
+	upstreamTime                            time.Duration // attempt start to the relayed answer's header
 
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
@@ -439,9 +441,41 @@ func (st *reqState) finish(r *http.Request) {
 			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
 			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
 			slog.Int("status", st.status), slog.String("error_code", st.code),
-			slog.Duration("duration", s.now().Sub(st.start)))
+			slog.Duration("duration", s.now().Sub(st.start)),
+			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
+			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
+			slog.String("trace_id", st.traceID()))
 		_ = s.access.Handler().Handle(context.Background(), rec)
 	}
+}
+
+// bytesIn is the request body bytes read from the client.
+func (st *reqState) bytesIn() int64 {
+	switch {
+	case st.buf != nil:
+		return int64(len(st.buf))
+	case st.stream != nil:
+		return st.stream.read.Load()
+	}
+	return 0
+}
+
+// traceID is the request's trace id, "" when it is not traced.
+func (st *reqState) traceID() string {
+	if st.span == nil {
+		return ""
+	}
+	if sc := st.span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// clientLeft records that the client went away before the answer ended:
+// logged as 499 client-closed (nginx's convention), whatever the backend
+// answered.
+func (st *reqState) clientLeft() {
+	st.status, st.code = StatusClientClosed, CodeClientClosed
 }
 
 func classOf(status int) string {

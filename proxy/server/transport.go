@@ -268,7 +268,8 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 	// KindStatus lets the balancer match policy.health.outlier_status.
 	result := balance.Result{Kind: balance.KindStatus, Status: res.StatusCode, Latency: lat}
 	retryStatus := st.c.retryOnStatus(res.StatusCode)
-	db := &doneBody{pick: pick, result: result, cancel: cancel, span: sp}
+	st.upstreamTime = lat
+	db := &doneBody{pick: pick, result: result, cancel: cancel, span: sp, out: &st.bytesOut}
 	if rwc, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body = &doneConn{ReadWriteCloser: rwc, d: db}
 	} else {
@@ -348,6 +349,7 @@ func resultKind(k failKind) balance.FailureKind {
 // failure; ReverseProxy then aborts the client connection.
 type doneBody struct {
 	rc     io.ReadCloser
+	out    *int64 // the request's bytes_out (read on the request's goroutine)
 	pick   balance.Pick
 	result balance.Result
 	cancel context.CancelFunc
@@ -357,6 +359,7 @@ type doneBody struct {
 
 func (b *doneBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	*b.out += int64(n)
 	if err != nil && err != io.EOF && b.result.Err == nil {
 		b.result.Err = err
 		b.result.Kind = balance.KindConnect
