@@ -71,6 +71,9 @@ type Response struct {
 	ContentLength int64
 	// Body is never nil. It must be closed exactly once and not used after.
 	Body *Body
+	// Connect is how long connecting took when the exchange needed a new
+	// connection, 0 on a reused one.
+	Connect time.Duration
 }
 
 // BodyReadError wraps a failure to read the request body given to Do.
@@ -120,8 +123,9 @@ type conn struct {
 	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream
 	idleAt  time.Time
-	sent    int64 // bytes written to nc over its life
-	reused  bool  // served an exchange before this one
+	sent    int64         // bytes written to nc over its life
+	dialed  time.Duration // connect time, until the first exchange reports it
+	reused  bool          // served an exchange before this one
 	stop    func() bool
 	body    Body
 	line    []byte // scratch for header lines longer than the read buffer
@@ -157,6 +161,7 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	sent := c.sent
 	res, st, err := c.exchange(ctx, req, dst, now)
 	if err == nil {
+		res.Connect, c.dialed = c.dialed, 0
 		return res, nil
 	}
 	c.stopWatch()

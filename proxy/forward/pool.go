@@ -36,12 +36,13 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 		dctx, cancel = context.WithTimeout(ctx, u.connect)
 		defer cancel()
 	}
+	start := time.Now()
 	nc, err := u.dial(dctx, "tcp", u.hostPort)
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
 	nc = sockio.Wrap(nc)
-	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u}
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u, dialed: time.Since(start)}
 	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
 	return c, nil
 }

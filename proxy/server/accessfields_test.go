@@ -25,7 +25,8 @@ func TestAccessLogFields(t *testing.T) {
 	var buf syncBuffer
 	p := newProxy(t, testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil)), proxyOpts{opts: Options{AccessLog: slog.New(slog.NewJSONHandler(&buf, nil))}})
-	if s, body := do(t, client(t), http.MethodPut, p.url+"/up?a=1&b=2", "r1", "12345"); s != http.StatusOK || len(body) != 1000 {
+	c := client(t)
+	if s, body := do(t, c, http.MethodPut, p.url+"/up?a=1&b=2", "r1", "12345"); s != http.StatusOK || len(body) != 1000 {
 		t.Fatalf("PUT: %d, %d bytes", s, len(body))
 	}
 	lines := buf.lines(t)
@@ -40,6 +41,15 @@ func TestAccessLogFields(t *testing.T) {
 	}
 	if d, _ := l["upstream_header_time"].(float64); d <= 0 || d > float64(time.Second) {
 		t.Errorf("upstream_header_time = %v, want a positive duration under 1s", l["upstream_header_time"])
+	}
+	// The first request dialled; the second reuses the connection.
+	d, _ := l["upstream_connect_time"].(float64)
+	if os.Getenv(upstreamEnv) != UpstreamStd && (d <= 0 || d > float64(time.Second)) {
+		t.Errorf("upstream_connect_time = %v on a new connection, want a positive duration under 1s", l["upstream_connect_time"])
+	}
+	do(t, c, http.MethodGet, p.url+"/again", "r2", "")
+	if l := buf.lines(t)[1]; l["upstream_connect_time"] != 0.0 {
+		t.Errorf("upstream_connect_time = %v on a reused connection, want 0", l["upstream_connect_time"])
 	}
 }
 

@@ -203,7 +203,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	if pick.SetCookie() != nil {
 		h.Add("Set-Cookie", pick.SetCookie().String())
 	}
-	st.upstreamTime = lat
+	st.upstreamTime, st.upstreamConnect = lat, res.Connect
 	rep := &st.rep
 	*rep = reply{res: res, pick: pick, cancel: cancel, span: sp,
 		result: balance.Result{Kind: balance.KindStatus, Status: res.Status, Latency: lat}}

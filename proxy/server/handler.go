@@ -81,6 +81,7 @@ type reqState struct {
 	code                                    string
 	bytesOut                                int64         // response body bytes relayed
 	upstreamTime                            time.Duration // attempt start to the relayed answer's header
+	upstreamConnect                         time.Duration // its connect time (0: reused connection, or the std path)
 
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
@@ -444,6 +445,7 @@ func (st *reqState) finish(r *http.Request) {
 			slog.Duration("duration", s.now().Sub(st.start)),
 			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
 			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
+			slog.Duration("upstream_connect_time", st.upstreamConnect),
 			slog.String("trace_id", st.traceID()))
 		_ = s.access.Handler().Handle(context.Background(), rec)
 	}
