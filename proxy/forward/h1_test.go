@@ -568,3 +568,37 @@ func TestTruncatedBodyIsAnError(t *testing.T) {
 		t.Fatal("a broken connection was pooled")
 	}
 }
+
+// Body.Buffered: a part of the next chunk-size line is not a byte the next
+// Read can return without waiting; a whole line is.
+func TestBodyBufferedChunked(t *testing.T) {
+	release := make(chan struct{})
+	addr := rawBackend(t, func(c net.Conn) {
+		if _, err := readReq(bufio.NewReader(c)); err != nil {
+			return
+		}
+		io.WriteString(c, "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nfirst\r\n1")
+		<-release
+		io.WriteString(c, "\r\nX\r\n0\r\n\r\n")
+	})
+	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+	res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{}}, make(http.Header))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	buf := make([]byte, 64)
+	n, err := res.Body.Read(buf)
+	if err != nil || string(buf[:n]) != "first" {
+		t.Fatalf("first read %q %v", buf[:n], err)
+	}
+	eventually(t, 5*time.Second, "the partial chunk line buffered", func() bool { return res.Body.c.br.Buffered() > 0 })
+	if res.Body.Buffered() {
+		t.Fatal("Buffered with only a part of the next chunk-size line")
+	}
+	close(release)
+	rest, err := io.ReadAll(res.Body)
+	if err != nil || string(rest) != "X" {
+		t.Fatalf("rest %q %v", rest, err)
+	}
+}

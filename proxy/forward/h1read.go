@@ -2,6 +2,7 @@ package forward
 
 import (
 	"bufio"
+	"bytes"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -380,8 +381,17 @@ func (b *Body) Ready() bool {
 }
 
 // Buffered reports whether bytes from the backend are waiting to be read,
-// so that the next Read returns without waiting for the backend.
-func (b *Body) Buffered() bool { return b.c.br.Buffered() > 0 }
+// so that the next Read returns without waiting for the backend. In a
+// chunked body that takes a whole chunk-size line: a part of one leaves the
+// next Read waiting.
+func (b *Body) Buffered() bool {
+	n := b.c.br.Buffered()
+	if n == 0 || b.mode != modeChunked {
+		return n > 0
+	}
+	p, _ := b.c.br.Peek(n) // buffered bytes: no I/O
+	return bytes.IndexByte(p, '\n') >= 0
+}
 
 // Trailer returns the trailer fields of a chunked body once Read returned
 // io.EOF (nil when there were none).
