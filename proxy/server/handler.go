@@ -149,7 +149,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			if st.code == "" {
+			switch {
+			case st.code != "":
+			case p == http.ErrAbortHandler && r.Context().Err() != nil:
+				// ReverseProxy's copy failed and net/http had seen the
+				// client go: the client left (std path).
+				st.clientLeft()
+			default:
 				st.code = CodeAborted
 			}
 			st.end()

@@ -364,7 +364,10 @@ func (b *doneBody) Read(p []byte) (int, error) {
 		b.result.Err = err
 		b.result.Kind = balance.KindConnect
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		switch {
+		case errors.Is(err, context.Canceled):
+			b.result.Kind = balance.KindNone // the client went away: neutral
+		case errors.As(err, &ne) && ne.Timeout():
 			b.result.Kind = balance.KindTimeout
 		}
 	}
