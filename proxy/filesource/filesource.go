@@ -79,8 +79,13 @@ type Config struct {
 	PollInterval time.Duration
 	// Signals trigger a reload. Default SIGHUP.
 	Signals []os.Signal
-	// Metrics, when set, receives sluice_proxy_config_reloads_total{result}.
+	// Metrics, when set, receives sluice_proxy_config_reloads_total{result}
+	// and the sluice_proxy_snapshot_* series of etcd mode (applies by
+	// result, apply duration, version, staleness).
 	Metrics prometheus.Registerer
+	// State, when set, is kept up to date with what was applied and
+	// rejected (for /v1/status).
+	State *State
 }
 
 // Load reads, decodes and validates the source once.
@@ -255,11 +260,37 @@ func Run(ctx context.Context, cfg Config) error {
 		Name: "sluice_proxy_config_reloads_total",
 		Help: "File configuration reloads by result (applied, unchanged, invalid, rejected).",
 	}, []string{"result"})
+	sm := newSnapshotMetrics()
 	if cfg.Metrics != nil {
 		if err := cfg.Metrics.Register(reloads); err != nil {
 			return fmt.Errorf("file source: register metrics: %w", err)
 		}
 		defer cfg.Metrics.Unregister(reloads)
+		undo, err := sm.register(cfg.Metrics)
+		if err != nil {
+			return err
+		}
+		defer undo()
+	}
+	state := cfg.State
+	if state == nil {
+		state = new(State)
+	}
+	// apply applies s and records the outcome in the metrics and the state.
+	apply := func(s *snapshot.Snapshot) error {
+		start := time.Now()
+		err := cfg.Apply(s)
+		now := time.Now()
+		sm.applyDur.Observe(now.Sub(start).Seconds())
+		if err != nil {
+			sm.applies.WithLabelValues("rejected").Inc()
+			state.rejected(s.Meta.Version, "apply: "+err.Error(), now)
+			return err
+		}
+		sm.applies.WithLabelValues("applied").Inc()
+		sm.version.Set(float64(s.Meta.Version))
+		state.applied(s.Meta, now)
+		return nil
 	}
 	log := cfg.Logger.With("component", "filesource", "path", cfg.Path, "kind", cfg.Kind.String())
 
@@ -274,7 +305,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
-	if err := cfg.Apply(s); err != nil {
+	if err := apply(s); err != nil {
 		return fmt.Errorf("file source: apply %s: %w", cfg.Path, err)
 	}
 	applied := s.Meta
@@ -285,17 +316,21 @@ func Run(ctx context.Context, cfg Config) error {
 		s, err := Load(cfg)
 		if err != nil {
 			reloads.WithLabelValues("invalid").Inc()
+			// The version it would have had: the next one.
+			sm.applies.WithLabelValues("rejected").Inc()
+			state.rejected(applied.Version+1, err.Error(), time.Now())
 			log.Error("configuration reload failed; keeping the last good one", "trigger", why, "err", err)
 			return
 		}
 		if s.Meta.Hash == applied.Hash {
 			reloads.WithLabelValues("unchanged").Inc()
+			sm.applies.WithLabelValues("unchanged").Inc()
 			log.Info("configuration unchanged", "trigger", why)
 			return
 		}
 		s.Meta.Version = max(s.Meta.Version, applied.Version+1)
 		s.Meta.Parent = applied.Version
-		if err := cfg.Apply(s); err != nil {
+		if err := apply(s); err != nil {
 			reloads.WithLabelValues("rejected").Inc()
 			log.Error("configuration rejected by apply; keeping the last good one", "trigger", why, "err", err)
 			return

@@ -10,35 +10,51 @@ import (
 )
 
 // getConn returns the most recently used idle connection that is not past
-// the idle timeout, or dials a new one (failures are *DialError).
+// the idle timeout and still open (see usable), or dials a new one (failures
+// are *DialError).
 func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
-	u.idleMu.Lock()
-	for n := len(u.idle); n > 0; n = len(u.idle) {
+	for {
+		u.idleMu.Lock()
+		n := len(u.idle)
+		if n == 0 {
+			u.idleMu.Unlock()
+			break
+		}
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		if u.idleTimeout > 0 && now.Sub(c.idleAt) >= u.idleTimeout {
+		u.idleMu.Unlock()
+		if (u.idleTimeout > 0 && now.Sub(c.idleAt) >= u.idleTimeout) || !c.usable() {
 			c.close()
 			continue
 		}
-		u.idleMu.Unlock()
 		return c, nil
 	}
-	u.idleMu.Unlock()
 	dctx := ctx
 	if u.connect > 0 {
 		var cancel context.CancelFunc
 		dctx, cancel = context.WithTimeout(ctx, u.connect)
 		defer cancel()
 	}
+	start := time.Now()
 	nc, err := u.dial(dctx, "tcp", u.hostPort)
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
 	nc = sockio.Wrap(nc)
-	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u}
+	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u, dialed: time.Since(start)}
 	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
 	return c, nil
+}
+
+// usable reports whether an idle connection can carry a request: the
+// backend neither closed nor half-closed nor reset it, nor sent anything,
+// since its last answer (sockio.Conn.Idle: one non-blocking peek, the
+// check http.Transport's background read makes). A connection sockio did not
+// wrap is not checked.
+func (c *conn) usable() bool {
+	sc, ok := c.nc.(*sockio.Conn)
+	return !ok || sc.Idle() == nil
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.

@@ -16,12 +16,13 @@ import (
 // and returns once its first snapshot is applied (a failure there stops the
 // start-up). The source keeps reloading on change and SIGHUP. It returns the
 // watched path. There is exactly one loader: the first load is Run's own, so
-// an edit racing the start-up is never missed.
+// an edit racing the start-up is never missed. state receives what was
+// applied and rejected (/v1/status).
 func startFileSource(cfg Config, log *slog.Logger, apply func(*snapshot.Snapshot) error,
-	goBG func(string, func(context.Context) error), metrics prometheus.Registerer) (string, error) {
+	goBG func(string, func(context.Context) error), metrics prometheus.Registerer, state *filesource.State) (string, error) {
 	first := make(chan struct{})
 	var once sync.Once
-	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics,
+	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics, State: state,
 		Apply: func(s *snapshot.Snapshot) error {
 			err := apply(s)
 			if err == nil {

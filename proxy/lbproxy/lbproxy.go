@@ -34,6 +34,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
 	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/proxy/filesource"
 	"github.com/sluicelb/sluice/proxy/forward"
 	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -60,7 +61,10 @@ type CertPair struct{ Cert, Key string }
 // Config is one proxy's configuration. Exactly one of Etcd.Endpoints,
 // ConfigFile and BFEConfDir selects the config source.
 type Config struct {
-	// ProxyCluster is the proxy cluster whose snapshot is served (e.g. BFE1).
+	// ProxyCluster is the proxy cluster whose snapshot is served (e.g.
+	// BFE1). Required with etcd; with a file, empty means the file's own
+	// (a desired state with one proxy cluster, a snapshot's meta, BFE's
+	// default for a BFE directory).
 	ProxyCluster string
 	// ID is this proxy's unique id within its proxy cluster.
 	ID string
@@ -166,8 +170,12 @@ func (c *Config) check() error {
 	if sources != 1 {
 		return errors.New("lbproxy: give exactly one config source: etcd endpoints, a config file or a BFE conf dir")
 	}
-	if err := keys.ValidName(c.ProxyCluster); err != nil {
-		return fmt.Errorf("lbproxy: proxy cluster: %w", err)
+	// A file names its own proxy cluster (a BFE directory gets BFE's
+	// default name): --proxy-cluster is only required with etcd.
+	if c.ProxyCluster != "" || len(c.Etcd.Endpoints) > 0 {
+		if err := keys.ValidName(c.ProxyCluster); err != nil {
+			return fmt.Errorf("lbproxy: proxy cluster: %w", err)
+		}
 	}
 	if len(c.Etcd.Endpoints) > 0 {
 		if err := keys.ValidName(c.ID); err != nil {
@@ -417,7 +425,8 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		goBG("config watch", w.Run)
 		goBG("status report", rep.Run)
 	default:
-		path, err := startFileSource(cfg, log, apply, goBG, promReg)
+		src.fileState = new(filesource.State)
+		path, err := startFileSource(cfg, log, apply, goBG, promReg, src.fileState)
 		if err != nil {
 			return err
 		}
@@ -545,6 +554,8 @@ type source struct {
 	log     *slog.Logger
 	watcher *configwatch.Watcher
 	file    string
+	// fileState is the file source's status (file and BFE modes).
+	fileState *filesource.State
 }
 
 // Status is the document of GET /v1/status.
@@ -569,7 +580,12 @@ func (s *source) adminStatus() Status {
 		st.AppliedHash = snap.Meta.Hash
 	}
 	if s.watcher == nil {
-		st.Source, st.File = "file", s.file
+		st.Source, st.File = filesource.SourceFile, s.file
+		if s.fileState != nil {
+			fs := s.fileState.Status()
+			st.AppliedAt, st.RejectedVersion, st.RejectedReason = fs.AppliedAt, fs.RejectedVersion, fs.RejectedReason
+			st.LatestVersion, st.LastSync = fs.LatestVersion, fs.LastSync
+		}
 		return st
 	}
 	ws := s.watcher.Status()

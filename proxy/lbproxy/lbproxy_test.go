@@ -188,8 +188,11 @@ func start(t *testing.T, cfg Config) *running {
 // startWith runs lbproxy with the listeners cfg already has.
 func startWith(t *testing.T, cfg Config) *running {
 	t.Helper()
-	if cfg.ProxyCluster == "" {
+	switch cfg.ProxyCluster {
+	case "":
 		cfg.ProxyCluster = "BFE1"
+	case noProxyCluster:
+		cfg.ProxyCluster = ""
 	}
 	if cfg.ID == "" {
 		cfg.ID = "p1"
@@ -489,22 +492,7 @@ func TestAdminTokenRequiredWhenSet(t *testing.T) {
 // --config with a desired-state file: served at once, reloaded when the file
 // changes, and a bad edit keeps the last good configuration.
 func TestConfigFileReload(t *testing.T) {
-	backend := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "from-file") }))
-	defer backend.Close()
-	port := backend.Listener.Addr().(*net.TCPAddr).Port
-	state := func(weight int) string {
-		return fmt.Sprintf(`topology: {idcs: [IDC1], proxy_clusters: {BFE1: {idc: IDC1}}}
-products: {p: {hosts: [a.test], rules: [{cond: "default_t()", cluster: c}]}}
-clusters:
-  c:
-    subclusters:
-      S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port: %d, weight: %d}]}
-`, port, weight)
-	}
-	path := filepath.Join(t.TempDir(), "state.yaml")
-	if err := os.WriteFile(path, []byte(state(1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	path, state := stateFile(t)
 	r := start(t, Config{ConfigFile: path})
 	if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "a.test"); code != 200 || body != "from-file" {
 		t.Fatalf("GET: %d %q", code, body)

@@ -150,7 +150,6 @@ func (st *reqState) outbound(r *http.Request) *forward.Request {
 		}
 		fr.ExpectContinue = hasExpectContinue(r.Header)
 	}
-	fr.RetryStale = st.retryStale
 	return fr
 }
 
@@ -161,13 +160,6 @@ func hasExpectContinue(h http.Header) bool {
 		}
 	}
 	return false
-}
-
-// retryStale is asked when an attempt failed on a kept-alive connection the
-// backend had closed before answering; the decision is tryAgain's.
-func (st *reqState) retryStale(written bool) bool {
-	bodySent := written || (st.stream != nil && st.stream.read.Load() > 0)
-	return tryAgain(&failure{kind: failStale}, st.replayable, bodySent)
 }
 
 // attemptFast forwards the request to one pick. The response header goes
@@ -211,6 +203,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	if pick.SetCookie() != nil {
 		h.Add("Set-Cookie", pick.SetCookie().String())
 	}
+	st.upstreamTime, st.upstreamConnect = lat, res.Connect
 	rep := &st.rep
 	*rep = reply{res: res, pick: pick, cancel: cancel, span: sp,
 		result: balance.Result{Kind: balance.KindStatus, Status: res.Status, Latency: lat}}
@@ -222,31 +215,72 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 
 // bodyHandoff is implemented by a front (the fasthttp one) that writes a
 // response body itself after the handler returned: relay gives it the body
-// when Handoff says so (by the body's length, -1 unknown), and the stream's
-// Close ends the request (reply.finish, reqState.end).
+// when Handoff says so (by the body's length, -1 unknown, and whether all of
+// it is in memory already), and the stream's Close ends the request
+// (reply.finish, reqState.end). A body not in memory is handed off with its
+// header flushed at once.
 type bodyHandoff interface {
-	Handoff(contentLength int64) bool
+	Handoff(contentLength int64, ready bool) bool
 	StreamBody(body io.ReadCloser, contentLength int64)
 }
 
-// relay writes the backend's answer to the client. A body that fails after
-// the header was sent aborts the client connection (http.ErrAbortHandler),
-// so a truncated answer never looks complete.
+// AccelBuffering is the response header (nginx's X-Accel-Buffering) by
+// which a backend sets the flush policy of one answer: "no" flushes every
+// read of the body to the client, "yes" lets the proxy coalesce writes. It
+// is never relayed.
+const AccelBuffering = "X-Accel-Buffering"
+
+// flushPolicy is how relay flushes a body to the client.
+type flushPolicy uint8
+
+const (
+	flushIdle   flushPolicy = iota // when the backend has nothing more buffered (the default)
+	flushEach                      // after every read (X-Accel-Buffering: no)
+	flushBuffer                    // only when the writer's buffer fills (X-Accel-Buffering: yes)
+)
+
+// accelPolicy takes X-Accel-Buffering out of the response header h.
+func accelPolicy(h http.Header) flushPolicy {
+	vv, ok := h[AccelBuffering]
+	if !ok {
+		return flushIdle
+	}
+	delete(h, AccelBuffering)
+	switch {
+	case len(vv) == 1 && strings.EqualFold(strings.TrimSpace(vv[0]), "no"):
+		return flushEach
+	case len(vv) == 1 && strings.EqualFold(strings.TrimSpace(vv[0]), "yes"):
+		return flushBuffer
+	}
+	return flushIdle
+}
+
+// relay writes the backend's answer to the client: the header as soon as it
+// arrived (flushed unless the whole body came with it), the body as it
+// comes. A body that fails after the header was sent aborts the client
+// connection (http.ErrAbortHandler), so a truncated answer never looks
+// complete.
 func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 	st.status = rep.res.Status
 	if st.status >= 500 {
 		st.c.stats.errors.Add(1)
 	}
+	policy := accelPolicy(w.Header())
+	body := rep.res.Body
+	ready := body.Ready()
 	w.WriteHeader(st.status)
-	if ho, ok := w.(bodyHandoff); ok && ho.Handoff(rep.res.ContentLength) {
+	if ho, ok := w.(bodyHandoff); ok && ho.Handoff(rep.res.ContentLength, ready) {
 		st.handedOff = true
 		ho.StreamBody(&handedBody{st: st, rep: rep, w: w}, rep.res.ContentLength)
 		return
 	}
 	defer rep.finish()
-	body := rep.res.Body
 	fl, _ := w.(http.Flusher)
-	flush := fl != nil && rep.res.ContentLength < 0
+	if fl == nil {
+		policy = flushBuffer
+	} else if !ready {
+		fl.Flush() // the header now: the body may take its time
+	}
 	bp := bufs.Get().(*[]byte)
 	defer bufs.Put(bp)
 	buf := *bp
@@ -254,9 +288,11 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 		n, err := body.Read(buf)
 		if n > 0 {
 			if _, werr := w.Write(buf[:n]); werr != nil {
+				st.clientLeft()
 				panic(http.ErrAbortHandler) // the client went away mid-answer
 			}
-			if flush {
+			st.bytesOut += int64(n)
+			if err == nil && (policy == flushEach || (policy == flushIdle && !body.Buffered())) {
 				fl.Flush()
 			}
 		}
@@ -264,6 +300,14 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 			break
 		}
 		if err != nil {
+			if st.r.Context().Err() != nil {
+				// The client went away (net/http cancelled the request,
+				// which interrupted the backend read): neutral for the
+				// backend.
+				rep.result.Err, rep.result.Kind = err, balance.KindNone
+				st.clientLeft()
+				panic(http.ErrAbortHandler)
+			}
 			rep.result.Err, rep.result.Kind = err, balance.KindConnect
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() {
@@ -288,10 +332,13 @@ type handedBody struct {
 	rep    *reply
 	w      http.ResponseWriter
 	closed bool
+	ended  bool // Read returned an error (io.EOF included)
 }
 
 func (b *handedBody) Read(p []byte) (int, error) {
 	n, err := b.rep.res.Body.Read(p)
+	b.st.bytesOut += int64(n)
+	b.ended = b.ended || err != nil
 	if err != nil && err != io.EOF && b.rep.result.Err == nil {
 		b.rep.result.Err, b.rep.result.Kind = err, balance.KindConnect
 		var ne net.Error
@@ -320,6 +367,9 @@ func (b *handedBody) Close() error {
 		return nil
 	}
 	b.closed = true
+	if !b.ended {
+		b.st.clientLeft() // the front stopped writing before the body ended
+	}
 	b.rep.finish()
 	b.st.end()
 	return nil

@@ -79,6 +79,9 @@ type reqState struct {
 	attempts                                int
 	status                                  int
 	code                                    string
+	bytesOut                                int64         // response body bytes relayed
+	upstreamTime                            time.Duration // attempt start to the relayed answer's header
+	upstreamConnect                         time.Duration // its connect time (0: reused connection, or the std path)
 
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
@@ -86,6 +89,7 @@ type reqState struct {
 	// end of the request: the request-deadline cancel, and whether the
 	// response body was handed to the front (bodyHandoff) that then ends it
 	r         *http.Request
+	w         http.ResponseWriter // the std path's writer (flushingBody)
 	cancel    context.CancelFunc
 	handedOff bool
 
@@ -145,7 +149,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() {
 		if p := recover(); p != nil {
-			if st.code == "" {
+			switch {
+			case st.code != "":
+			case p == http.ErrAbortHandler && r.Context().Err() != nil:
+				// ReverseProxy's copy failed and net/http had seen the
+				// client go: the client left (std path).
+				st.clientLeft()
+			default:
 				st.code = CodeAborted
 			}
 			st.end()
@@ -219,6 +229,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.serveFast(ctx, w, r)
 		return
 	}
+	st.w = w
 	s.rp.ServeHTTP(w, r.WithContext(context.WithValue(ctx, stateKey{}, st)))
 }
 
@@ -437,9 +448,42 @@ func (st *reqState) finish(r *http.Request) {
 			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
 			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
 			slog.Int("status", st.status), slog.String("error_code", st.code),
-			slog.Duration("duration", s.now().Sub(st.start)))
+			slog.Duration("duration", s.now().Sub(st.start)),
+			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
+			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
+			slog.Duration("upstream_connect_time", st.upstreamConnect),
+			slog.String("trace_id", st.traceID()))
 		_ = s.access.Handler().Handle(context.Background(), rec)
 	}
+}
+
+// bytesIn is the request body bytes read from the client.
+func (st *reqState) bytesIn() int64 {
+	switch {
+	case st.buf != nil:
+		return int64(len(st.buf))
+	case st.stream != nil:
+		return st.stream.read.Load()
+	}
+	return 0
+}
+
+// traceID is the request's trace id, "" when it is not traced.
+func (st *reqState) traceID() string {
+	if st.span == nil {
+		return ""
+	}
+	if sc := st.span.SpanContext(); sc.HasTraceID() {
+		return sc.TraceID().String()
+	}
+	return ""
+}
+
+// clientLeft records that the client went away before the answer ended:
+// logged as 499 client-closed (nginx's convention), whatever the backend
+// answered.
+func (st *reqState) clientLeft() {
+	st.status, st.code = StatusClientClosed, CodeClientClosed
 }
 
 func classOf(status int) string {
@@ -516,7 +560,44 @@ func (s *Server) modifyResponse(res *http.Response) error {
 	if st.status >= 500 {
 		st.c.stats.errors.Add(1)
 	}
+	if res.StatusCode == http.StatusSwitchingProtocols {
+		return nil
+	}
+	policy := accelPolicy(res.Header)
+	// An unsized or event-stream answer is flushed by ReverseProxy itself
+	// (header at once, then every write, from its own timer goroutine).
+	if fl, ok := st.w.(http.Flusher); ok && res.ContentLength >= 0 && !isEventStream(res.Header) {
+		res.Body = &flushingBody{ReadCloser: res.Body, fl: fl, policy: policy}
+	}
 	return nil
+}
+
+func isEventStream(h http.Header) bool {
+	ct := h.Get("Content-Type")
+	if i := strings.IndexByte(ct, ';'); i >= 0 {
+		ct = ct[:i]
+	}
+	return strings.EqualFold(strings.TrimSpace(ct), "text/event-stream")
+}
+
+// flushingBody gives a sized answer on the std path relay's flush policy:
+// ReverseProxy writes what a Read returned before it calls Read again, so a
+// flush before a Read that may wait sends the header (first Read) and the
+// body read so far to the client instead of holding them until the backend
+// sends more.
+type flushingBody struct {
+	io.ReadCloser
+	fl     http.Flusher
+	policy flushPolicy
+	n      int
+}
+
+func (b *flushingBody) Read(p []byte) (int, error) {
+	if b.n == 0 || b.policy != flushBuffer {
+		b.fl.Flush()
+	}
+	b.n++
+	return b.ReadCloser.Read(p)
 }
 
 func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error) {

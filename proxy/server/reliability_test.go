@@ -277,7 +277,8 @@ func TestD5BoundedRetries(t *testing.T) {
 	}
 }
 
-// D5 with a single instance: attempts stay bounded.
+// D5 with a single instance: exactly 1 + retry_max attempts (no cross
+// retry: no other sub-cluster has an instance).
 func TestD5SingleInstanceBounded(t *testing.T) {
 	dead := deadAddr(t)
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(dead, 1)}},
@@ -288,8 +289,8 @@ func TestD5SingleInstanceBounded(t *testing.T) {
 	if res.StatusCode != http.StatusBadGateway {
 		t.Fatalf("status %d, want 502", res.StatusCode)
 	}
-	if n := len(d.take()); n < 1 || n > 3 {
-		t.Fatalf("%d attempts, want 1..3", n)
+	if n := len(d.take()); n != 3 {
+		t.Fatalf("%d attempts, want exactly 1 + retry_max = 3", n)
 	}
 }
 

@@ -34,6 +34,7 @@ func (transport) RoundTrip(out *http.Request) (*http.Response, error) {
 // failure is one failed attempt.
 type failure struct {
 	kind   failKind
+	unsent bool // failStale: no byte of the request reached the backend's socket
 	err    error
 	status int            // backend status for failStatus
 	res    *http.Response // the backend's answer for failStatus (relayed if no retry follows)
@@ -50,22 +51,28 @@ const (
 	failDeadline                     // the request's overall deadline passed
 	failClient                       // the client went away
 	failBody                         // the client's body failed (too large, broken)
-	failStale                        // a reused keep-alive connection was closed by the backend before it answered
+	failStale                        // a reused keep-alive connection failed before any answer byte (forward.StaleConnError)
 )
 
 // tryAgain is the one place that decides whether a failed attempt may be
-// retried (Caddy's tryAgain). Connection failures and the local pool limit are
-// always retryable as long as no body byte left for a backend (nothing was
-// sent); so is a kept-alive connection the backend had closed before it
-// answered (failStale, redone on a new connection inside forward). Anything
-// else only when the request is replayable: no body or a
-// buffered one, and an idempotent method unless the policy allows others. A
-// response byte never reached the client here: retries happen inside
-// RoundTrip, before ReverseProxy writes anything.
+// retried (Caddy's tryAgain); every retry is an attempt of the selection, so
+// 1 + retry_max + cross_retry bounds them all. Connection failures and the
+// local pool limit are always retryable as long as no body byte left for a
+// backend (nothing was sent). A reused keep-alive connection that failed
+// before any answer byte (failStale: the backend closed it just as it was
+// taken) is retried when the request is replayable, or when no byte of it
+// reached the backend's socket and no body byte was taken from the client:
+// a request that may have been read is never sent twice unless it is
+// replayable. Anything else only when the request is replayable: no body or
+// a buffered one, and an idempotent method unless the policy allows others.
+// A response byte never reached the client here: retries happen before the
+// answer is relayed.
 func tryAgain(f *failure, replayable bool, bodySent bool) bool {
 	switch f.kind {
-	case failDial, failPoolFull, failStale:
+	case failDial, failPoolFull:
 		return replayable || !bodySent
+	case failStale:
+		return replayable || (f.unsent && !bodySent)
 	case failTimeout, failUpstream, failStatus:
 		return replayable
 	default:
@@ -261,7 +268,8 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 	// KindStatus lets the balancer match policy.health.outlier_status.
 	result := balance.Result{Kind: balance.KindStatus, Status: res.StatusCode, Latency: lat}
 	retryStatus := st.c.retryOnStatus(res.StatusCode)
-	db := &doneBody{pick: pick, result: result, cancel: cancel, span: sp}
+	st.upstreamTime = lat
+	db := &doneBody{pick: pick, result: result, cancel: cancel, span: sp, out: &st.bytesOut}
 	if rwc, ok := res.Body.(io.ReadWriteCloser); ok && res.StatusCode == http.StatusSwitchingProtocols {
 		res.Body = &doneConn{ReadWriteCloser: rwc, d: db}
 	} else {
@@ -282,6 +290,7 @@ func nop() {}
 // and overall deadline), tryCtx the attempt's (per-try deadline).
 func (st *reqState) classify(reqCtx, tryCtx context.Context, err error) *failure {
 	var de *forward.DialError
+	var se *forward.StaleConnError
 	var rbe *forward.BodyReadError
 	var mbe *http.MaxBytesError
 	var ne net.Error
@@ -302,6 +311,8 @@ func (st *reqState) classify(reqCtx, tryCtx context.Context, err error) *failure
 		return &failure{kind: failDial, err: err}
 	case tryCtx.Err() != nil, errors.As(err, &ne) && ne.Timeout():
 		return &failure{kind: failTimeout, err: err}
+	case errors.As(err, &se):
+		return &failure{kind: failStale, unsent: se.Unsent, err: err}
 	case st.stream != nil && isBodyReadError(err):
 		return &failure{kind: failBody, err: err}
 	case errors.As(err, &rbe):
@@ -338,6 +349,7 @@ func resultKind(k failKind) balance.FailureKind {
 // failure; ReverseProxy then aborts the client connection.
 type doneBody struct {
 	rc     io.ReadCloser
+	out    *int64 // the request's bytes_out (read on the request's goroutine)
 	pick   balance.Pick
 	result balance.Result
 	cancel context.CancelFunc
@@ -347,11 +359,15 @@ type doneBody struct {
 
 func (b *doneBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
+	*b.out += int64(n)
 	if err != nil && err != io.EOF && b.result.Err == nil {
 		b.result.Err = err
 		b.result.Kind = balance.KindConnect
 		var ne net.Error
-		if errors.As(err, &ne) && ne.Timeout() {
+		switch {
+		case errors.Is(err, context.Canceled):
+			b.result.Kind = balance.KindNone // the client went away: neutral
+		case errors.As(err, &ne) && ne.Timeout():
 			b.result.Kind = balance.KindTimeout
 		}
 	}

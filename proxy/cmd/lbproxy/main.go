@@ -49,7 +49,7 @@ func newApp() *cli.App {
 		Usage:   "Sluice's L7 traffic balancer (data plane)",
 		Version: version,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1)", EnvVars: env("PROXY_CLUSTER")}, // required by run, not by `lbproxy version`
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1); required with --etcd, with --config/--bfe-conf the file's own by default", EnvVars: env("PROXY_CLUSTER")},
 			&cli.StringFlag{Name: "id", Usage: "this proxy's unique id in its proxy cluster (default: host name)", EnvVars: env("ID")},
 			&cli.StringFlag{Name: "etcd", Usage: "etcd endpoints, comma-separated", EnvVars: env("ETCD")},
 			&cli.StringFlag{Name: "etcd-cacert", Usage: "PEM CA bundle for etcd TLS", EnvVars: env("ETCD_CACERT")},
@@ -100,8 +100,8 @@ func newApp() *cli.App {
 }
 
 func run(c *cli.Context) error {
-	if c.String("proxy-cluster") == "" {
-		return fmt.Errorf("--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required: the proxy cluster whose snapshot is served, e.g. BFE1")
+	if c.String("etcd") != "" && c.String("proxy-cluster") == "" {
+		return fmt.Errorf("--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required with --etcd: the proxy cluster whose snapshot is served, e.g. BFE1")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {

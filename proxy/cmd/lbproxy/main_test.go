@@ -2,12 +2,13 @@ package main
 
 import (
 	"bytes"
+	"path/filepath"
 	"strings"
 	"testing"
 )
 
 // version, --version and --help work without the flags serving needs; a
-// serving start without --proxy-cluster says which flag is missing.
+// serving start from etcd without --proxy-cluster says which flag is missing.
 func TestVersionHelpAndMissingProxyCluster(t *testing.T) {
 	t.Setenv("SLUICE_PROXY_CLUSTER", "")
 	for _, c := range []struct {
@@ -27,7 +28,18 @@ func TestVersionHelpAndMissingProxyCluster(t *testing.T) {
 	}
 	app := newApp()
 	app.Writer = &bytes.Buffer{}
-	if err := app.Run([]string{"lbproxy"}); err == nil || !strings.Contains(err.Error(), "--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required") {
-		t.Fatalf("no --proxy-cluster: %v", err)
+	if err := app.Run([]string{"lbproxy", "--etcd", "127.0.0.1:1"}); err == nil || !strings.Contains(err.Error(), "--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required with --etcd") {
+		t.Fatalf("--etcd without --proxy-cluster: %v", err)
+	}
+}
+
+// Issue 17.4: --bfe-conf alone parses (no "Required flag proxy-cluster");
+// what fails here is the missing directory, named.
+func TestBFEConfNeedsNoProxyClusterFlag(t *testing.T) {
+	t.Setenv("SLUICE_PROXY_CLUSTER", "")
+	dir := filepath.Join(t.TempDir(), "missing")
+	err := newApp().Run([]string{"lbproxy", "--bfe-conf", dir, "--access-log", "off"})
+	if err == nil || strings.Contains(err.Error(), "Required flag") || !strings.Contains(err.Error(), "--bfe-conf") {
+		t.Fatalf("lbproxy --bfe-conf %s: %v, want the directory's error, not a missing flag", dir, err)
 	}
 }

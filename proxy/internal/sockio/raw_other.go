@@ -10,3 +10,5 @@ const supported = false
 
 func rawRead(fd uintptr, p []byte) (int, syscall.Errno)  { return 0, syscall.EINVAL }
 func rawWrite(fd uintptr, p []byte) (int, syscall.Errno) { return 0, syscall.EINVAL }
+
+func rawPeek(fd uintptr, b *byte) (int, syscall.Errno) { return 0, syscall.EINVAL }

@@ -32,6 +32,11 @@ type Conn struct {
 
 	awaitFn func(uintptr) bool // Conn.writeThenAwait, made once
 	written bool               // WriteAwait: the write is done, the wait goes on
+
+	peekFn    func(uintptr) // Conn.peek, made once
+	peekN     int
+	peekErrno syscall.Errno
+	peekByte  byte
 }
 
 // half is the state of one direction's call, kept in the Conn so the
@@ -59,6 +64,7 @@ func Wrap(c net.Conn) net.Conn {
 	sc.r.fn = sc.read
 	sc.w.fn = sc.write
 	sc.awaitFn = sc.writeThenAwait
+	sc.peekFn = sc.peek
 	return sc
 }
 
@@ -132,6 +138,48 @@ func (c *Conn) writeThenAwait(fd uintptr) bool {
 	c.written = true
 	c.w.n, c.w.errno = writeAll(fd, c.w.p)
 	return c.w.errno != 0 || c.w.n < len(c.w.p)
+}
+
+// ErrUnsolicited is Idle's answer when bytes arrived on a connection that
+// expected none: whatever the peer sent belongs to no request.
+var ErrUnsolicited = errors.New("sockio: unsolicited bytes on an idle connection")
+
+// Idle checks, without waiting, that an idle connection can carry a new
+// request: nothing arrived on it since its last exchange. It returns io.EOF
+// when the peer closed or half-closed it (a FIN is waiting), ErrUnsolicited
+// when bytes are waiting, the socket's error (a reset) when one is pending,
+// and nil otherwise. It is one non-blocking MSG_PEEK system call made
+// through RawConn.Control, so an expired read deadline does not matter and
+// nothing is consumed.
+func (c *Conn) Idle() error {
+	c.r.mu.Lock()
+	err := c.rc.Control(c.peekFn)
+	n, errno := c.peekN, c.peekErrno
+	c.r.mu.Unlock()
+	switch {
+	case err != nil:
+		return err
+	case errno == syscall.EAGAIN:
+		return nil
+	case errno != 0:
+		return c.fail("read", nil, errno)
+	case n == 0:
+		return io.EOF
+	default:
+		return ErrUnsolicited
+	}
+}
+
+// peek is Idle's RawConn.Control callback.
+func (c *Conn) peek(fd uintptr) {
+	for {
+		n, errno := rawPeek(fd, &c.peekByte)
+		if errno == syscall.EINTR {
+			continue
+		}
+		c.peekN, c.peekErrno = n, errno
+		return
+	}
 }
 
 // read is the RawConn.Read callback: false asks the poller to wait.

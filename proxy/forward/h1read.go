@@ -1,0 +1,419 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httputil"
+)
+
+// The response side of Upstream.Do: status line and header parsing, body
+// framing and the pooled connection's Body.
+
+// readLine returns one line without its CRLF. The slice is valid until the
+// next read.
+func (c *conn) readLine(total *int) ([]byte, error) {
+	line, err := c.br.ReadSlice('\n')
+	if err == bufio.ErrBufferFull {
+		c.line = append(c.line[:0], line...)
+		for err == bufio.ErrBufferFull {
+			if len(c.line) > maxHeaderBytes {
+				return nil, protoErr("header over %d bytes", maxHeaderBytes)
+			}
+			line, err = c.br.ReadSlice('\n')
+			c.line = append(c.line, line...)
+		}
+		line = c.line
+	}
+	if err != nil {
+		if err == io.EOF && *total > 0 {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	*total += len(line)
+	if *total > maxHeaderBytes {
+		return nil, protoErr("header over %d bytes", maxHeaderBytes)
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// readHead reads a status line and header fields into dst.
+func (c *conn) readHead(dst http.Header) (int, error) {
+	total := 0
+	line, err := c.readLine(&total)
+	if err != nil {
+		return 0, err
+	}
+	// "HTTP/1.x NNN reason"
+	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' ||
+		(len(line) > 12 && line[12] != ' ') {
+		return 0, protoErr("status line %q", trim(line))
+	}
+	c.body.http10 = line[7] == '0'
+	status := 0
+	for _, d := range line[9:12] {
+		if d < '0' || d > '9' {
+			return 0, protoErr("status line %q", trim(line))
+		}
+		status = status*10 + int(d-'0')
+	}
+	if status < 100 {
+		return 0, protoErr("status %d", status)
+	}
+	if err := c.readFields(dst, &total); err != nil {
+		return 0, err
+	}
+	return status, nil
+}
+
+func trim(b []byte) []byte {
+	if len(b) > 64 {
+		return b[:64]
+	}
+	return b
+}
+
+// readFields reads header (or trailer) fields up to the empty line into dst,
+// values of one key in one shared backing array like net/textproto.
+func (c *conn) readFields(dst http.Header, total *int) error {
+	c.fields = c.fields[:0]
+	for {
+		line, err := c.readLine(total)
+		if err != nil {
+			return err
+		}
+		if len(line) == 0 {
+			break
+		}
+		i := 0
+		for i < len(line) && line[i] != ':' {
+			if !isTokenByte(line[i]) {
+				return protoErr("header line %q", trim(line))
+			}
+			i++
+		}
+		if i == 0 || i == len(line) {
+			return protoErr("header line %q", trim(line))
+		}
+		k := canonicalKey(line[:i])
+		v := line[i+1:]
+		for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+			v = v[1:]
+		}
+		for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+			v = v[:len(v)-1]
+		}
+		for _, b := range v {
+			if (b < ' ' && b != '\t') || b == 0x7f {
+				return protoErr("header %s value has a control byte", k)
+			}
+		}
+		c.fields = append(c.fields, field{k, string(v)})
+	}
+	strs := make([]string, len(c.fields))
+	for i, f := range c.fields {
+		strs[i] = f.v
+		if vv, ok := dst[f.k]; ok {
+			dst[f.k] = append(vv, f.v)
+		} else {
+			dst[f.k] = strs[i : i+1 : i+1]
+		}
+	}
+	return nil
+}
+
+func isTokenByte(b byte) bool {
+	switch {
+	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
+		return true
+	}
+	switch b {
+	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
+		return true
+	}
+	return false
+}
+
+// commonKeys interns the canonical form of frequent response header names, so
+// that parsing them allocates nothing.
+var commonKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
+		"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
+		"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
+		"Via", "X-Content-Type-Options", "X-Frame-Options", "Strict-Transport-Security", "Upgrade",
+		"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
+		"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
+		"Content-Disposition", "Pragma", "Alt-Svc"} {
+		m[k] = k
+		if l := toLower(k); l != k {
+			m[l] = k
+		}
+	}
+	return m
+}()
+
+func toLower(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'A' <= c && c <= 'Z' {
+			b[i] = c + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+func canonicalKey(b []byte) string {
+	if k, ok := commonKeys[string(b)]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(string(b))
+}
+
+// finishHead removes the hop-by-hop fields of a response header and sets up
+// its body. reusable is false when the request was not fully written.
+func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool) (Response, error) {
+	b := &c.body
+	*b = Body{c: c, http10: b.http10}
+	keep := reusable && !c.u.noKeepAlive
+	connHdr := h["Connection"]
+	if hasToken(connHdr, "close") {
+		keep = false
+	}
+	if b.http10 && !hasToken(connHdr, "keep-alive") {
+		keep = false
+	}
+	for _, name := range connHdr {
+		for _, t := range splitTokens(name) {
+			if t != "" {
+				delete(h, http.CanonicalHeaderKey(t))
+			}
+		}
+	}
+	te := h["Transfer-Encoding"]
+	cl := h["Content-Length"]
+	delete(h, "Connection")
+	delete(h, "Keep-Alive")
+	delete(h, "Proxy-Connection")
+	delete(h, "Transfer-Encoding")
+	delete(h, "Upgrade")
+	delete(h, "Te")
+	b.keep = keep
+	res := Response{Status: status, ContentLength: -1, Body: b}
+	switch {
+	case req.Method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified:
+		b.mode = modeNone
+		if status == http.StatusNoContent {
+			delete(h, "Content-Length")
+		}
+		if len(cl) == 1 {
+			if n, err := parseLength(cl[0]); err == nil {
+				res.ContentLength = n
+			}
+		}
+		if status != http.StatusOK || req.Method != http.MethodHead {
+			res.ContentLength = 0
+		}
+		return res, nil
+	case len(te) > 0:
+		if len(te) != 1 || !equalFoldTrim(te[0], "chunked") {
+			return Response{}, protoErr("unsupported Transfer-Encoding %q", te)
+		}
+		delete(h, "Content-Length") // chunked wins (RFC 9112 6.3)
+		b.mode = modeChunked
+		b.cr = httputil.NewChunkedReader(c.br)
+		return res, nil
+	case len(cl) > 0:
+		n, err := parseLength(cl[0])
+		for _, v := range cl[1:] {
+			if m, err2 := parseLength(v); err2 != nil || m != n {
+				err = protoErr("conflicting Content-Length %q", cl)
+			}
+		}
+		if err != nil {
+			return Response{}, err
+		}
+		h["Content-Length"] = cl[:1]
+		b.mode, b.remaining, res.ContentLength = modeLength, n, n
+		if n == 0 {
+			b.mode = modeNone
+		}
+		return res, nil
+	default:
+		b.mode = modeEOF
+		b.keep = false
+		return res, nil
+	}
+}
+
+func splitTokens(s string) []string {
+	var out []string
+	for len(s) > 0 {
+		var tok string
+		if i := indexByte(s, ','); i >= 0 {
+			tok, s = s[:i], s[i+1:]
+		} else {
+			tok, s = s, ""
+		}
+		for len(tok) > 0 && (tok[0] == ' ' || tok[0] == '\t') {
+			tok = tok[1:]
+		}
+		for len(tok) > 0 && (tok[len(tok)-1] == ' ' || tok[len(tok)-1] == '\t') {
+			tok = tok[:len(tok)-1]
+		}
+		out = append(out, tok)
+	}
+	return out
+}
+
+func parseLength(s string) (int64, error) {
+	if s == "" {
+		return 0, protoErr("empty Content-Length")
+	}
+	var n int64
+	for i := 0; i < len(s); i++ {
+		d := s[i]
+		if d < '0' || d > '9' || n > (1<<62)/10 {
+			return 0, protoErr("Content-Length %q", s)
+		}
+		n = n*10 + int64(d-'0')
+	}
+	return n, nil
+}
+
+type bodyMode uint8
+
+const (
+	modeNone bodyMode = iota
+	modeLength
+	modeChunked
+	modeEOF
+)
+
+// Body is a response body. Read it to io.EOF and Close it to give the
+// connection back to the pool; Close before EOF closes the connection.
+// Not safe for concurrent use.
+type Body struct {
+	c         *conn
+	mode      bodyMode
+	http10    bool
+	keep      bool
+	eof       bool
+	closed    bool
+	remaining int64
+	cr        io.Reader
+	err       error
+	trailer   http.Header
+}
+
+// Read reads the body. An error other than io.EOF means the backend broke
+// the exchange (truncated body, reset, timeout, bad chunk).
+func (b *Body) Read(p []byte) (int, error) {
+	if b.eof {
+		return 0, io.EOF
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	var n int
+	var err error
+	switch b.mode {
+	case modeNone:
+		b.eof = true
+		return 0, io.EOF
+	case modeLength:
+		if int64(len(p)) > b.remaining {
+			p = p[:b.remaining]
+		}
+		n, err = b.c.br.Read(p)
+		b.remaining -= int64(n)
+		if b.remaining == 0 {
+			b.eof = true
+			return n, io.EOF
+		}
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+	case modeChunked:
+		n, err = b.cr.Read(p)
+		if err == io.EOF {
+			tr := make(http.Header)
+			total := 0
+			if terr := b.c.readFields(tr, &total); terr != nil {
+				b.err = terr
+				return n, terr
+			}
+			if len(tr) > 0 {
+				b.trailer = tr
+			}
+			b.eof = true
+			return n, io.EOF
+		}
+	case modeEOF:
+		n, err = b.c.br.Read(p)
+		if err == io.EOF {
+			b.eof = true
+			return n, io.EOF
+		}
+	}
+	if err != nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// Ready reports whether the whole body is already in memory (read with the
+// header, or empty): reading it to its end touches no socket.
+func (b *Body) Ready() bool {
+	switch b.mode {
+	case modeNone:
+		return true
+	case modeLength:
+		return b.eof || int64(b.c.br.Buffered()) >= b.remaining
+	}
+	return b.eof
+}
+
+// Buffered reports whether bytes from the backend are waiting to be read,
+// so that the next Read returns without waiting for the backend. In a
+// chunked body that takes a whole chunk-size line: a part of one leaves the
+// next Read waiting.
+func (b *Body) Buffered() bool {
+	n := b.c.br.Buffered()
+	if n == 0 || b.mode != modeChunked {
+		return n > 0
+	}
+	p, _ := b.c.br.Peek(n) // buffered bytes: no I/O
+	return bytes.IndexByte(p, '\n') >= 0
+}
+
+// Trailer returns the trailer fields of a chunked body once Read returned
+// io.EOF (nil when there were none).
+func (b *Body) Trailer() http.Header { return b.trailer }
+
+// Close ends the exchange: the connection returns to the pool when the body
+// was read to its end and may be reused, and is closed otherwise. The slot is
+// released either way.
+func (b *Body) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	c := b.c
+	u := c.u
+	intact := c.stopWatch()
+	if b.eof && b.keep && intact && c.br.Buffered() == 0 {
+		c.reused = true
+		u.putIdle(c)
+	} else {
+		c.close()
+	}
+	u.releaseSlot()
+	return nil
+}

@@ -1,0 +1,234 @@
+package forward
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+)
+
+// The request side of Upstream.Do: request line, header and body framing.
+
+// writeHead buffers the request line and header.
+func (c *conn) writeHead(req *Request, expect bool) {
+	w := c.bw
+	w.WriteString(req.Method)
+	w.WriteByte(' ')
+	w.WriteString(req.URI)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(req.Host)
+	w.WriteString("\r\n")
+	conn := req.Header["Connection"]
+	for k, vv := range req.Header {
+		if skipRequestHeader(k, conn) || listed(k, req.Skip) || extra(k, req.Extra) {
+			continue
+		}
+		if k == "Te" {
+			if hasToken(vv, "trailers") {
+				w.WriteString("Te: trailers\r\n")
+			}
+			continue
+		}
+		for _, v := range vv {
+			w.WriteString(k)
+			w.WriteString(": ")
+			w.WriteString(v)
+			w.WriteString("\r\n")
+		}
+	}
+	for _, f := range req.Extra {
+		w.WriteString(f.Name)
+		w.WriteString(": ")
+		w.WriteString(f.Value)
+		w.WriteString("\r\n")
+	}
+	switch {
+	case req.BodyBytes != nil:
+		writeContentLength(w, int64(len(req.BodyBytes)))
+	case req.Body != nil && req.BodyLength >= 0:
+		writeContentLength(w, req.BodyLength)
+	case req.Body != nil:
+		w.WriteString("Transfer-Encoding: chunked\r\n")
+	case methodWantsLength(req.Method):
+		w.WriteString("Content-Length: 0\r\n")
+	}
+	if expect {
+		w.WriteString("Expect: 100-continue\r\n")
+	}
+	if c.u.noKeepAlive {
+		w.WriteString("Connection: close\r\n")
+	}
+	w.WriteString("\r\n")
+}
+
+// methodWantsLength mirrors net/http: a body-less POST/PUT/PATCH still says
+// "Content-Length: 0".
+func methodWantsLength(m string) bool {
+	return m == http.MethodPost || m == http.MethodPut || m == http.MethodPatch
+}
+
+func writeContentLength(w *bufio.Writer, n int64) {
+	var b [20]byte
+	w.WriteString("Content-Length: ")
+	w.Write(strconv.AppendInt(b[:0], n, 10))
+	w.WriteString("\r\n")
+}
+
+func listed(k string, names []string) bool {
+	for _, n := range names {
+		if n == k {
+			return true
+		}
+	}
+	return false
+}
+
+func extra(k string, fs []HeaderField) bool {
+	for _, f := range fs {
+		if f.Name == k {
+			return true
+		}
+	}
+	return false
+}
+
+// skipRequestHeader reports the request headers Do never copies.
+func skipRequestHeader(k string, connection []string) bool {
+	switch k {
+	case "Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate", "Proxy-Authorization",
+		"Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Expect", "Host":
+		return true
+	}
+	return len(connection) > 0 && hasToken(connection, k)
+}
+
+// hasToken reports whether the comma-separated lists vv hold token t
+// (case-insensitively).
+func hasToken(vv []string, t string) bool {
+	for _, v := range vv {
+		for len(v) > 0 {
+			var tok string
+			if i := indexByte(v, ','); i >= 0 {
+				tok, v = v[:i], v[i+1:]
+			} else {
+				tok, v = v, ""
+			}
+			if equalFoldTrim(tok, t) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func indexByte(s string, c byte) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == c {
+			return i
+		}
+	}
+	return -1
+}
+
+func equalFoldTrim(s, t string) bool {
+	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
+		s = s[1:]
+	}
+	for len(s) > 0 && (s[len(s)-1] == ' ' || s[len(s)-1] == '\t') {
+		s = s[:len(s)-1]
+	}
+	if len(s) != len(t) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		a, b := s[i], t[i]
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
+}
+
+// writeBody streams req.Body and flushes.
+func (c *conn) writeBody(req *Request) error {
+	buf := getBuf()
+	defer putBuf(buf)
+	if req.BodyLength >= 0 {
+		n, err := copyBody(c.bw, req.Body, req.BodyLength, *buf)
+		if err != nil {
+			return err
+		}
+		if n != req.BodyLength {
+			return &BodyReadError{Err: fmt.Errorf("body ended after %d of %d bytes: %w", n, req.BodyLength, io.ErrUnexpectedEOF)}
+		}
+		return c.bw.Flush()
+	}
+	c.chunked.w = c.bw
+	if _, err := copyBody(&c.chunked, req.Body, -1, *buf); err != nil {
+		return err
+	}
+	c.bw.WriteString("0\r\n")
+	if req.Trailer != nil {
+		for k, vv := range req.Trailer() {
+			for _, v := range vv {
+				c.bw.WriteString(k)
+				c.bw.WriteString(": ")
+				c.bw.WriteString(v)
+				c.bw.WriteString("\r\n")
+			}
+		}
+	}
+	c.bw.WriteString("\r\n")
+	return c.bw.Flush()
+}
+
+// copyBody copies up to limit bytes (-1: all) of r to w, telling read
+// errors (*BodyReadError) from write errors.
+func copyBody(w io.Writer, r io.Reader, limit int64, buf []byte) (int64, error) {
+	var n int64
+	for limit < 0 || n < limit {
+		p := buf
+		if limit >= 0 && int64(len(p)) > limit-n {
+			p = p[:limit-n]
+		}
+		m, rerr := r.Read(p)
+		if m > 0 {
+			if _, err := w.Write(p[:m]); err != nil {
+				return n, err
+			}
+			n += int64(m)
+		}
+		if rerr == io.EOF {
+			return n, nil
+		}
+		if rerr != nil {
+			return n, &BodyReadError{Err: rerr}
+		}
+	}
+	return n, nil
+}
+
+// bodyWriter writes chunks of a chunked body (without the last chunk).
+type bodyWriter struct{ w *bufio.Writer }
+
+func (b *bodyWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	var h [20]byte
+	b.w.Write(strconv.AppendInt(h[:0], int64(len(p)), 16))
+	b.w.WriteString("\r\n")
+	b.w.Write(p)
+	_, err := b.w.WriteString("\r\n")
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}

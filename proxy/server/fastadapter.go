@@ -1,0 +1,365 @@
+package server
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+var adapters = sync.Pool{New: func() any {
+	return &fastAdapter{h: make(http.Header), in: make(http.Header)}
+}}
+
+// fastAdapter presents one fasthttp request to Server.ServeHTTP as an
+// *http.Request and an http.ResponseWriter. It is pooled; nothing in it may
+// outlive the request (strings are copies, never views of fasthttp buffers).
+type fastAdapter struct {
+	ctx    *fasthttp.RequestCtx
+	req    http.Request
+	url    url.URL
+	in     http.Header // request header
+	h      http.Header // response header
+	status int
+	wrote  bool
+	handed bool // the body was handed to fasthttp: release on its Close
+	body   bodyReader
+}
+
+func (a *fastAdapter) release() {
+	a.ctx = nil
+	a.req = http.Request{}
+	a.body = bodyReader{}
+	clear(a.in)
+	clear(a.h)
+	a.status, a.wrote, a.handed = 0, false, false
+	adapters.Put(a)
+}
+
+// reset builds the *http.Request of ctx's request as net/http would.
+func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
+	a.ctx = ctx
+	rh := &ctx.Request.Header
+	r := &a.req
+	r.Method = internMethod(rh.Method())
+	r.RequestURI = string(rh.RequestURI())
+	if path, query, ok := plainTarget(r.RequestURI); ok {
+		a.url = url.URL{Path: path, RawQuery: query}
+	} else {
+		u, err := url.ParseRequestURI(r.RequestURI)
+		if err != nil {
+			return fmt.Errorf("request target %q: %w", r.RequestURI, err)
+		}
+		a.url = *u
+	}
+	u := &a.url
+	r.URL = u
+	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
+	if !rh.IsHTTP11() {
+		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
+	}
+	chunked := rh.ContentLength() == -1
+	hosts := 0
+	for k, v := range rh.All() {
+		key := internKey(k)
+		switch key {
+		case "Host":
+			hosts++
+			continue
+		case "Transfer-Encoding":
+			continue
+		case "Content-Length":
+			if chunked {
+				continue
+			}
+		}
+		a.in[key] = append(a.in[key], string(v))
+	}
+	if rh.ConnectionClose() && len(a.in["Connection"]) == 0 {
+		a.in["Connection"] = []string{"close"}
+		r.Close = true
+	}
+	r.Header = a.in
+	if u.Host != "" {
+		r.Host = u.Host
+	} else {
+		r.Host = string(rh.Host())
+	}
+	if r.ProtoMinor == 1 && hosts == 0 && u.Host == "" {
+		return errors.New("missing required Host header")
+	}
+	switch n := rh.ContentLength(); {
+	case chunked:
+		r.ContentLength = -1
+		r.TransferEncoding = []string{"chunked"}
+		a.body = bodyReader{r: ctx.RequestBodyStream()}
+		r.Body = &a.body
+	case n > 0:
+		r.ContentLength = int64(n)
+		a.body = bodyReader{r: ctx.RequestBodyStream()}
+		if a.body.r == nil {
+			a.body.r = bytes.NewReader(ctx.Request.Body())
+		}
+		r.Body = &a.body
+	default:
+		r.Body = http.NoBody
+	}
+	if yc, ok := ctx.Conn().(*addrConn); ok {
+		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
+	} else {
+		r.RemoteAddr = ctx.RemoteAddr().String()
+	}
+	return nil
+}
+
+// plainTarget splits an origin-form request target made only of characters
+// that url.ParseRequestURI neither unescapes nor rejects ("/a/b?x=1"):
+// for those its answer is URL{Path, RawQuery}, without the parse. Any other
+// target goes through url.ParseRequestURI.
+func plainTarget(t string) (path, query string, ok bool) {
+	if t == "" || t[0] != '/' {
+		return "", "", false
+	}
+	q := len(t)
+	for i := 0; i < len(t); i++ {
+		c := t[i]
+		if c == '?' && q == len(t) {
+			q = i
+			continue
+		}
+		if !plainByte[c] {
+			return "", "", false
+		}
+	}
+	switch q {
+	case len(t):
+		return t, "", true
+	case len(t) - 1: // "/p?": an empty query that URL.ForceQuery keeps
+		return "", "", false
+	}
+	return t[:q], t[q+1:], true
+}
+
+// plainByte: the characters url's path escaping leaves as they are
+// (unreserved ones and "$&+,;=:@/"): for them Path is the target's path
+// and RawPath stays empty.
+var plainByte = func() (t [256]bool) {
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+	}
+	for c := 'A'; c <= 'Z'; c++ {
+		t[c] = true
+	}
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for _, c := range "-._~$&+,;=:@/" {
+		t[c] = true
+	}
+	return t
+}()
+
+// bodyReader is the request body: fasthttp's stream, closed by the server.
+type bodyReader struct{ r io.Reader }
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	if b.r == nil {
+		return 0, io.EOF
+	}
+	return b.r.Read(p)
+}
+
+func (b *bodyReader) Close() error { return nil }
+
+// Header is the response header, sent at WriteHeader.
+func (a *fastAdapter) Header() http.Header { return a.h }
+
+// WriteHeader copies the status and header into the fasthttp response.
+func (a *fastAdapter) WriteHeader(code int) {
+	if a.wrote || code < 200 {
+		return
+	}
+	a.wrote, a.status = true, code
+	rh := &a.ctx.Response.Header
+	a.ctx.SetStatusCode(code)
+	for k, vv := range a.h {
+		switch k {
+		case "Trailer":
+			// Announced trailers: fasthttp sends them after a chunked body
+			// (values set by setTrailers once the backend's body ended).
+			for _, v := range vv {
+				for _, name := range strings.Split(v, ",") {
+					if name = strings.TrimSpace(name); name != "" {
+						_ = rh.AddTrailer(name) // forbidden names are dropped
+					}
+				}
+			}
+			continue
+		case "Transfer-Encoding", "Content-Length":
+			// fasthttp frames the body itself (Content-Length from the
+			// buffered body or StreamBody's length, chunked otherwise).
+			continue
+		case "Connection":
+			if hasCloseToken(vv) {
+				a.ctx.SetConnectionClose()
+			}
+			continue
+		}
+		if len(k) > len(http.TrailerPrefix) && k[:len(http.TrailerPrefix)] == http.TrailerPrefix {
+			continue
+		}
+		for _, v := range vv {
+			rh.Add(k, v)
+		}
+	}
+	if a.req.Method == http.MethodHead {
+		// No body follows; announce the backend's length as net/http does.
+		if cl := a.h["Content-Length"]; len(cl) == 1 {
+			if n, err := strconv.Atoi(cl[0]); err == nil && n >= 0 {
+				a.ctx.Response.SkipBody = true
+				rh.SetContentLength(n)
+			}
+		}
+	}
+}
+
+func hasCloseToken(vv []string) bool {
+	for _, v := range vv {
+		for _, t := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), "close") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// setTrailers gives the backend's trailers to fasthttp, which writes the
+// announced ones after the last chunk (handedBody calls it at EOF).
+func (a *fastAdapter) setTrailers(tr http.Header) {
+	for k, vv := range tr {
+		for i, v := range vv {
+			if i == 0 {
+				a.ctx.Response.Header.Set(k, v)
+			} else {
+				a.ctx.Response.Header.Add(k, v)
+			}
+		}
+	}
+}
+
+// Write appends to the buffered response body.
+func (a *fastAdapter) Write(p []byte) (int, error) {
+	if !a.wrote {
+		a.WriteHeader(http.StatusOK)
+	}
+	if a.req.Method == http.MethodHead {
+		return len(p), nil
+	}
+	a.ctx.Response.AppendBody(p)
+	return len(p), nil
+}
+
+// Flush is a no-op: buffered bodies are written when the handler returns,
+// unsized ones are streamed (and flushed per chunk) by fasthttp.
+func (a *fastAdapter) Flush() {}
+
+// SetReadDeadline and SetWriteDeadline serve http.ResponseController.
+func (a *fastAdapter) SetReadDeadline(t time.Time) error  { return a.ctx.SetReadDeadline(t) }
+func (a *fastAdapter) SetWriteDeadline(t time.Time) error { return a.ctx.SetWriteDeadline(t) }
+
+// Handoff takes bodies that are unsized, over handoffMax or not all in
+// memory yet; the header of one not in memory is flushed at once.
+func (a *fastAdapter) Handoff(contentLength int64, ready bool) bool {
+	if a.req.Method == http.MethodHead || a.status == http.StatusNoContent || a.status == http.StatusNotModified {
+		return false
+	}
+	if !ready {
+		a.ctx.Response.ImmediateHeaderFlush = true
+		return true
+	}
+	return contentLength < 0 || contentLength > handoffMax
+}
+
+// StreamBody lets fasthttp copy body after the handler returned (chunked
+// when the length is unknown). A read error makes fasthttp close the
+// connection before the body is complete.
+func (a *fastAdapter) StreamBody(body io.ReadCloser, contentLength int64) {
+	a.handed = true
+	n := int(contentLength)
+	if contentLength < 0 {
+		n = -1
+	}
+	a.ctx.Response.SetBodyStream(&releasingBody{ReadCloser: body, a: a}, n)
+}
+
+// releasingBody returns the adapter to its pool once fasthttp closed the
+// handed-off body.
+type releasingBody struct {
+	io.ReadCloser
+	a    *fastAdapter
+	once sync.Once
+}
+
+func (b *releasingBody) Close() error {
+	err := b.ReadCloser.Close()
+	b.once.Do(b.a.release)
+	return err
+}
+
+// abort closes the client connection without an answer (or after a partial
+// one): a truncated response never looks complete.
+func (a *fastAdapter) abort() {
+	a.ctx.Response.Reset()
+	a.ctx.HijackSetNoResponse(true)
+	a.ctx.Hijack(func(net.Conn) {})
+}
+
+func internMethod(b []byte) string {
+	switch string(b) {
+	case http.MethodGet:
+		return http.MethodGet
+	case http.MethodHead:
+		return http.MethodHead
+	case http.MethodPost:
+		return http.MethodPost
+	case http.MethodPut:
+		return http.MethodPut
+	case http.MethodDelete:
+		return http.MethodDelete
+	case http.MethodOptions:
+		return http.MethodOptions
+	case http.MethodPatch:
+		return http.MethodPatch
+	}
+	return string(b)
+}
+
+// commonRequestKeys interns frequent request header names (canonical form).
+var commonRequestKeys = func() map[string]string {
+	m := make(map[string]string)
+	for _, k := range []string{"Host", "User-Agent", "Accept", "Accept-Encoding", "Accept-Language",
+		"Connection", "Content-Length", "Content-Type", "Cookie", "Authorization", "Cache-Control",
+		"Referer", "Origin", "Transfer-Encoding", "Upgrade", "X-Forwarded-For", "X-Forwarded-Proto",
+		"X-Forwarded-Host", "X-Real-Ip", "X-Request-Id", "Traceparent", "Tracestate", "Te", "Expect",
+		"If-None-Match", "If-Modified-Since", "Pragma", "Range", "Forwarded", "Keep-Alive"} {
+		m[k] = k
+	}
+	return m
+}()
+
+func internKey(b []byte) string {
+	if k, ok := commonRequestKeys[string(b)]; ok {
+		return k
+	}
+	return http.CanonicalHeaderKey(string(b))
+}
