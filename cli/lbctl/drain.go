@@ -2,11 +2,11 @@ package lbctl
 
 import (
 	"fmt"
-	"slices"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 )
 
 // drainCommand builds `lbctl drain` (on) or `lbctl undrain` (off).
@@ -27,18 +27,11 @@ func drainCommand(on bool) *cli.Command {
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			rev, err := e.updateState(func(s *config.State) error {
-				i := slices.IndexFunc(s.Drains, func(d config.Drain) bool { return d.Cluster == c && d.SubCluster == sc })
-				switch {
-				case on && i >= 0:
-					return fmt.Errorf("%s/%s is already drained", c, sc)
-				case on:
-					s.Drains = append(s.Drains, config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()})
-				case i < 0:
-					return fmt.Errorf("%s/%s is not drained", c, sc)
-				default:
-					s.Drains = slices.Delete(s.Drains, i, i+1)
+				if on {
+					return edit.Drain(s, config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()})
 				}
-				return nil
+				_, err := edit.Undrain(s, c, sc)
+				return err
 			})
 			if err != nil {
 				return err

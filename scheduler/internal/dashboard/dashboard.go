@@ -1,0 +1,332 @@
+// Package dashboard is lbscheduler's live web dashboard, served under /ui/
+// on the API address: the W matrix per backend cluster, the rollout of every
+// proxy, the health of every sub-cluster and instance and each row's
+// explanation, from plain HTML, CSS and JavaScript embedded in the binary.
+//
+// One Dashboard per scheduler keeps the current document (Doc), rebuilt
+// when the scheduler's plan changes (Notify) and when its own two watches
+// (proxy status reports and the current/ pointers, list+watch like the
+// inventory's) see an event; every browser tab follows it through one
+// server-sent-events stream, so tabs add no etcd load.
+//
+//	GET  /ui/             the page (and its assets)
+//	GET  /ui/api/state    the current Doc (JSON)
+//	GET  /ui/events       server-sent events: "state" with a Doc whenever it changes
+//	POST /ui/api/action   an operator action (needs the API token; see actions.go)
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/inventory"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Options configure a Dashboard.
+type Options struct {
+	// Client reads status/ and current/ (and writes actions).
+	Client *clientv3.Client
+	Layout keys.Layout
+	// Inputs returns the scheduler's current inputs and computed rows, and
+	// whether they are complete yet.
+	Inputs func() (Inputs, bool)
+	// Token is the API token; without one the dashboard is read-only.
+	Token string
+	// Refresh rebuilds the document this often even without events, so that
+	// statuses turn STALE by the clock (default 5s).
+	Refresh time.Duration
+	// Heartbeat is the SSE keep-alive comment interval (default 15s).
+	Heartbeat    time.Duration
+	StallTimeout time.Duration
+	Now          func() time.Time
+	Logger       *slog.Logger
+}
+
+// Dashboard is one scheduler's dashboard; see the package comment.
+type Dashboard struct {
+	o    Options
+	poke chan struct{}
+	quit chan struct{}
+
+	mu      sync.Mutex
+	ptrs    live
+	sts     statuses
+	seq     uint64
+	body    []byte // the current Doc as JSON (one line)
+	content []byte // the same without Seq, to skip unchanged rebuilds
+	changed chan struct{}
+}
+
+// New returns a dashboard; Run feeds it, Handler serves it.
+func New(o Options) *Dashboard {
+	if o.Refresh <= 0 {
+		o.Refresh = 5 * time.Second
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 15 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, changed: make(chan struct{})}
+}
+
+// Notify tells the dashboard the scheduler's inputs or plan changed.
+func (d *Dashboard) Notify() {
+	select {
+	case d.poke <- struct{}{}:
+	default:
+	}
+}
+
+// Run watches status/ and current/ and rebuilds the document on every
+// change until ctx is done; open event streams end then too.
+func (d *Dashboard) Run(ctx context.Context) {
+	defer close(d.quit)
+	stPrefix, _ := d.o.Layout.StatusPrefix("")
+	var wg sync.WaitGroup
+	for _, w := range []struct {
+		prefix string
+		sink   inventory.PrefixSink
+	}{
+		{stPrefix, &statusSink{d: d}},
+		{d.o.Layout.CurrentPrefix(), &pointerSink{d: d}},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			inventory.WatchPrefix(ctx, d.o.Client, w.prefix, w.sink, d.o.StallTimeout, d.o.Logger.With("component", "dashboard"))
+		}()
+	}
+	defer wg.Wait()
+	tick := time.NewTicker(d.o.Refresh)
+	defer tick.Stop()
+	d.rebuild()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-d.poke:
+		case <-tick.C:
+		}
+		d.rebuild()
+	}
+}
+
+// rebuild assembles the document and wakes the streams if it changed.
+func (d *Dashboard) rebuild() {
+	in, ok := d.o.Inputs()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	doc := build(in, ok, d.ptrs, d.sts, d.o.Token != "", d.o.Now())
+	content, err := json.Marshal(doc)
+	if err != nil {
+		d.o.Logger.Error("dashboard document", "err", err)
+		return
+	}
+	if bytes.Equal(content, d.content) {
+		return
+	}
+	d.seq++
+	doc.Seq = d.seq
+	body, _ := json.Marshal(doc)
+	d.body, d.content = body, content
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// current returns the document, its sequence number and a channel closed
+// when the next one is ready.
+func (d *Dashboard) current() ([]byte, uint64, <-chan struct{}) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.body, d.seq, d.changed
+}
+
+// Handler serves /ui/ (mount it at "/ui/"). GETs need no token.
+func (d *Dashboard) Handler() http.Handler {
+	mux := http.NewServeMux()
+	static, _ := fs.Sub(assets, "assets")
+	files := http.StripPrefix("/ui/", http.FileServerFS(static))
+	mux.Handle("GET /ui/", files)
+	mux.HandleFunc("GET /ui/api/state", d.state)
+	mux.HandleFunc("GET /ui/events", d.events)
+	mux.HandleFunc("POST /ui/api/action", d.action)
+	return secureHeaders(mux)
+}
+
+func secureHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (d *Dashboard) state(w http.ResponseWriter, r *http.Request) {
+	body, _, _ := d.current()
+	if body == nil {
+		http.Error(w, "dashboard: not ready yet", http.StatusServiceUnavailable)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Write(body)
+}
+
+// events streams the document: at once, then on every change.
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
+	rc := http.NewResponseController(w)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	_ = rc.SetWriteDeadline(time.Time{})
+	if err := rc.Flush(); err != nil {
+		return
+	}
+	hb := time.NewTicker(d.o.Heartbeat)
+	defer hb.Stop()
+	var sent uint64
+	for {
+		body, seq, next := d.current()
+		if body != nil && seq != sent {
+			if _, err := w.Write([]byte("event: state\ndata: ")); err != nil {
+				return
+			}
+			w.Write(body)
+			if _, err := w.Write([]byte("\n\n")); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+			sent = seq
+		}
+		select {
+		case <-r.Context().Done():
+			return
+		case <-d.quit:
+			return
+		case <-next:
+		case <-hb.C:
+			if _, err := w.Write([]byte(": keep-alive\n\n")); err != nil {
+				return
+			}
+			if err := rc.Flush(); err != nil {
+				return
+			}
+		}
+	}
+}
+
+// statusSink keeps the proxy status reports.
+type statusSink struct{ d *Dashboard }
+
+func (s *statusSink) Reset(kvs []*mvccpb.KeyValue, _ int64) {
+	s.d.mu.Lock()
+	s.d.sts = statuses{}
+	for _, kv := range kvs {
+		s.putLocked(kv)
+	}
+	s.d.mu.Unlock()
+	s.d.Notify()
+}
+
+func (s *statusSink) Apply(evs []*clientv3.Event, _ int64) {
+	s.d.mu.Lock()
+	for _, ev := range evs {
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(s.d.sts, string(ev.Kv.Key))
+			continue
+		}
+		s.putLocked(ev.Kv)
+	}
+	s.d.mu.Unlock()
+	s.d.Notify()
+}
+
+func (s *statusSink) Heard(int64) {}
+
+func (s *statusSink) putLocked(kv *mvccpb.KeyValue) {
+	pk, err := s.d.o.Layout.ParseStatus(string(kv.Key))
+	var st report.ProxyStatus
+	if err == nil {
+		err = json.Unmarshal(kv.Value, &st)
+	}
+	if err != nil {
+		s.d.o.Logger.Warn("dashboard: proxy status ignored", "key", string(kv.Key), "err", err)
+		delete(s.d.sts, string(kv.Key))
+		return
+	}
+	st.ProxyCluster, st.ID = pk.ProxyCluster, pk.ProxyID
+	s.d.sts[string(kv.Key)] = st
+}
+
+// pointerSink keeps current/<pc>.
+type pointerSink struct{ d *Dashboard }
+
+func (s *pointerSink) Reset(kvs []*mvccpb.KeyValue, _ int64) {
+	s.d.mu.Lock()
+	s.d.ptrs = live{}
+	for _, kv := range kvs {
+		s.putLocked(kv)
+	}
+	s.d.mu.Unlock()
+	s.d.Notify()
+}
+
+func (s *pointerSink) Apply(evs []*clientv3.Event, _ int64) {
+	s.d.mu.Lock()
+	for _, ev := range evs {
+		pc, err := s.d.o.Layout.ParseCurrent(string(ev.Kv.Key))
+		if err != nil {
+			continue
+		}
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(s.d.ptrs, pc)
+			continue
+		}
+		s.putLocked(ev.Kv)
+	}
+	s.d.mu.Unlock()
+	s.d.Notify()
+}
+
+func (s *pointerSink) Heard(int64) {}
+
+func (s *pointerSink) putLocked(kv *mvccpb.KeyValue) {
+	pc, err := s.d.o.Layout.ParseCurrent(string(kv.Key))
+	if err != nil {
+		return
+	}
+	var p snapshot.Pointer
+	if err := json.Unmarshal(kv.Value, &p); err != nil {
+		s.d.o.Logger.Warn("dashboard: snapshot pointer ignored", "key", string(kv.Key), "err", err)
+		return
+	}
+	s.d.ptrs[pc] = p
+}
