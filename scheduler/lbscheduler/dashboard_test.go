@@ -271,6 +271,22 @@ func TestDashboardPageStateAndEvents(t *testing.T) {
 	})
 	t.Logf("desired state → event in %s", time.Since(start))
 
+	// A change no snapshot carries (a paused shift intent moves nothing):
+	// nothing is published, the scheduler's own recomputation updates the page.
+	sh := config.Shift{ID: "s-quiet", ProxyCluster: "BFE2", Cluster: "demo-main", From: "IDC2", To: "IDC1", Percent: 10,
+		StepPercent: 10, State: config.ShiftPaused}
+	b, _ := json.Marshal(sh)
+	sk, _ := layout.Shift(sh.ID)
+	start = time.Now()
+	put(t, cli, sk, string(b))
+	await(t, docs, 2*time.Second, "the paused shift", func(d dashboard.Doc) error {
+		if len(d.Shifts) != 1 || d.Shifts[0].ID != "s-quiet" || d.Shifts[0].State != config.ShiftPaused {
+			return fmt.Errorf("shifts %+v", d.Shifts)
+		}
+		return nil
+	})
+	t.Logf("shift intent → event in %s", time.Since(start))
+
 	// Read-only: without a token the scheduler refuses every action, even
 	// well-formed ones from the page, and changes nothing.
 	rev := desiredRev(t, cli)
