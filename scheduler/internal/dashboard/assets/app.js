@@ -15,6 +15,7 @@ function el(tag, attrs, ...kids) {
   for (const [k, v] of Object.entries(attrs || {})) {
     if (v === undefined || v === null || v === false) continue;
     if (k === 'class') e.className = v;
+    else if (k === 'style') Object.assign(e.style, v); // CSSOM: allowed by the page's CSP, style="" is not
     else if (k === 'text') e.textContent = v;
     else if (k.startsWith('on')) e.addEventListener(k.slice(2), v);
     else e.setAttribute(k, v === true ? '' : v);
@@ -46,7 +47,7 @@ function legend() {
   const s = el('span', { class: 'scale', 'aria-hidden': 'true' });
   for (const v of [0, 25, 50, 75, 100]) {
     const c = colour(v / 100);
-    s.append(el('span', { style: `background:${c.bg};color:${c.fg}`, text: String(v) }));
+    s.append(el('span', { style: { backgroundColor: c.bg, color: c.fg }, text: String(v) }));
   }
   $('legend').replaceChildren('Cells: weight in percent of the row, shaded ', s,
     '. ', el('span', { class: 'badge pinned', text: 'PINNED' }), ' operator row, ',
@@ -89,7 +90,7 @@ function renderMatrix() {
         const k = colour(f);
         tr.append(el('td', {
           class: 'w' + (col.drained ? ' drained' : ''), 'data-cell': `${c.name}/${r.proxy_cluster}/${col.name}`,
-          style: `background-color:${k.bg};color:${k.fg}`, title: `${r.proxy_cluster} → ${col.name}: ${pct(w, r.denominator)}%`,
+          style: { backgroundColor: k.bg, color: k.fg }, title: `${r.proxy_cluster} → ${col.name}: ${pct(w, r.denominator)}%`,
         }, pct(w, r.denominator)));
       }
       const marks = el('td', {});
@@ -104,10 +105,10 @@ function renderMatrix() {
       tr.append(marks);
       return tr;
     });
-    out.push(el('h3', { text: `cluster ${c.name}` }),
+    out.push(el('div', { class: 'card' }, el('h3', { text: `cluster ${c.name}` }),
       el('div', { class: 'scroll' }, el('table', { 'data-cluster': c.name },
-        el('caption', { class: 'meta', text: `W matrix of ${c.name}: rows are proxy clusters, columns sub-clusters (IDC) and BLACKHOLE` }),
-        el('thead', {}, head), el('tbody', {}, body))));
+        el('caption', { class: 'sr-only', text: `W matrix of ${c.name}: rows are proxy clusters, columns sub-clusters (IDC) and BLACKHOLE` }),
+        el('thead', {}, head), el('tbody', {}, body)))));
   }
   if (out.length === 0) out.push(el('p', { class: 'meta', text: 'No clusters in the desired state yet.' }));
   $('clusters').replaceChildren(...out);
@@ -148,7 +149,7 @@ function renderRollout() {
     const marks = [];
     if (r.unpublished) marks.push(el('span', { class: 'badge unpub', text: 'UNPUBLISHED' }));
     if (r.blocked) marks.push(el('span', { class: 'badge unpub', title: r.blocked, text: 'BLOCKED' }), ' ', r.blocked);
-    out.push(el('h3', {}, `${r.proxy_cluster}: live v${r.live_version} `, ...marks));
+    const h = el('h3', {}, `${r.proxy_cluster}: live v${r.live_version} `, ...marks);
     const rows = r.proxies.map((p) => el('tr', { 'data-proxy': `${r.proxy_cluster}/${p.id}` },
       el('td', { text: p.id }),
       el('td', { class: 'state-' + p.state, title: p.reason || '' }, p.state, p.reason ? el('small', { text: ' ' + p.reason }) : null),
@@ -157,9 +158,9 @@ function renderRollout() {
       el('td', { class: 'num', text: p.watch_lag_seconds.toFixed(1) + ' s' }),
       el('td', { text: p.source || '' })));
     if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 6, class: 'meta', text: 'no proxy reports a status' })));
-    out.push(el('div', { class: 'scroll' }, el('table', {},
-      el('thead', {}, el('tr', {}, ...['proxy', 'state', 'applied', 'versions behind', 'watch lag', 'source'].map((h) => el('th', { scope: 'col', text: h })))),
-      el('tbody', {}, rows))));
+    out.push(el('div', { class: 'card' }, h, el('div', { class: 'scroll' }, el('table', {},
+      el('thead', {}, el('tr', {}, ...['proxy', 'state', 'applied', 'versions behind', 'watch lag', 'source'].map((x) => el('th', { scope: 'col', text: x })))),
+      el('tbody', {}, rows)))));
   }
   $('rollout-body').replaceChildren(...out);
 }
@@ -167,7 +168,6 @@ function renderRollout() {
 function renderHealth() {
   const out = [];
   for (const c of doc.clusters) {
-    out.push(el('h3', { text: `cluster ${c.name}` }));
     const rows = [];
     for (const s of c.subclusters) {
       rows.push(el('tr', { class: s.drained ? 'drained' : '', 'data-health': `${c.name}/${s.name}` },
@@ -177,9 +177,9 @@ function renderHealth() {
         el('td', {}, s.instances.map((i) => el('div', { class: 'state-' + (i.state === 'healthy' ? 'SYNCED' : 'REJECTED') },
           `${i.addr} ${i.state} w${i.weight}${i.capacity_rps ? ' cap ' + i.capacity_rps + ' rps' : ''}`)))));
     }
-    out.push(el('div', { class: 'scroll' }, el('table', {},
+    out.push(el('div', { class: 'card' }, el('h3', { text: `cluster ${c.name}` }), el('div', { class: 'scroll' }, el('table', {},
       el('thead', {}, el('tr', {}, ...['sub-cluster', 'IDC', 'available/total', 'instances'].map((h) => el('th', { scope: 'col', text: h })))),
-      el('tbody', {}, rows))));
+      el('tbody', {}, rows)))));
   }
   $('health-body').replaceChildren(...out);
 }

@@ -1,0 +1,188 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/sluicelb/sluice/integration/fleet"
+)
+
+// chromium finds the browser. Under CI=true a missing browser fails the
+// test (.ci/run installs it); elsewhere the test is skipped with the fix.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed and CI=true: .ci/run installs it (apt-get install -y chromium)")
+	}
+	t.Skip("chromium is not installed: apt-get install -y chromium")
+	return ""
+}
+
+// artefactDir is where screenshots go: $SLUICE_ARTIFACTS when set, else the
+// test's temporary directory.
+func artefactDir(t *testing.T) string {
+	if d := os.Getenv("SLUICE_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// Scenario: the dashboard in headless Chromium over the dev fleet. It renders
+// the demo matrix (BFE1 pinned 45/45/10), follows lbctl weights set within
+// 2 s without a reload, marks a drained sub-cluster, refuses an action
+// without the token, and works at phone width.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t, fleet.Options{})
+	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	defer acancel()
+	bctx, bcancel := chromedp.NewContext(actx)
+	defer bcancel()
+
+	url := f.SchedAPIs[0] + "/ui/"
+	cell := func(pc, sc string) string { return fmt.Sprintf(`td[data-cell="demo-main/%s/%s"]`, pc, sc) }
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(cell("BFE1", "SC1")))); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	text := func(sel string) string {
+		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	for sc, want := range map[string]string{"SC1": "45", "SC2": "45", "GSLB_BLACKHOLE": "10"} {
+		if got := text(cell("BFE1", sc)); got != want {
+			t.Errorf("BFE1 → %s shows %q, want %q", sc, got, want)
+		}
+	}
+	if marks := text(`tr[data-row="demo-main/BFE1"]`); !strings.Contains(marks, "PINNED") {
+		t.Errorf("BFE1 row is not marked pinned: %q", marks)
+	}
+	dir := artefactDir(t)
+	shot := func(name string) {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s (%d bytes)", p, len(png))
+	}
+	shot("dashboard-1280.png")
+
+	// Mark the page: a reload would lose the mark.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
+		t.Fatal(err)
+	}
+	// waitText polls the DOM until sel's text satisfies ok, within d of now.
+	waitText := func(sel, what string, d time.Duration, ok func(string) bool) time.Duration {
+		start := time.Now()
+		var last string
+		for time.Since(start) < d {
+			tctx, tcancel := context.WithTimeout(bctx, time.Second)
+			s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			tcancel()
+			if last = strings.TrimSpace(s); err == nil && ok(last) {
+				return time.Since(start)
+			}
+			time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
+		}
+		t.Fatalf("%s: not within %s (last %q)", what, d, last)
+		return 0
+	}
+
+	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=60", "GSLB_BLACKHOLE=10", "--reason", "e2e dashboard")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl weights set: exit %d, %v\n%s", code, err, out)
+	}
+	took := waitText(cell("BFE1", "SC1"), "BFE1 → SC1 shows 30 after lbctl weights set", 2*time.Second, func(s string) bool { return s == "30" })
+	t.Logf("lbctl weights set → cell updated in %s", took)
+	if got := text(cell("BFE1", "SC2")); got != "60" {
+		t.Errorf("BFE1 → SC2 shows %q after the pin, want 60", got)
+	}
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument || 0`)); err != nil || same != 1 {
+		t.Fatalf("the page reloaded (mark %d, %v)", same, err)
+	}
+
+	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e dashboard drain")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl drain: exit %d, %v\n%s", code, err, out)
+	}
+	took = waitText(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", 2*time.Second, func(s string) bool { return strings.Contains(s, "DRAINED") })
+	t.Logf("lbctl drain → column marked in %s", took)
+	if title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`th[data-sub="demo-main/SC2"]`), "title")); err != nil || !strings.Contains(title.Value, "e2e dashboard drain") {
+		t.Errorf("SC2 header title %q (%v): want the drain reason", title.Value, err)
+	}
+	if got := text(`tr[data-health="demo-main/SC2"]`); !strings.Contains(got, "DRAINED") {
+		t.Errorf("health row of SC2 not marked drained: %q", got)
+	}
+	shot("dashboard-drained-1280.png")
+
+	// An action without the token is refused (the fleet's scheduler has
+	// none: the dashboard is read-only), and nothing changes.
+	type answer struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	res, err := chromedp.Run(bctx, chromedp.Evaluate[answer](`sluiceAction({kind: "undrain", cluster: "demo-main", subcluster: "SC2"})`, chromedp.EvalAwaitPromise))
+	if err != nil || !strings.Contains(res.Error, "read-only") || res.Message != "" {
+		t.Fatalf("action without token: %+v %v", res, err)
+	}
+	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2")
+	if code == 0 || !strings.Contains(out, "already drained") {
+		t.Fatalf("SC2 should still be drained after the refused undrain: exit %d %v\n%s", code, err, out)
+	}
+	if n := countSel(t, bctx, "button[data-key^=drain], button[data-key^=pin]"); n != 0 {
+		t.Errorf("a read-only dashboard shows %d action buttons", n)
+	}
+
+	// Phone width: the page itself does not scroll sideways (the matrix
+	// scrolls inside its own box), and the cells are still there. (With SC2
+	// drained, the pinned row's SC2 share went to SC1.)
+	wide := text(cell("BFE1", "SC1"))
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	if overflow, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`)); err != nil || overflow {
+		t.Errorf("page wider than a 390 px screen (overflow %v, %v)", overflow, err)
+	}
+	if got := text(cell("BFE1", "SC1")); got != wide || got == "" {
+		t.Errorf("phone width: BFE1 → SC1 shows %q, at 1280 px %q", got, wide)
+	}
+	shot("dashboard-390.png")
+}
+
+func countSel(t *testing.T, ctx context.Context, sel string) int {
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
