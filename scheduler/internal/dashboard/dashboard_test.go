@@ -175,12 +175,16 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 	}
 	next(t, docs, 2*time.Second, "p1 gone", func(d Doc) bool { return len(d.Rollout) == 1 && len(d.Rollout[0].Proxies) == 0 })
 
-	// An unchanged rebuild sends nothing: the next document is a change.
+	// An unchanged rebuild makes no new document; a change does.
+	_, seq, _ := d.current()
 	d.rebuild()
+	if _, again, _ := d.current(); again != seq {
+		t.Fatalf("an unchanged rebuild made document #%d after #%d", again, seq)
+	}
 	f.set(func(in *Inputs) { in.SchedulerID = "s1-renamed" })
 	d.rebuild()
-	if got := next(t, docs, 2*time.Second, "any", func(Doc) bool { return true }); got.SchedulerID != "s1-renamed" {
-		t.Fatalf("an unchanged document was sent again: %+v", got.SchedulerID)
+	if got := next(t, docs, 2*time.Second, "the renamed scheduler", func(d Doc) bool { return d.SchedulerID == "s1-renamed" }); got.Seq != seq+1 {
+		t.Fatalf("document #%d after #%d", got.Seq, seq)
 	}
 
 	// The JSON endpoint serves the same document.
