@@ -108,8 +108,8 @@ func (d *Dashboard) Run(ctx context.Context) {
 		prefix string
 		sink   inventory.PrefixSink
 	}{
-		{stPrefix, &statusSink{d: d}},
-		{d.o.Layout.CurrentPrefix(), &pointerSink{d: d}},
+		{stPrefix, d.statusSink()},
+		{d.o.Layout.CurrentPrefix(), d.pointerSink()},
 	} {
 		wg.Add(1)
 		go func() {
@@ -243,90 +243,83 @@ func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// statusSink keeps the proxy status reports.
-type statusSink struct{ d *Dashboard }
+// sink applies one watched prefix to the dashboard under its lock: clear
+// before a full listing, put per key-value, del per deleted key; every batch
+// then asks for a rebuild.
+type sink struct {
+	d     *Dashboard
+	clear func()
+	put   func(kv *mvccpb.KeyValue)
+	del   func(key string)
+}
 
-func (s *statusSink) Reset(kvs []*mvccpb.KeyValue, _ int64) {
+func (s *sink) Reset(kvs []*mvccpb.KeyValue, _ int64) {
 	s.d.mu.Lock()
-	s.d.sts = statuses{}
+	s.clear()
 	for _, kv := range kvs {
-		s.putLocked(kv)
+		s.put(kv)
 	}
 	s.d.mu.Unlock()
 	s.d.Notify()
 }
 
-func (s *statusSink) Apply(evs []*clientv3.Event, _ int64) {
+func (s *sink) Apply(evs []*clientv3.Event, _ int64) {
 	s.d.mu.Lock()
 	for _, ev := range evs {
 		if ev.Type == clientv3.EventTypeDelete {
-			delete(s.d.sts, string(ev.Kv.Key))
-			continue
+			s.del(string(ev.Kv.Key))
+		} else {
+			s.put(ev.Kv)
 		}
-		s.putLocked(ev.Kv)
 	}
 	s.d.mu.Unlock()
 	s.d.Notify()
 }
 
-func (s *statusSink) Heard(int64) {}
+func (s *sink) Heard(int64) {}
 
-func (s *statusSink) putLocked(kv *mvccpb.KeyValue) {
-	pk, err := s.d.o.Layout.ParseStatus(string(kv.Key))
-	var st report.ProxyStatus
-	if err == nil {
-		err = json.Unmarshal(kv.Value, &st)
+// statusSink keeps the proxy status reports (status/<pc>/<id>).
+func (d *Dashboard) statusSink() *sink {
+	return &sink{d: d,
+		clear: func() { d.sts = statuses{} },
+		del:   func(key string) { delete(d.sts, key) },
+		put: func(kv *mvccpb.KeyValue) {
+			pk, err := d.o.Layout.ParseStatus(string(kv.Key))
+			var st report.ProxyStatus
+			if err == nil {
+				err = json.Unmarshal(kv.Value, &st)
+			}
+			if err != nil {
+				d.o.Logger.Warn("dashboard: proxy status ignored", "key", string(kv.Key), "err", err)
+				delete(d.sts, string(kv.Key))
+				return
+			}
+			st.ProxyCluster, st.ID = pk.ProxyCluster, pk.ProxyID
+			d.sts[string(kv.Key)] = st
+		},
 	}
-	if err != nil {
-		s.d.o.Logger.Warn("dashboard: proxy status ignored", "key", string(kv.Key), "err", err)
-		delete(s.d.sts, string(kv.Key))
-		return
-	}
-	st.ProxyCluster, st.ID = pk.ProxyCluster, pk.ProxyID
-	s.d.sts[string(kv.Key)] = st
 }
 
-// pointerSink keeps current/<pc>.
-type pointerSink struct{ d *Dashboard }
-
-func (s *pointerSink) Reset(kvs []*mvccpb.KeyValue, _ int64) {
-	s.d.mu.Lock()
-	s.d.ptrs = live{}
-	for _, kv := range kvs {
-		s.putLocked(kv)
+// pointerSink keeps the live pointers (current/<pc>).
+func (d *Dashboard) pointerSink() *sink {
+	return &sink{d: d,
+		clear: func() { d.ptrs = live{} },
+		del: func(key string) {
+			if pc, err := d.o.Layout.ParseCurrent(key); err == nil {
+				delete(d.ptrs, pc)
+			}
+		},
+		put: func(kv *mvccpb.KeyValue) {
+			pc, err := d.o.Layout.ParseCurrent(string(kv.Key))
+			var p snapshot.Pointer
+			if err == nil {
+				err = json.Unmarshal(kv.Value, &p)
+			}
+			if err != nil {
+				d.o.Logger.Warn("dashboard: snapshot pointer ignored", "key", string(kv.Key), "err", err)
+				return
+			}
+			d.ptrs[pc] = p
+		},
 	}
-	s.d.mu.Unlock()
-	s.d.Notify()
-}
-
-func (s *pointerSink) Apply(evs []*clientv3.Event, _ int64) {
-	s.d.mu.Lock()
-	for _, ev := range evs {
-		pc, err := s.d.o.Layout.ParseCurrent(string(ev.Kv.Key))
-		if err != nil {
-			continue
-		}
-		if ev.Type == clientv3.EventTypeDelete {
-			delete(s.d.ptrs, pc)
-			continue
-		}
-		s.putLocked(ev.Kv)
-	}
-	s.d.mu.Unlock()
-	s.d.Notify()
-}
-
-func (s *pointerSink) Heard(int64) {}
-
-func (s *pointerSink) putLocked(kv *mvccpb.KeyValue) {
-	pc, err := s.d.o.Layout.ParseCurrent(string(kv.Key))
-	if err != nil {
-		return
-	}
-	var p snapshot.Pointer
-	if err := json.Unmarshal(kv.Value, &p); err != nil {
-		s.d.o.Logger.Warn("dashboard: snapshot pointer ignored", "key", string(kv.Key), "err", err)
-		return
-	}
-	s.d.ptrs[pc] = p
 }
