@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 
 	"github.com/sluicelb/sluice/integration/fleet"
 )
@@ -97,6 +98,16 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	shot("dashboard-1280.png")
 
+	// The row explanation, by keyboard: focus BFE1's name, press Enter.
+	explainBtn := `button[data-key="explain/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.Focus(chromedp.CSS(explainBtn)), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#explain-body dl"))); err != nil {
+		t.Fatalf("open the explanation with the keyboard: %v", err)
+	}
+	if x := text("#explain-body"); !strings.Contains(x, "mode") || !strings.Contains(x, "pinned") || !strings.Contains(x, "SC1=45 SC2=45 GSLB_BLACKHOLE=10") {
+		t.Errorf("explanation of BFE1/demo-main: %q", x)
+	}
+
 	// Mark the page: a reload would lose the mark.
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
 		t.Fatal(err)
@@ -129,6 +140,12 @@ func TestDashboardInBrowser(t *testing.T) {
 	}
 	if same, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument || 0`)); err != nil || same != 1 {
 		t.Fatalf("the page reloaded (mark %d, %v)", same, err)
+	}
+	if f, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.activeElement.getAttribute("data-key") || ""`)); err != nil || f != "explain/demo-main/BFE1" {
+		t.Errorf("keyboard focus after a live update is on %q (%v), want the button it was on", f, err)
+	}
+	if x := text("#explain-body"); !strings.Contains(x, "SC1=30 SC2=60 GSLB_BLACKHOLE=10") {
+		t.Errorf("the open explanation did not follow the new row: %q", x)
 	}
 
 	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e dashboard drain")
