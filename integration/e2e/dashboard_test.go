@@ -84,6 +84,41 @@ func TestDashboardInBrowser(t *testing.T) {
 	if marks := text(`tr[data-row="demo-main/BFE1"]`); !strings.Contains(marks, "PINNED") {
 		t.Errorf("BFE1 row is not marked pinned: %q", marks)
 	}
+	// waitText polls the DOM until sel's text satisfies ok, within d of now.
+	waitText := func(sel, what string, d time.Duration, ok func(string) bool) time.Duration {
+		start := time.Now()
+		var last string
+		for time.Since(start) < d {
+			tctx, tcancel := context.WithTimeout(bctx, time.Second)
+			s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			tcancel()
+			if last = strings.TrimSpace(s); err == nil && ok(last) {
+				return time.Since(start)
+			}
+			time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
+		}
+		t.Fatalf("%s: not within %s (last %q)", what, d, last)
+		return 0
+	}
+
+	// Traffic: under load, the proxies' demand reports (every 5 s) reach the
+	// BFE1 → demo-main chart (sampled every 5 s).
+	lctx, lstop := context.WithCancel(ctx)
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for i := 0; lctx.Err() == nil; i++ {
+			splitLoad(f, "BFE1", 200, 300000+200*i)
+		}
+	}()
+	waitText(`div[data-traffic="BFE1/demo-main"]`, "BFE1 → demo-main traffic above 0 req/s", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, " req/s") && !strings.Contains(s, "now: 0.0 req/s")
+	})
+	lstop()
+	<-loaded
+	if n := countSel(t, bctx, `div[data-traffic="BFE1/demo-main"] svg polyline`); n != 3 {
+		t.Errorf("BFE1 → demo-main chart has %d lines, want 3", n)
+	}
 	dir := artefactDir(t)
 	shot := func(name string) {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -112,23 +147,6 @@ func TestDashboardInBrowser(t *testing.T) {
 	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
 		t.Fatal(err)
 	}
-	// waitText polls the DOM until sel's text satisfies ok, within d of now.
-	waitText := func(sel, what string, d time.Duration, ok func(string) bool) time.Duration {
-		start := time.Now()
-		var last string
-		for time.Since(start) < d {
-			tctx, tcancel := context.WithTimeout(bctx, time.Second)
-			s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
-			tcancel()
-			if last = strings.TrimSpace(s); err == nil && ok(last) {
-				return time.Since(start)
-			}
-			time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
-		}
-		t.Fatalf("%s: not within %s (last %q)", what, d, last)
-		return 0
-	}
-
 	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=60", "GSLB_BLACKHOLE=10", "--reason", "e2e dashboard")
 	if err != nil || code != 0 {
 		t.Fatalf("lbctl weights set: exit %d, %v\n%s", code, err, out)

@@ -4,10 +4,11 @@
 // explanation, from plain HTML, CSS and JavaScript embedded in the binary.
 //
 // One Dashboard per scheduler keeps the current document (Doc), rebuilt
-// when the scheduler's plan changes (Notify) and when its own two watches
-// (proxy status reports and the current/ pointers, list+watch like the
-// inventory's) see an event; every browser tab follows it through one
-// server-sent-events stream, so tabs add no etcd load.
+// when the scheduler's plan changes (Notify) and when its own three watches
+// (proxy status reports, the current/ pointers and the demand reports of the
+// traffic charts; list+watch like the inventory's) see an event; every
+// browser tab follows it through one server-sent-events stream, so tabs add
+// no etcd load.
 //
 //	GET  /ui/             the page (and its assets)
 //	GET  /ui/api/state    the current Doc (JSON)
@@ -51,6 +52,9 @@ type Options struct {
 	// Refresh rebuilds the document this often even without events, so that
 	// statuses turn STALE by the clock (default 5s).
 	Refresh time.Duration
+	// Sample is how often the traffic series take a point (default 5s;
+	// 15 minutes of points are kept).
+	Sample time.Duration
 	// Heartbeat is the SSE keep-alive comment interval (default 15s).
 	Heartbeat    time.Duration
 	StallTimeout time.Duration
@@ -67,6 +71,7 @@ type Dashboard struct {
 	mu      sync.Mutex
 	ptrs    live
 	sts     statuses
+	tr      traffic
 	seq     uint64
 	body    []byte // the current Doc as JSON (one line)
 	content []byte // the same without Seq, to skip unchanged rebuilds
@@ -87,7 +92,11 @@ func New(o Options) *Dashboard {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, changed: make(chan struct{})}
+	if o.Sample <= 0 {
+		o.Sample = sampleEvery
+	}
+	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, changed: make(chan struct{}),
+		tr: traffic{reports: map[string]report.Demand{}, series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}}
 }
 
 // Notify tells the dashboard the scheduler's inputs or plan changed.
@@ -98,7 +107,7 @@ func (d *Dashboard) Notify() {
 	}
 }
 
-// Run watches status/ and current/ and rebuilds the document on every
+// Run watches status/, current/ and demand/, samples the traffic and rebuilds the document on every
 // change until ctx is done; open event streams end then too.
 func (d *Dashboard) Run(ctx context.Context) {
 	defer close(d.quit)
@@ -110,6 +119,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 	}{
 		{stPrefix, d.statusSink()},
 		{d.o.Layout.CurrentPrefix(), d.pointerSink()},
+		{d.o.Layout.DemandPrefix(), d.demandSink()},
 	} {
 		wg.Add(1)
 		go func() {
@@ -120,6 +130,8 @@ func (d *Dashboard) Run(ctx context.Context) {
 	defer wg.Wait()
 	tick := time.NewTicker(d.o.Refresh)
 	defer tick.Stop()
+	sample := time.NewTicker(d.o.Sample)
+	defer sample.Stop()
 	d.rebuild()
 	for {
 		select {
@@ -127,6 +139,10 @@ func (d *Dashboard) Run(ctx context.Context) {
 			return
 		case <-d.poke:
 		case <-tick.C:
+		case <-sample.C:
+			d.mu.Lock()
+			d.tr.sampleLocked(d.o.Now())
+			d.mu.Unlock()
 		}
 		d.rebuild()
 	}
@@ -138,6 +154,7 @@ func (d *Dashboard) rebuild() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	doc := build(in, ok, d.ptrs, d.sts, d.o.Token != "", d.o.Now())
+	doc.Traffic = d.tr.listLocked()
 	content, err := json.Marshal(doc)
 	if err != nil {
 		d.o.Logger.Error("dashboard document", "err", err)

@@ -228,3 +228,57 @@ func TestProxyState(t *testing.T) {
 		}
 	}
 }
+
+func TestTrafficSeriesFromDemandReports(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	f := &fakeInputs{}
+	f.set(func(in *Inputs) { in.State = state() })
+	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); d.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	docs, _ := events(t, sctx, srv.URL)
+
+	for id, cd := range map[string]report.ClusterDemand{"p1": {RPS: 10, ErrorRPS: 1, BlackholeRPS: 2}, "p2": {RPS: 5, BlackholeRPS: 0.5}} {
+		k, _ := layout.Demand("BFE1", id)
+		b, _ := json.Marshal(report.Demand{ID: id, Clusters: map[string]report.ClusterDemand{"c": cd}, WindowSeconds: 10})
+		if _, err := cli.Put(context.Background(), k, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := next(t, docs, 2*time.Second, "BFE1→c summed over both proxies", func(d Doc) bool {
+		if len(d.Traffic) != 1 || len(d.Traffic[0].Points) == 0 {
+			return false
+		}
+		p := d.Traffic[0].Points[len(d.Traffic[0].Points)-1]
+		return p.RPS == 15 && p.ErrorRPS == 1 && p.BlackholeRPS == 2.5
+	})
+	if s := doc.Traffic[0]; s.ProxyCluster != "BFE1" || s.Cluster != "c" {
+		t.Fatalf("series %+v", s)
+	}
+}
+
+func TestTrafficWindow(t *testing.T) {
+	tr := traffic{reports: map[string]report.Demand{"k": {ProxyCluster: "BFE1", Clusters: map[string]report.ClusterDemand{"c": {RPS: 1}}}},
+		series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 200 {
+		tr.sampleLocked(t0.Add(time.Duration(i) * sampleEvery))
+	}
+	pts := tr.listLocked()[0].Points
+	if len(pts) != tr.keep || pts[len(pts)-1].T != t0.Add(199*sampleEvery).Unix() {
+		t.Fatalf("%d points, last at %d", len(pts), pts[len(pts)-1].T)
+	}
+	// Nobody reports any more: the points age out after the window.
+	tr.reports = map[string]report.Demand{}
+	tr.sampleLocked(t0.Add(199*sampleEvery + window))
+	if got := tr.listLocked(); len(got) != 0 {
+		t.Fatalf("series kept after the window: %+v", got[0].Points[:1])
+	}
+}

@@ -49,7 +49,10 @@ type Doc struct {
 	Clusters []ClusterView `json:"clusters"`
 	Rollout  []RolloutView `json:"rollout"`
 	Shifts   []ShiftView   `json:"shifts"`
-	Ready    bool          `json:"ready"`
+	// Traffic: requests/s, 5xx/s and blackhole drops/s per (proxy
+	// cluster, cluster) over the last 15 minutes, from the demand reports.
+	Traffic []TrafficSeries `json:"traffic"`
+	Ready   bool            `json:"ready"`
 }
 
 // ClusterView is one backend cluster's W matrix and health.

@@ -203,6 +203,47 @@ function renderShifts() {
     el('tbody', {}, rows))));
 }
 
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs) {
+  const e = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) e.setAttribute(k, v);
+  return e;
+}
+
+// chart draws one series over the last 15 minutes as three polylines.
+function chart(s) {
+  const W = 320, H = 90, pad = 4, now = Date.now() / 1000, from = now - 900;
+  const max = Math.max(1, ...s.points.map((p) => p.rps), ...s.points.map((p) => p.error_rps), ...s.points.map((p) => p.blackhole_rps));
+  const x = (t) => pad + (W - 2 * pad) * Math.max(0, t - from) / 900;
+  const y = (v) => H - pad - (H - 2 * pad) * v / max;
+  const g = svg('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img',
+    'aria-label': `${s.proxy_cluster} to ${s.cluster}: requests per second over the last 15 minutes` });
+  for (const [field, cls] of [['rps', 'l-rps'], ['error_rps', 'l-err'], ['blackhole_rps', 'l-bh']]) {
+    g.append(svg('polyline', { class: cls, points: s.points.map((p) => `${x(p.t).toFixed(1)},${y(p[field]).toFixed(1)}`).join(' ') }));
+  }
+  const top = svg('text', { x: pad + 2, y: 11 });
+  top.textContent = `${max.toFixed(1)}/s`;
+  g.append(top);
+  return g;
+}
+
+function renderTraffic() {
+  const out = [];
+  for (const s of doc.traffic || []) {
+    const last = s.points[s.points.length - 1] || { rps: 0, error_rps: 0, blackhole_rps: 0 };
+    const c = doc.clusters.find((x) => x.name === s.cluster);
+    const r = c && c.rows.find((x) => x.proxy_cluster === s.proxy_cluster);
+    const intended = r ? Object.keys(r.weights).sort((a, b) => (a === BLACKHOLE) - (b === BLACKHOLE) || a.localeCompare(b))
+      .map((k) => `${k === BLACKHOLE ? 'BLACKHOLE' : k} ${pct(r.weights[k], r.denominator)}%`).join(' · ') : '';
+    out.push(el('div', { class: 'card', 'data-traffic': `${s.proxy_cluster}/${s.cluster}` },
+      el('h3', { text: `${s.proxy_cluster} → ${s.cluster}` }), chart(s),
+      el('p', { class: 'meta' }, `now: ${last.rps.toFixed(1)} req/s · 5xx ${last.error_rps.toFixed(2)}/s (${last.rps ? (100 * last.error_rps / last.rps).toFixed(1) : '0.0'}%) · blackhole ${last.blackhole_rps.toFixed(2)}/s (${last.rps ? (100 * last.blackhole_rps / last.rps).toFixed(1) : '0.0'}%)`,
+        intended ? el('br') : null, intended ? `intended: ${intended}` : null)));
+  }
+  if (out.length === 0) out.push(el('p', { class: 'meta', text: 'No demand reports yet.' }));
+  $('traffic-body').replaceChildren(...out);
+}
+
 function render() {
   if (!doc) return;
   const focused = document.activeElement && document.activeElement.getAttribute('data-key');
@@ -210,7 +251,7 @@ function render() {
   const n = $('notice');
   if (!doc.ready) { n.hidden = false; n.textContent = 'The scheduler has not listed its inputs yet.'; } else if (n.dataset.sticky !== '1') { n.hidden = true; }
   $('tokenform').hidden = !doc.actions;
-  renderMatrix(); renderExplain(); renderRollout(); renderHealth(); renderShifts();
+  renderMatrix(); renderExplain(); renderRollout(); renderHealth(); renderShifts(); renderTraffic();
   if (focused) { const e = document.querySelector(`[data-key="${CSS.escape(focused)}"]`); if (e) e.focus(); }
 }
 
