@@ -69,8 +69,10 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(cell("BFE1", "SC1")))); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
+	// The page re-renders on every event, so read in one step in the page
+	// (a node looked up first may be replaced before it is read).
 	text := func(sel string) string {
-		s, err := chromedp.Run(bctx, chromedp.Text(chromedp.CSS(sel)))
+		s, err := chromedp.Run(bctx, innerText(sel))
 		if err != nil {
 			t.Fatalf("text of %s: %v", sel, err)
 		}
@@ -90,7 +92,7 @@ func TestDashboardInBrowser(t *testing.T) {
 		var last string
 		for time.Since(start) < d {
 			tctx, tcancel := context.WithTimeout(bctx, time.Second)
-			s, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS(sel)))
+			s, err := chromedp.Run(tctx, innerText(sel))
 			tcancel()
 			if last = strings.TrimSpace(s); err == nil && ok(last) {
 				return time.Since(start)
@@ -220,4 +222,9 @@ func countSel(t *testing.T, ctx context.Context, sel string) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// innerText reads the text of the first element matching sel.
+func innerText(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel))
 }
