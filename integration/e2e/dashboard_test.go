@@ -58,11 +58,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
+	bctx := browser(t, ctx, exe)
 
 	url := f.SchedAPIs[0] + "/ui/"
 	cell := func(pc, sc string) string { return fmt.Sprintf(`td[data-cell="demo-main/%s/%s"]`, pc, sc) }
@@ -86,21 +82,8 @@ func TestDashboardInBrowser(t *testing.T) {
 	if marks := text(`tr[data-row="demo-main/BFE1"]`); !strings.Contains(marks, "PINNED") {
 		t.Errorf("BFE1 row is not marked pinned: %q", marks)
 	}
-	// waitText polls the DOM until sel's text satisfies ok, within d of now.
 	waitText := func(sel, what string, d time.Duration, ok func(string) bool) time.Duration {
-		start := time.Now()
-		var last string
-		for time.Since(start) < d {
-			tctx, tcancel := context.WithTimeout(bctx, time.Second)
-			s, err := chromedp.Run(tctx, innerText(sel))
-			tcancel()
-			if last = strings.TrimSpace(s); err == nil && ok(last) {
-				return time.Since(start)
-			}
-			time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
-		}
-		t.Fatalf("%s: not within %s (last %q)", what, d, last)
-		return 0
+		return waitInPage(t, bctx, sel, what, d, ok)
 	}
 
 	// Traffic: under load, the proxies' demand reports (every 5 s) reach the
@@ -227,4 +210,104 @@ func countSel(t *testing.T, ctx context.Context, sel string) int {
 // innerText reads the text of the first element matching sel.
 func innerText(sel string) chromedp.Action[string] {
 	return chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel))
+}
+
+// browser starts headless Chromium for the test (stopped at cleanup).
+func browser(t *testing.T, ctx context.Context, exe string) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		bcancel()
+		acancel()
+	})
+	return bctx
+}
+
+// waitInPage polls the DOM until sel's text satisfies ok, within d; it
+// returns how long that took.
+func waitInPage(t *testing.T, bctx context.Context, sel, what string, d time.Duration, ok func(string) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < d {
+		tctx, tcancel := context.WithTimeout(bctx, time.Second)
+		s, err := chromedp.Run(tctx, innerText(sel))
+		tcancel()
+		if last = strings.TrimSpace(s); err == nil && ok(last) {
+			return time.Since(start)
+		}
+		time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
+	}
+	t.Fatalf("%s: not within %s (last %q)", what, d, last)
+	return 0
+}
+
+// Scenario: with the scheduler's API token typed into the page, an operator
+// drains a sub-cluster and unpins a row through the confirmation dialog; a
+// refused pin shows lbctl's words in the dialog and changes nothing.
+func TestDashboardActionsInBrowser(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t, fleet.Options{Env: []string{"SLUICE_SCHEDULER_API_TOKEN=e2e-token"}})
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bctx := browser(t, ctx, exe)
+	wait := func(sel, what string, ok func(string) bool) { waitInPage(t, bctx, sel, what, 5*time.Second, ok) }
+	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+
+	drainBtn := `button[data-key="drain/demo-main/SC2"]`
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), chromedp.Click(chromedp.CSS(`#tokenform button[type=submit]`)),
+		chromedp.WaitVisible(chromedp.CSS(drainBtn))); err != nil {
+		t.Fatalf("enter the token: %v", err)
+	}
+	// Drain: the dialog asks first; Confirm writes it.
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(drainBtn)), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
+		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page")); err != nil {
+		t.Fatalf("open the drain dialog: %v", err)
+	}
+	wait("#confirm-body", "the drain confirmation", has("Drain demo-main/SC2"))
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+		t.Fatal(err)
+	}
+	wait("#notice", "the drain's answer", has("Drained demo-main/SC2 (desired state revision "))
+	wait(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", has("DRAINED"))
+	out, code, _ := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2")
+	if code != 0 {
+		t.Fatalf("the page's drain is not in etcd: lbctl undrain exit %d\n%s", code, out)
+	}
+
+	// A pin that does not sum to 100 is refused in the dialog, in lbctl's words.
+	pinBtn := `button[data-key="pin/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(pinBtn)), chromedp.Click(chromedp.CSS(pinBtn)),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-body input[data-w="SC1"]`)),
+		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+		t.Fatalf("pin dialog: %v", err)
+	}
+	wait("#confirm-error", "the refused pin's error", has("the new desired state is invalid; nothing was written:"))
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#confirm-cancel"))); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(mustText(t, bctx, `td[data-cell="demo-main/BFE1/SC1"]`)); got != "45" {
+		t.Fatalf("after the refused pin BFE1 → SC1 shows %q, want 45", got)
+	}
+
+	// Unpin through the dialog: the row is computed again.
+	unpinBtn := `button[data-key="unpin/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(unpinBtn)), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")),
+		chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+		t.Fatalf("unpin: %v", err)
+	}
+	wait("#notice", "the unpin's answer", has("Unpinned BFE1 row of demo-main"))
+	wait(`tr[data-row="demo-main/BFE1"]`, "BFE1 no longer pinned", func(s string) bool { return !strings.Contains(s, "PINNED") })
+}
+
+func mustText(t *testing.T, bctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(bctx, innerText(sel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
