@@ -24,21 +24,8 @@ import (
 // ("" for none).
 func startWithToken(t *testing.T, srv *etcdtest.Server, token string) *Scheduler {
 	t.Helper()
-	cli, err := srv.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := Start(context.Background(), Config{ID: "dash", Client: cli, APIAddr: "127.0.0.1:0", APIToken: token,
+	return startConfig(t, srv, Config{ID: "dash", APIAddr: "127.0.0.1:0", APIToken: token,
 		SessionTTL: 2 * time.Second, Debounce: 10 * time.Millisecond, Logger: quietLogger()})
-	if err != nil {
-		cli.Close()
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		s.Stop()
-		cli.Close()
-	})
-	return s
 }
 
 // stream follows /ui/events; every "state" event's document is sent on the
