@@ -151,6 +151,18 @@ func TestDashboardInBrowser(t *testing.T) {
 		t.Errorf("the open explanation did not follow the new row: %q", x)
 	}
 
+	// The version history: the newest two versions' rows that differ.
+	if err := chromedp.Do(bctx, click(`button[data-key="history/BFE1"]`), chromedp.WaitVisible(chromedp.CSS("#diff-go"))); err != nil {
+		t.Fatalf("open BFE1's history: %v", err)
+	}
+	waitText("#history-body", "BFE1's versions with reasons", 5*time.Second, func(s string) bool { return strings.Contains(s, "initial snapshot") })
+	if err := chromedp.Do(bctx, click("#diff-go")); err != nil {
+		t.Fatal(err)
+	}
+	waitText(`#diff-table tr[data-diff="demo-main"]`, "the diff row of demo-main", 5*time.Second, func(s string) bool {
+		return strings.Contains(s, "SC1=45 SC2=45 GSLB_BLACKHOLE=10 (pinned)") && strings.Contains(s, "SC1=30 SC2=60 GSLB_BLACKHOLE=10 (pinned)")
+	})
+
 	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e dashboard drain")
 	if err != nil || code != 0 {
 		t.Fatalf("lbctl drain: exit %d, %v\n%s", code, err, out)
@@ -258,17 +270,17 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 
 	drainBtn := `button[data-key="drain/demo-main/SC2"]`
 	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), chromedp.Click(chromedp.CSS(`#tokenform button[type=submit]`)),
+		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), click(`#tokenform button[type=submit]`),
 		chromedp.WaitVisible(chromedp.CSS(drainBtn))); err != nil {
 		t.Fatalf("enter the token: %v", err)
 	}
 	// Drain: the dialog asks first; Confirm writes it.
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(drainBtn)), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
+	if err := chromedp.Do(bctx, click(drainBtn), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
 		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page")); err != nil {
 		t.Fatalf("open the drain dialog: %v", err)
 	}
 	wait("#confirm-body", "the drain confirmation", has("Drain demo-main/SC2"))
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+	if err := chromedp.Do(bctx, click("#confirm-ok")); err != nil {
 		t.Fatal(err)
 	}
 	wait("#notice", "the drain's answer", has("Drained demo-main/SC2 (desired state revision "))
@@ -280,13 +292,13 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 
 	// A pin that does not sum to 100 is refused in the dialog, in lbctl's words.
 	pinBtn := `button[data-key="pin/demo-main/BFE1"]`
-	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(pinBtn)), chromedp.Click(chromedp.CSS(pinBtn)),
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(pinBtn)), click(pinBtn),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-body input[data-w="SC1"]`)),
-		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), click("#confirm-ok")); err != nil {
 		t.Fatalf("pin dialog: %v", err)
 	}
 	wait("#confirm-error", "the refused pin's error", has("the new desired state is invalid; nothing was written:"))
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS("#confirm-cancel"))); err != nil {
+	if err := chromedp.Do(bctx, click("#confirm-cancel")); err != nil {
 		t.Fatal(err)
 	}
 	if got := strings.TrimSpace(mustText(t, bctx, `td[data-cell="demo-main/BFE1/SC1"]`)); got != "45" {
@@ -295,8 +307,8 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 
 	// Unpin through the dialog: the row is computed again.
 	unpinBtn := `button[data-key="unpin/demo-main/BFE1"]`
-	if err := chromedp.Do(bctx, chromedp.Click(chromedp.CSS(unpinBtn)), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")),
-		chromedp.Click(chromedp.CSS("#confirm-ok"))); err != nil {
+	if err := chromedp.Do(bctx, click(unpinBtn), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")),
+		click("#confirm-ok")); err != nil {
 		t.Fatalf("unpin: %v", err)
 	}
 	wait("#notice", "the unpin's answer", has("Unpinned BFE1 row of demo-main"))
@@ -310,4 +322,17 @@ func mustText(t *testing.T, bctx context.Context, sel string) string {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// click clicks the first element matching sel in one step in the page: the
+// live page may re-render (and re-lay out) between a node's lookup and a
+// mouse click at its coordinates.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		ok, err := chromedp.Evaluate[bool](fmt.Sprintf(`(e => { if (!e) return false; e.click(); return true })(document.querySelector(%q))`, sel))(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("click: no element matches %s", sel)
+		}
+		return chromedp.Void{}, err
+	}
 }

@@ -258,6 +258,47 @@ func TestDashboardPageStateAndEvents(t *testing.T) {
 	})
 	t.Logf("desired state → event in %s", time.Since(start))
 
+	// The version history, and the rows that differ between two versions.
+	// (The page shows a computed row before it is published.)
+	var hist struct {
+		Versions []struct {
+			Version uint64 `json:"version"`
+			Reason  string `json:"reason"`
+		} `json:"versions"`
+	}
+	poll.Eventually(t, 5*time.Second, "BFE1's pinned version published", func() error {
+		code, body := get(t, s, "/ui/api/history?proxy_cluster=BFE1")
+		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil || len(hist.Versions) < 2 {
+			return fmt.Errorf("history: %d %v %s", code, err, body)
+		}
+		return nil
+	})
+	newest := hist.Versions[len(hist.Versions)-1].Version
+	code, body = get(t, s, fmt.Sprintf("/ui/api/diff?proxy_cluster=BFE1&from=1&to=%d", newest))
+	var diff dashboard.Diff
+	if err := json.Unmarshal([]byte(body), &diff); code != 200 || err != nil || len(diff.Rows) != 1 {
+		t.Fatalf("diff v1..v%d: %d %v %s", newest, code, err, body)
+	}
+	if c := diff.Rows[0]; c.Cluster != "demo-main" || c.From == nil || c.From.Pinned || c.To == nil || !c.To.Pinned || c.To.Weights[config.Blackhole] != 10 {
+		t.Fatalf("diff row %+v", c)
+	}
+	for _, c := range []struct {
+		q    string
+		code int
+		msg  string
+	}{
+		{"proxy_cluster=BFE1&from=x&to=1", 400, `from "x": want a version number`},
+		{"proxy_cluster=BFE1&from=1&to=999", 404, "BFE1 v999: "},
+		{"proxy_cluster=&from=1&to=1", 400, "proxy_cluster: "},
+	} {
+		code, body := get(t, s, "/ui/api/diff?"+c.q)
+		var e map[string]string
+		_ = json.Unmarshal([]byte(body), &e)
+		if code != c.code || !strings.HasPrefix(e["error"], c.msg) {
+			t.Errorf("diff?%s: %d %s, want %d %q", c.q, code, body, c.code, c.msg)
+		}
+	}
+
 	// A change no snapshot carries (a paused shift intent moves nothing):
 	// nothing is published, the scheduler's own recomputation updates the page.
 	sh := config.Shift{ID: "s-quiet", ProxyCluster: "BFE2", Cluster: "demo-main", From: "IDC2", To: "IDC1", Percent: 10,

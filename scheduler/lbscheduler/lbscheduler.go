@@ -192,7 +192,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		Help: "Time since the least recently confirmed input (desired, shifts, instances, demand) was heard from etcd; a quiet healthy watch is reconfirmed every stall timeout (30s by default).",
 	}, func() float64 { return s.inv.Staleness().Seconds() }))
 
-	s.dash = dashboard.New(dashboard.Options{Client: s.cli, Layout: layout, Inputs: s.dashboardInputs, Token: cfg.APIToken,
+	s.dash = dashboard.New(dashboard.Options{Client: s.cli, Layout: layout, Inputs: s.dashboardInputs, Snapshots: s.pub, Token: cfg.APIToken,
 		StallTimeout: cfg.StallTimeout, Now: cfg.Now, Logger: s.log})
 
 	ctx, s.cancel = context.WithCancel(ctx)

@@ -13,6 +13,8 @@
 //	GET  /ui/             the page (and its assets)
 //	GET  /ui/api/state    the current Doc (JSON)
 //	GET  /ui/events       server-sent events: "state" with a Doc whenever it changes
+//	GET  /ui/api/history?proxy_cluster=B            the kept versions (metadata)
+//	GET  /ui/api/diff?proxy_cluster=B&from=N&to=M  the rows that differ between two versions
 //	POST /ui/api/action   an operator action (needs the API token; see actions.go)
 package dashboard
 
@@ -47,6 +49,8 @@ type Options struct {
 	// Inputs returns the scheduler's current inputs and computed rows, and
 	// whether they are complete yet.
 	Inputs func() (Inputs, bool)
+	// Snapshots serves the version history and diffs.
+	Snapshots Snapshots
 	// Token is the API token; without one the dashboard is read-only.
 	Token string
 	// Refresh rebuilds the document this often even without events, so that
@@ -187,6 +191,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.Handle("GET /ui/", files)
 	mux.HandleFunc("GET /ui/api/state", d.state)
 	mux.HandleFunc("GET /ui/events", d.events)
+	mux.HandleFunc("GET /ui/api/history", d.history)
+	mux.HandleFunc("GET /ui/api/diff", d.diff)
 	mux.HandleFunc("POST /ui/api/action", d.action)
 	return secureHeaders(mux)
 }

@@ -149,7 +149,8 @@ function renderRollout() {
     const marks = [];
     if (r.unpublished) marks.push(el('span', { class: 'badge unpub', text: 'UNPUBLISHED' }));
     if (r.blocked) marks.push(el('span', { class: 'badge unpub', title: r.blocked, text: 'BLOCKED' }), ' ', r.blocked);
-    const h = el('h3', {}, `${r.proxy_cluster}: live v${r.live_version} `, ...marks);
+    const h = el('h3', {}, `${r.proxy_cluster}: live v${r.live_version} `, ...marks, ' ',
+      el('button', { type: 'button', 'data-key': `history/${r.proxy_cluster}`, onclick: () => showHistory(r.proxy_cluster) }, 'History'));
     const rows = r.proxies.map((p) => el('tr', { 'data-proxy': `${r.proxy_cluster}/${p.id}` },
       el('td', { text: p.id }),
       el('td', { class: 'state-' + p.state, title: p.reason || '' }, p.state, p.reason ? el('small', { text: ' ' + p.reason }) : null),
@@ -163,6 +164,52 @@ function renderRollout() {
       el('tbody', {}, rows)))));
   }
   $('rollout-body').replaceChildren(...out);
+}
+
+// ---- version history of a proxy cluster, and the rows that differ between two versions.
+
+function rowText(r) {
+  if (!r) return 'absent';
+  return Object.keys(r.weights).sort((a, b) => (a === BLACKHOLE) - (b === BLACKHOLE) || a.localeCompare(b))
+    .map((k) => `${k}=${pct(r.weights[k], r.denominator)}`).join(' ') + (r.pinned ? ' (pinned)' : '');
+}
+
+async function getJSON(url) {
+  const r = await fetch(url, { cache: 'no-store' });
+  const j = await r.json().catch(() => ({ error: `HTTP ${r.status}` }));
+  if (!r.ok) throw new Error(j.error || `HTTP ${r.status}`);
+  return j;
+}
+
+async function showHistory(pc) {
+  const box = $('history-body');
+  $('history').hidden = false;
+  $('history-h').textContent = `Version history: ${pc}`;
+  box.replaceChildren(el('p', { class: 'meta', text: 'loading…' }));
+  let h;
+  try { h = await getJSON(`api/history?proxy_cluster=${encodeURIComponent(pc)}`); } catch (e) { box.replaceChildren(el('p', { class: 'error', text: String(e.message) })); return; }
+  const vs = h.versions || [];
+  const pick = (id, sel) => el('select', { id }, vs.map((m) => el('option', { value: String(m.version), selected: m.version === sel }, 'v' + m.version)));
+  const last = vs.length ? vs[vs.length - 1].version : 0, prev = vs.length > 1 ? vs[vs.length - 2].version : last;
+  const out = el('div', { id: 'diff-out' });
+  const rows = vs.slice().reverse().map((m) => el('tr', {}, el('td', { class: 'num', text: 'v' + m.version }),
+    el('td', { text: new Date(m.created_at).toLocaleString() }), el('td', { text: m.author || '' }), el('td', { text: m.reason || '' })));
+  box.replaceChildren(
+    el('div', { class: 'scroll' }, el('table', {}, el('thead', {}, el('tr', {}, ...['version', 'created', 'author', 'reason'].map((x) => el('th', { scope: 'col', text: x })))), el('tbody', {}, rows))),
+    el('p', {}, el('label', {}, 'diff from ', pick('diff-from', prev)), ' ', el('label', {}, 'to ', pick('diff-to', last)), ' ',
+      el('button', { type: 'button', id: 'diff-go', onclick: () => showDiff(pc, out) }, 'Show rows that differ')),
+    out);
+  $('history').scrollIntoView();
+}
+
+async function showDiff(pc, out) {
+  const from = $('diff-from').value, to = $('diff-to').value;
+  let d;
+  try { d = await getJSON(`api/diff?proxy_cluster=${encodeURIComponent(pc)}&from=${from}&to=${to}`); } catch (e) { out.replaceChildren(el('p', { class: 'error', text: String(e.message) })); return; }
+  if (d.rows.length === 0) { out.replaceChildren(el('p', { class: 'meta', text: `v${from} and v${to} have the same rows.` })); return; }
+  out.replaceChildren(el('div', { class: 'scroll' }, el('table', { id: 'diff-table' },
+    el('thead', {}, el('tr', {}, ...['cluster', `v${from}`, `v${to}`].map((x) => el('th', { scope: 'col', text: x })))),
+    el('tbody', {}, d.rows.map((r) => el('tr', { 'data-diff': r.cluster }, el('td', { text: r.cluster }), el('td', { text: rowText(r.from) }), el('td', { text: rowText(r.to) })))))));
 }
 
 function renderHealth() {
@@ -341,6 +388,7 @@ document.addEventListener('DOMContentLoaded', () => {
   $('tokenform').addEventListener('submit', (e) => { e.preventDefault(); token = $('token').value.trim(); sessionStorage.setItem('sluice-token', token); render(); });
   $('forget').addEventListener('click', () => { token = ''; $('token').value = ''; sessionStorage.removeItem('sluice-token'); render(); });
   $('explain-close').addEventListener('click', () => { explainKey = null; renderExplain(); });
+  $('history-close').addEventListener('click', () => { $('history').hidden = true; });
   $('confirm-form').addEventListener('submit', confirmAction);
   $('confirm-cancel').addEventListener('click', () => { pending = null; $('confirm').close(); });
   connect();
