@@ -2,12 +2,12 @@ package lbctl
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 )
 
 // drainCommand builds `lbctl drain` (on) or `lbctl undrain` (off).
@@ -29,19 +29,12 @@ func drainCommand(on bool) *cli.Command {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()}
 			rev, err := e.updateState(func(s *config.State) error {
-				i := slices.IndexFunc(s.Drains, func(d config.Drain) bool { return d.Cluster == c && d.SubCluster == sc })
-				switch {
-				case on && i >= 0:
-					return fmt.Errorf("%s/%s is already drained", c, sc)
-				case on:
-					s.Drains = append(s.Drains, d)
-				case i < 0:
-					return fmt.Errorf("%s/%s is not drained", c, sc)
-				default:
-					d = s.Drains[i]
-					s.Drains = slices.Delete(s.Drains, i, i+1)
+				if on {
+					return edit.Drain(s, d)
 				}
-				return nil
+				var err error
+				d, err = edit.Undrain(s, c, sc)
+				return err
 			})
 			if err != nil {
 				return err

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -67,4 +68,12 @@ func (e *env) info() io.Writer {
 // stays parseable).
 func (e *env) progressf(format string, args ...any) {
 	fmt.Fprintf(e.c.App.ErrWriter, format+"\n", args...)
+}
+
+// list joins names for a message ("none" for no names).
+func list(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	return strings.Join(names, ", ")
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 )
 
 func shiftCommand() *cli.Command {
@@ -248,10 +249,9 @@ func shiftSetState(state string) func(*env) error {
 		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
 			return fmt.Errorf("shift %s: %w", id, err)
 		}
-		if sh.State == config.ShiftAborted || sh.State == config.ShiftDone && state != config.ShiftAborted {
-			return fmt.Errorf("shift %s is %s", id, sh.State)
+		if err := edit.SetShiftState(&sh, state); err != nil {
+			return err
 		}
-		sh.State = state
 		b, _ := json.Marshal(sh)
 		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
 		if err != nil {

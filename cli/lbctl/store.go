@@ -11,9 +11,9 @@ import (
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/api/validate"
 )
 
 // errConflict is returned when the stored desired state changed between
@@ -58,8 +58,8 @@ func (e *env) storedState(ctx context.Context) (storedState, error) {
 // writeState validates s and writes it only if the key's revision is still
 // rev (0: only if it does not exist). It returns the new revision.
 func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64, error) {
-	if err := validate.State(s); err != nil {
-		return 0, fmt.Errorf("the new desired state is invalid; nothing was written:\n%w", err)
+	if err := edit.Check(s); err != nil {
+		return 0, err
 	}
 	b, err := json.Marshal(s)
 	if err != nil {
@@ -95,9 +95,9 @@ func (e *env) updateState(mutate func(*config.State) error) (int64, error) {
 			cancel()
 			return 0, err
 		}
-		if err := validate.State(&st.State); err != nil {
+		if err := edit.CheckEdit(&st.State); err != nil {
 			cancel()
-			return 0, fmt.Errorf("invalid change; nothing was written:\n%w", inUserWords(err, &st.State))
+			return 0, err
 		}
 		rev, err := e.writeState(ctx, &st.State, st.Revision)
 		cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -58,14 +59,7 @@ func weightsCommand() *cli.Command {
 				},
 				Action: action(func(e *env) error {
 					c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
-					rev, err := e.updateState(func(s *config.State) error {
-						i := slices.IndexFunc(s.Pins, func(p config.Pin) bool { return p.Cluster == c && p.ProxyCluster == pc })
-						if i < 0 {
-							return fmt.Errorf("no pinned row for cluster %q and proxy cluster %q", c, pc)
-						}
-						s.Pins = slices.Delete(s.Pins, i, i+1)
-						return nil
-					})
+					rev, err := e.updateState(func(s *config.State) error { return edit.Unpin(s, c, pc) })
 					if err != nil {
 						return err
 					}
@@ -119,11 +113,7 @@ func weightsSet(e *env) error {
 	c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
 	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: author()}
 	rev, err := e.updateState(func(s *config.State) error {
-		if i := slices.IndexFunc(s.Pins, func(p config.Pin) bool { return p.Cluster == c && p.ProxyCluster == pc }); i >= 0 {
-			s.Pins[i] = pin
-		} else {
-			s.Pins = append(s.Pins, pin)
-		}
+		edit.Pin(s, pin)
 		return nil
 	})
 	if err != nil {

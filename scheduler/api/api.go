@@ -7,6 +7,7 @@
 //	GET  /metrics                      Prometheus metrics
 //	GET  /healthz                      the process runs
 //	GET  /readyz                       the inventory listed every input
+//	     /ui/                          the dashboard (Options.UI), read-only without the token
 //
 // It binds to loopback by default; Listen refuses another address without a
 // bearer token, and every endpoint but /healthz and /readyz then requires
@@ -74,6 +75,9 @@ type Options struct {
 	// Gatherer serves /metrics (nil: prometheus.DefaultGatherer).
 	Gatherer prometheus.Gatherer
 	Logger   *slog.Logger
+	// UI, when set, serves /ui/ (the dashboard): its pages need no token,
+	// it checks the token on its actions itself.
+	UI http.Handler
 }
 
 // maxBody bounds a what-if request.
@@ -101,6 +105,9 @@ func Handler(o Options) http.Handler {
 	mux.Handle("GET /v1/plan", h.auth(http.HandlerFunc(h.getPlan)))
 	mux.Handle("POST /v1/plan", h.auth(http.HandlerFunc(h.postPlan)))
 	mux.Handle("GET /v1/history", h.auth(http.HandlerFunc(h.history)))
+	if o.UI != nil {
+		mux.Handle("/ui/", o.UI)
+	}
 	return mux
 }
 

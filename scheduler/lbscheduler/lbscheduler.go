@@ -29,6 +29,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/internal/dashboard"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/publish"
@@ -118,6 +119,7 @@ type Scheduler struct {
 	elector *publish.Elector
 	ln      net.Listener
 	m       *metrics
+	dash    *dashboard.Dashboard
 
 	lead     atomic.Pointer[publish.Leadership]
 	stepDown chan *publish.Leadership
@@ -190,10 +192,14 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		Help: "Time since the least recently confirmed input (desired, shifts, instances, demand) was heard from etcd; a quiet healthy watch is reconfirmed every stall timeout (30s by default).",
 	}, func() float64 { return s.inv.Staleness().Seconds() }))
 
+	s.dash = dashboard.New(dashboard.Options{Client: s.cli, Layout: layout, Inputs: s.dashboardInputs, Snapshots: s.pub, Token: cfg.APIToken,
+		StallTimeout: cfg.StallTimeout, Now: cfg.Now, Logger: s.log})
+
 	ctx, s.cancel = context.WithCancel(ctx)
 	s.goRun(func() { _ = s.inv.Run(ctx) })
+	s.goRun(func() { s.dash.Run(ctx) })
 	s.goRun(func() {
-		h := api.Handler(api.Options{Source: source{s}, Token: cfg.APIToken, Gatherer: cfg.Registry, Logger: s.log})
+		h := api.Handler(api.Options{Source: source{s}, Token: cfg.APIToken, Gatherer: cfg.Registry, Logger: s.log, UI: s.dash.Handler()})
 		if err := api.Serve(ctx, s.ln, h); err != nil {
 			s.fail(err)
 		}

@@ -68,14 +68,22 @@ func quietLogger() *slog.Logger {
 
 func startScheduler(t *testing.T, srv *etcdtest.Server, id string, now func() time.Time) *Scheduler {
 	t.Helper()
+	return startConfig(t, srv, Config{
+		ID: id, APIAddr: "127.0.0.1:0", SessionTTL: 2 * time.Second,
+		Debounce: 10 * time.Millisecond, Now: now, Logger: quietLogger(),
+	})
+}
+
+// startConfig starts a scheduler with cfg on its own client of srv; both
+// stop at cleanup.
+func startConfig(t *testing.T, srv *etcdtest.Server, cfg Config) *Scheduler {
+	t.Helper()
 	cli, err := srv.Client()
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := Start(context.Background(), Config{
-		ID: id, Client: cli, APIAddr: "127.0.0.1:0", SessionTTL: 2 * time.Second,
-		Debounce: 10 * time.Millisecond, Now: now, Logger: quietLogger(),
-	})
+	cfg.Client = cli
+	s, err := Start(context.Background(), cfg)
 	if err != nil {
 		cli.Close()
 		t.Fatal(err)

@@ -109,6 +109,7 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 	}
 	s.observe(pl.Clusters)
 	s.doc.Store(newPlanDoc(s.cfg.ID, lead != nil, now, view, pl, prev))
+	s.dash.Notify()
 
 	next := view.NextExpiry
 	if lead == nil {

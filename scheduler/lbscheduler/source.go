@@ -11,6 +11,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/internal/dashboard"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/shift"
@@ -149,4 +150,30 @@ func (s *Scheduler) livePrev(ctx context.Context) map[string]*snapshot.Snapshot 
 		s.log.Warn("what-if: reading live snapshots", "err", err)
 	}
 	return prev
+}
+
+// dashboardInputs is what the dashboard shows: the inventory's current
+// inputs and the last computed plan.
+func (s *Scheduler) dashboardInputs() (dashboard.Inputs, bool) {
+	v := s.inv.View()
+	in := dashboard.Inputs{SchedulerID: s.cfg.ID, Leader: s.IsLeader(), State: v.State, StateRevision: v.StateRevision,
+		Members: v.Members, Shifts: map[string]config.Shift{}, Progress: v.Progress,
+		Rows: map[string]map[string]dashboard.RowInput{}, Hashes: map[string]string{}}
+	for id, e := range v.Shifts {
+		in.Shifts[id] = e.Shift
+	}
+	d := s.doc.Load()
+	if d == nil {
+		return in, false
+	}
+	in.ComputedAt = d.ComputedAt
+	for pc, p := range d.ProxyClusters {
+		in.Hashes[pc] = p.Hash
+		rows := map[string]dashboard.RowInput{}
+		for cn, r := range p.Rows {
+			rows[cn] = dashboard.RowInput{Row: r.Row, Explanation: r.Explanation}
+		}
+		in.Rows[pc] = rows
+	}
+	return in, v.Synced
 }

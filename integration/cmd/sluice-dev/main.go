@@ -66,7 +66,7 @@ func printSummary(f *fleet.Fleet, bin string, took time.Duration) {
 	fmt.Fprintf(&b, "\nSluice local fleet is up (%s). Ctrl-C stops it. Logs: %s\n\n", took.Round(100*time.Millisecond), f.LogDir)
 	fmt.Fprintf(&b, "  etcd        %s\n", f.Endpoints)
 	for i, s := range f.SchedAPIs {
-		fmt.Fprintf(&b, "  scheduler   %s  (API; scheduler-%d)\n", s, i+1)
+		fmt.Fprintf(&b, "  scheduler   %s  (API; scheduler-%d; dashboard %s/ui/)\n", s, i+1, s)
 	}
 	for _, p := range f.Proxies {
 		fmt.Fprintf(&b, "  proxy %-5s %-24s admin %s\n", p.ProxyCluster, p.URL, p.AdminURL)

@@ -1,9 +1,11 @@
-package lbctl
+package edit
 
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,9 +24,19 @@ var (
 	refIndex  = regexp.MustCompile(`by (pins|drains)\[\d+\]`)
 )
 
-// inUserWords rewords the validator's errors about s for a command-line
+// CheckEdit validates s after a targeted edit (a pin, a drain, a shift made
+// with lbctl's flags or the dashboard's buttons) and words the errors for the
+// objects the operator named; the same text reaches both.
+func CheckEdit(s *config.State) error {
+	if err := validate.State(s); err != nil {
+		return fmt.Errorf("invalid change; nothing was written:\n%w", InUserWords(err, s))
+	}
+	return nil
+}
+
+// InUserWords rewords the validator's errors about s for a command-line
 // write. Errors it has no words for keep their path.
-func inUserWords(err error, s *config.State) error {
+func InUserWords(err error, s *config.State) error {
 	es, ok := validate.AsErrors(err)
 	if !ok {
 		return err
@@ -47,11 +59,11 @@ func reword(e validate.Error, s *config.State) string {
 		obj := fmt.Sprintf("row %s of %s", p.ProxyCluster, p.Cluster)
 		switch field, key := m[2], m[3]; {
 		case field == "proxy_cluster":
-			return fmt.Sprintf("%s: proxy cluster %q does not exist (the proxy clusters are %s)", obj, p.ProxyCluster, list(sortedKeys(s.Topology.ProxyClusters)))
+			return fmt.Sprintf("%s: proxy cluster %q does not exist (the proxy clusters are %s)", obj, p.ProxyCluster, list(slices.Sorted(maps.Keys(s.Topology.ProxyClusters))))
 		case field == "cluster":
-			return fmt.Sprintf("%s: cluster %q does not exist (the clusters are %s)", obj, p.Cluster, list(sortedKeys(s.Clusters)))
+			return fmt.Sprintf("%s: cluster %q does not exist (the clusters are %s)", obj, p.Cluster, list(slices.Sorted(maps.Keys(s.Clusters))))
 		case field == "weights" && key != "" && strings.Contains(msg, "does not exist"):
-			return fmt.Sprintf("%s: %s is not a sub-cluster of %s (it has %s)", obj, key, p.Cluster, list(sortedKeys(s.Clusters[p.Cluster].SubClusters)))
+			return fmt.Sprintf("%s: %s is not a sub-cluster of %s (it has %s)", obj, key, p.Cluster, list(slices.Sorted(maps.Keys(s.Clusters[p.Cluster].SubClusters))))
 		case field == "weights" && key == config.Blackhole && strings.Contains(msg, "allow_full_drop"):
 			return fmt.Sprintf("%s: %s=%d drops all traffic; pass --allow-full-drop to allow it", obj, key, p.Weights[key])
 		case field == "weights" && key != "":
@@ -69,9 +81,9 @@ func reword(e validate.Error, s *config.State) string {
 		obj := fmt.Sprintf("drain of %s/%s", d.Cluster, d.SubCluster)
 		switch m[2] {
 		case "cluster":
-			return fmt.Sprintf("%s: cluster %q does not exist (the clusters are %s)", obj, d.Cluster, list(sortedKeys(s.Clusters)))
+			return fmt.Sprintf("%s: cluster %q does not exist (the clusters are %s)", obj, d.Cluster, list(slices.Sorted(maps.Keys(s.Clusters))))
 		case "subcluster":
-			return fmt.Sprintf("%s: %s is not a sub-cluster of %s (it has %s)", obj, d.SubCluster, d.Cluster, list(sortedKeys(s.Clusters[d.Cluster].SubClusters)))
+			return fmt.Sprintf("%s: %s is not a sub-cluster of %s (it has %s)", obj, d.SubCluster, d.Cluster, list(slices.Sorted(maps.Keys(s.Clusters[d.Cluster].SubClusters))))
 		}
 		return fmt.Sprintf("%s: %s", obj, msg)
 	}

@@ -1,0 +1,338 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"github.com/sluicelb/sluice/integration/fleet"
+)
+
+// chromium finds the browser. Under CI=true a missing browser fails the
+// test (.ci/run installs it); elsewhere the test is skipped with the fix.
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, n := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(n); err == nil {
+			return p
+		}
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatal("chromium is not installed and CI=true: .ci/run installs it (apt-get install -y chromium)")
+	}
+	t.Skip("chromium is not installed: apt-get install -y chromium")
+	return ""
+}
+
+// artefactDir is where screenshots go: $SLUICE_ARTIFACTS when set, else the
+// test's temporary directory.
+func artefactDir(t *testing.T) string {
+	if d := os.Getenv("SLUICE_ARTIFACTS"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	return t.TempDir()
+}
+
+// Scenario: the dashboard in headless Chromium over the dev fleet. It renders
+// the demo matrix (BFE1 pinned 45/45/10), follows lbctl weights set within
+// 2 s without a reload, marks a drained sub-cluster, refuses an action
+// without the token, and works at phone width.
+func TestDashboardInBrowser(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t, fleet.Options{})
+	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	bctx := browser(t, ctx, exe)
+
+	url := f.SchedAPIs[0] + "/ui/"
+	cell := func(pc, sc string) string { return fmt.Sprintf(`td[data-cell="demo-main/%s/%s"]`, pc, sc) }
+	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(cell("BFE1", "SC1")))); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	// The page re-renders on every event, so read in one step in the page
+	// (a node looked up first may be replaced before it is read).
+	text := func(sel string) string {
+		s, err := chromedp.Run(bctx, innerText(sel))
+		if err != nil {
+			t.Fatalf("text of %s: %v", sel, err)
+		}
+		return strings.TrimSpace(s)
+	}
+	for sc, want := range map[string]string{"SC1": "45", "SC2": "45", "GSLB_BLACKHOLE": "10"} {
+		if got := text(cell("BFE1", sc)); got != want {
+			t.Errorf("BFE1 → %s shows %q, want %q", sc, got, want)
+		}
+	}
+	if marks := text(`tr[data-row="demo-main/BFE1"]`); !strings.Contains(marks, "PINNED") {
+		t.Errorf("BFE1 row is not marked pinned: %q", marks)
+	}
+	waitText := func(sel, what string, d time.Duration, ok func(string) bool) time.Duration {
+		return waitInPage(t, bctx, sel, what, d, ok)
+	}
+
+	// Traffic: under load, the proxies' demand reports (every 5 s) reach the
+	// BFE1 → demo-main chart (sampled every 5 s).
+	lctx, lstop := context.WithCancel(ctx)
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		for i := 0; lctx.Err() == nil; i++ {
+			splitLoad(f, "BFE1", 200, 300000+200*i)
+		}
+	}()
+	waitText(`div[data-traffic="BFE1/demo-main"]`, "BFE1 → demo-main traffic above 0 req/s", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, " req/s") && !strings.Contains(s, "now: 0.0 req/s")
+	})
+	lstop()
+	<-loaded
+	if n := countSel(t, bctx, `div[data-traffic="BFE1/demo-main"] svg polyline`); n != 3 {
+		t.Errorf("BFE1 → demo-main chart has %d lines, want 3", n)
+	}
+	dir := artefactDir(t)
+	shot := func(name string) {
+		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+		if err != nil {
+			t.Fatalf("screenshot: %v", err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, png, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("screenshot: %s (%d bytes)", p, len(png))
+	}
+	shot("dashboard-1280.png")
+
+	// The row explanation, by keyboard: focus BFE1's name, press Enter.
+	explainBtn := `button[data-key="explain/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.Focus(chromedp.CSS(explainBtn)), chromedp.KeyEvent(kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS("#explain-body dl"))); err != nil {
+		t.Fatalf("open the explanation with the keyboard: %v", err)
+	}
+	if x := text("#explain-body"); !strings.Contains(x, "mode") || !strings.Contains(x, "pinned") || !strings.Contains(x, "SC1=45 SC2=45 GSLB_BLACKHOLE=10") {
+		t.Errorf("explanation of BFE1/demo-main: %q", x)
+	}
+
+	// Mark the page: a reload would lose the mark.
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=60", "GSLB_BLACKHOLE=10", "--reason", "e2e dashboard")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl weights set: exit %d, %v\n%s", code, err, out)
+	}
+	took := waitText(cell("BFE1", "SC1"), "BFE1 → SC1 shows 30 after lbctl weights set", 2*time.Second, func(s string) bool { return s == "30" })
+	t.Logf("lbctl weights set → cell updated in %s", took)
+	if got := text(cell("BFE1", "SC2")); got != "60" {
+		t.Errorf("BFE1 → SC2 shows %q after the pin, want 60", got)
+	}
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument || 0`)); err != nil || same != 1 {
+		t.Fatalf("the page reloaded (mark %d, %v)", same, err)
+	}
+	if f, err := chromedp.Run(bctx, chromedp.Evaluate[string](`document.activeElement.getAttribute("data-key") || ""`)); err != nil || f != "explain/demo-main/BFE1" {
+		t.Errorf("keyboard focus after a live update is on %q (%v), want the button it was on", f, err)
+	}
+	if x := text("#explain-body"); !strings.Contains(x, "SC1=30 SC2=60 GSLB_BLACKHOLE=10") {
+		t.Errorf("the open explanation did not follow the new row: %q", x)
+	}
+
+	// The version history: the newest two versions' rows that differ.
+	if err := chromedp.Do(bctx, click(`button[data-key="history/BFE1"]`), chromedp.WaitVisible(chromedp.CSS("#diff-go"))); err != nil {
+		t.Fatalf("open BFE1's history: %v", err)
+	}
+	waitText("#history-body", "BFE1's versions with reasons", 5*time.Second, func(s string) bool { return strings.Contains(s, "initial snapshot") })
+	if err := chromedp.Do(bctx, click("#diff-go")); err != nil {
+		t.Fatal(err)
+	}
+	waitText(`#diff-table tr[data-diff="demo-main"]`, "the diff row of demo-main", 5*time.Second, func(s string) bool {
+		return strings.Contains(s, "SC1=45 SC2=45 GSLB_BLACKHOLE=10 (pinned)") && strings.Contains(s, "SC1=30 SC2=60 GSLB_BLACKHOLE=10 (pinned)")
+	})
+
+	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e dashboard drain")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl drain: exit %d, %v\n%s", code, err, out)
+	}
+	took = waitText(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", 2*time.Second, func(s string) bool { return strings.Contains(s, "DRAINED") })
+	t.Logf("lbctl drain → column marked in %s", took)
+	if title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(`th[data-sub="demo-main/SC2"]`), "title")); err != nil || !strings.Contains(title.Value, "e2e dashboard drain") {
+		t.Errorf("SC2 header title %q (%v): want the drain reason", title.Value, err)
+	}
+	if got := text(`tr[data-health="demo-main/SC2"]`); !strings.Contains(got, "DRAINED") {
+		t.Errorf("health row of SC2 not marked drained: %q", got)
+	}
+	shot("dashboard-drained-1280.png")
+
+	// An action without the token is refused (the fleet's scheduler has
+	// none: the dashboard is read-only), and nothing changes.
+	type answer struct {
+		Error   string `json:"error"`
+		Message string `json:"message"`
+	}
+	res, err := chromedp.Run(bctx, chromedp.Evaluate[answer](`sluiceAction({kind: "undrain", cluster: "demo-main", subcluster: "SC2"})`, chromedp.EvalAwaitPromise))
+	if err != nil || !strings.Contains(res.Error, "read-only") || res.Message != "" {
+		t.Fatalf("action without token: %+v %v", res, err)
+	}
+	out, code, err = f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2")
+	if code == 0 || !strings.Contains(out, "already drained") {
+		t.Fatalf("SC2 should still be drained after the refused undrain: exit %d %v\n%s", code, err, out)
+	}
+	if n := countSel(t, bctx, "button[data-key^=drain], button[data-key^=pin]"); n != 0 {
+		t.Errorf("a read-only dashboard shows %d action buttons", n)
+	}
+
+	// Phone width: the page itself does not scroll sideways (the matrix
+	// scrolls inside its own box), and the cells are still there. (With SC2
+	// drained, the pinned row's SC2 share went to SC1.)
+	wide := text(cell("BFE1", "SC1"))
+	if err := chromedp.Do(bctx, chromedp.EmulateViewport(390, 844)); err != nil {
+		t.Fatal(err)
+	}
+	if overflow, err := chromedp.Run(bctx, chromedp.Evaluate[bool](`document.documentElement.scrollWidth > window.innerWidth + 1`)); err != nil || overflow {
+		t.Errorf("page wider than a 390 px screen (overflow %v, %v)", overflow, err)
+	}
+	if got := text(cell("BFE1", "SC1")); got != wide || got == "" {
+		t.Errorf("phone width: BFE1 → SC1 shows %q, at 1280 px %q", got, wide)
+	}
+	shot("dashboard-390.png")
+}
+
+func countSel(t *testing.T, ctx context.Context, sel string) int {
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int](fmt.Sprintf(`document.querySelectorAll(%q).length`, sel)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// innerText reads the text of the first element matching sel.
+func innerText(sel string) chromedp.Action[string] {
+	return chromedp.Evaluate[string](fmt.Sprintf(`(document.querySelector(%q) || {innerText: ""}).innerText`, sel))
+}
+
+// browser starts headless Chromium for the test (stopped at cleanup).
+func browser(t *testing.T, ctx context.Context, exe string) context.Context {
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.WindowSize(1280, 1000))
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	bctx, bcancel := chromedp.NewContext(actx)
+	t.Cleanup(func() {
+		bcancel()
+		acancel()
+	})
+	return bctx
+}
+
+// waitInPage polls the DOM until sel's text satisfies ok, within d; it
+// returns how long that took.
+func waitInPage(t *testing.T, bctx context.Context, sel, what string, d time.Duration, ok func(string) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last string
+	for time.Since(start) < d {
+		tctx, tcancel := context.WithTimeout(bctx, time.Second)
+		s, err := chromedp.Run(tctx, innerText(sel))
+		tcancel()
+		if last = strings.TrimSpace(s); err == nil && ok(last) {
+			return time.Since(start)
+		}
+		time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
+	}
+	t.Fatalf("%s: not within %s (last %q)", what, d, last)
+	return 0
+}
+
+// Scenario: with the scheduler's API token typed into the page, an operator
+// drains a sub-cluster and unpins a row through the confirmation dialog; a
+// refused pin shows lbctl's words in the dialog and changes nothing.
+func TestDashboardActionsInBrowser(t *testing.T) {
+	exe := chromium(t)
+	f := startFleet(t, fleet.Options{Env: []string{"SLUICE_SCHEDULER_API_TOKEN=e2e-token"}})
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	bctx := browser(t, ctx, exe)
+	wait := func(sel, what string, ok func(string) bool) { waitInPage(t, bctx, sel, what, 5*time.Second, ok) }
+	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
+
+	drainBtn := `button[data-key="drain/demo-main/SC2"]`
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), click(`#tokenform button[type=submit]`),
+		chromedp.WaitVisible(chromedp.CSS(drainBtn))); err != nil {
+		t.Fatalf("enter the token: %v", err)
+	}
+	// Drain: the dialog asks first; Confirm writes it.
+	if err := chromedp.Do(bctx, click(drainBtn), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
+		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page")); err != nil {
+		t.Fatalf("open the drain dialog: %v", err)
+	}
+	wait("#confirm-body", "the drain confirmation", has("Drain demo-main/SC2"))
+	if err := chromedp.Do(bctx, click("#confirm-ok")); err != nil {
+		t.Fatal(err)
+	}
+	wait("#notice", "the drain's answer", has("Drained demo-main/SC2 (desired state revision "))
+	wait(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", has("DRAINED"))
+	out, code, _ := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2")
+	if code != 0 {
+		t.Fatalf("the page's drain is not in etcd: lbctl undrain exit %d\n%s", code, out)
+	}
+
+	// A pin that does not sum to 100 is refused in the dialog, in lbctl's words.
+	pinBtn := `button[data-key="pin/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(pinBtn)), click(pinBtn),
+		chromedp.WaitVisible(chromedp.CSS(`#confirm-body input[data-w="SC1"]`)),
+		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), click("#confirm-ok")); err != nil {
+		t.Fatalf("pin dialog: %v", err)
+	}
+	wait("#confirm-error", "the refused pin's error", has("the new desired state is invalid; nothing was written:"))
+	if err := chromedp.Do(bctx, click("#confirm-cancel")); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(mustText(t, bctx, `td[data-cell="demo-main/BFE1/SC1"]`)); got != "45" {
+		t.Fatalf("after the refused pin BFE1 → SC1 shows %q, want 45", got)
+	}
+
+	// Unpin through the dialog: the row is computed again.
+	unpinBtn := `button[data-key="unpin/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, click(unpinBtn), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")),
+		click("#confirm-ok")); err != nil {
+		t.Fatalf("unpin: %v", err)
+	}
+	wait("#notice", "the unpin's answer", has("Unpinned BFE1 row of demo-main"))
+	wait(`tr[data-row="demo-main/BFE1"]`, "BFE1 no longer pinned", func(s string) bool { return !strings.Contains(s, "PINNED") })
+}
+
+func mustText(t *testing.T, bctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(bctx, innerText(sel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// click clicks the first element matching sel in one step in the page: the
+// live page may re-render (and re-lay out) between a node's lookup and a
+// mouse click at its coordinates.
+func click(sel string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, t *chromedp.Target) (chromedp.Void, error) {
+		ok, err := chromedp.Evaluate[bool](fmt.Sprintf(`(e => { if (!e) return false; e.click(); return true })(document.querySelector(%q))`, sel))(ctx, t)
+		if err == nil && !ok {
+			err = fmt.Errorf("click: no element matches %s", sel)
+		}
+		return chromedp.Void{}, err
+	}
+}

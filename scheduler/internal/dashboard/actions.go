@@ -1,0 +1,292 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/api/keys"
+)
+
+// Action is one operator action from the page (POST /ui/api/action).
+type Action struct {
+	// Kind: pin, unpin, drain, undrain, shift-pause, shift-resume, shift-abort.
+	Kind          string         `json:"kind"`
+	Cluster       string         `json:"cluster,omitempty"`
+	ProxyCluster  string         `json:"proxy_cluster,omitempty"`
+	SubCluster    string         `json:"subcluster,omitempty"`
+	ID            string         `json:"id,omitempty"`
+	Weights       map[string]int `json:"weights,omitempty"`
+	AllowFullDrop bool           `json:"allow_full_drop,omitempty"`
+	Reason        string         `json:"reason,omitempty"`
+}
+
+// CSRFHeader must be on every action request: a cross-site form cannot set
+// it, and a cross-site script cannot send it without a CORS preflight the
+// dashboard never grants.
+const CSRFHeader = "X-Sluice-Dashboard"
+
+// Refusals, as the page shows them.
+var (
+	errReadOnly  = errors.New("this dashboard is read-only: the scheduler has no API token (lbscheduler --api-token); use lbctl")
+	errCrossSite = errors.New("cross-site request refused: actions come from the dashboard page itself (same origin, " + CSRFHeader + " header)")
+	errToken     = errors.New("missing or wrong bearer token")
+)
+
+type actionError struct {
+	code int
+	err  error
+}
+
+func (e *actionError) Error() string { return e.err.Error() }
+func (e *actionError) Unwrap() error { return e.err }
+
+func badRequest(err error) error { return &actionError{http.StatusBadRequest, err} }
+
+const maxActionBody = 64 << 10
+
+func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
+	if err := d.authorize(r); err != nil {
+		var ae *actionError
+		errors.As(err, &ae)
+		if ae.code == http.StatusUnauthorized {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="lbscheduler"`)
+		}
+		writeJSON(w, ae.code, map[string]string{"error": err.Error()})
+		return
+	}
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxActionBody))
+	if err != nil {
+		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": "action body: " + err.Error()})
+		return
+	}
+	var a Action
+	if err := codec.UnmarshalJSON(raw, &a); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "action body: " + err.Error()})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
+	defer cancel()
+	author := "dashboard@" + remoteHost(r)
+	msg, err := d.do(ctx, a, author)
+	if err != nil {
+		code := http.StatusInternalServerError
+		var ae *actionError
+		if errors.As(err, &ae) {
+			code = ae.code
+		}
+		d.o.Logger.Warn("dashboard action refused", "kind", a.Kind, "cluster", a.Cluster, "proxy_cluster", a.ProxyCluster,
+			"subcluster", a.SubCluster, "id", a.ID, "author", author, "err", err)
+		writeJSON(w, code, map[string]string{"error": err.Error()})
+		return
+	}
+	d.o.Logger.Info("dashboard action", "kind", a.Kind, "cluster", a.Cluster, "proxy_cluster", a.ProxyCluster,
+		"subcluster", a.SubCluster, "id", a.ID, "author", author, "result", msg)
+	writeJSON(w, http.StatusOK, map[string]string{"message": msg})
+}
+
+// authorize: a token must be configured and given; the request must be the
+// page's own (CSRF header, same origin).
+func (d *Dashboard) authorize(r *http.Request) error {
+	if d.o.Token == "" {
+		return &actionError{http.StatusForbidden, errReadOnly}
+	}
+	if r.Header.Get(CSRFHeader) != "1" || !sameOrigin(r) {
+		return &actionError{http.StatusForbidden, errCrossSite}
+	}
+	got := []byte(r.Header.Get("Authorization"))
+	if subtle.ConstantTimeCompare(got, []byte("Bearer "+d.o.Token)) != 1 {
+		return &actionError{http.StatusUnauthorized, errToken}
+	}
+	return nil
+}
+
+func sameOrigin(r *http.Request) bool {
+	if s := r.Header.Get("Sec-Fetch-Site"); s != "" && s != "same-origin" {
+		return false
+	}
+	o := r.Header.Get("Origin")
+	if o == "" {
+		return true // not a browser's cross-origin fetch (those always send Origin)
+	}
+	u, err := url.Parse(o)
+	return err == nil && u.Host == r.Host
+}
+
+func remoteHost(r *http.Request) string {
+	h, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return h
+}
+
+// do performs one action with the edits lbctl uses (api/edit), validation
+// and compare-and-swap; it returns lbctl's success sentence.
+func (d *Dashboard) do(ctx context.Context, a Action, author string) (string, error) {
+	switch a.Kind {
+	case "pin":
+		if err := names(a.Cluster, a.ProxyCluster); err != nil {
+			return "", err
+		}
+		pin := config.Pin{ProxyCluster: a.ProxyCluster, Cluster: a.Cluster, Weights: a.Weights, AllowFullDrop: a.AllowFullDrop, Reason: a.Reason, Author: author}
+		rev, err := d.updateState(ctx, func(s *config.State) error { edit.Pin(s, pin); return nil })
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d).", a.ProxyCluster, a.Cluster, formatRow(a.Weights), rev), nil
+	case "unpin":
+		if err := names(a.Cluster, a.ProxyCluster); err != nil {
+			return "", err
+		}
+		rev, err := d.updateState(ctx, func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
+		if err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).", a.ProxyCluster, a.Cluster, rev), nil
+	case "drain", "undrain":
+		if err := names(a.Cluster, a.SubCluster); err != nil {
+			return "", err
+		}
+		rev, err := d.updateState(ctx, func(s *config.State) error {
+			if a.Kind == "drain" {
+				return edit.Drain(s, config.Drain{Cluster: a.Cluster, SubCluster: a.SubCluster, Reason: a.Reason, Author: author})
+			}
+			_, err := edit.Undrain(s, a.Cluster, a.SubCluster)
+			return err
+		})
+		if err != nil {
+			return "", err
+		}
+		verb := map[string]string{"drain": "Drained", "undrain": "Undrained"}[a.Kind]
+		return fmt.Sprintf("%s %s/%s (desired state revision %d).", verb, a.Cluster, a.SubCluster, rev), nil
+	case "shift-pause", "shift-resume", "shift-abort":
+		state := map[string]string{"shift-pause": config.ShiftPaused, "shift-resume": config.ShiftRunning, "shift-abort": config.ShiftAborted}[a.Kind]
+		if err := d.setShiftState(ctx, a.ID, state); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("Shift %s is now %s.", a.ID, state), nil
+	default:
+		return "", badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift-pause, shift-resume, shift-abort", a.Kind))
+	}
+}
+
+func names(ns ...string) error {
+	for _, n := range ns {
+		if err := keys.ValidName(n); err != nil {
+			return badRequest(err)
+		}
+	}
+	return nil
+}
+
+// casAttempts bounds the re-reads after a concurrent write (as lbctl).
+const casAttempts = 5
+
+// updateState applies mutate to the stored desired state, checks it
+// (edit.CheckEdit) and writes it only if it is unchanged since the read; a
+// concurrent write re-reads and re-applies mutate.
+func (d *Dashboard) updateState(ctx context.Context, mutate func(*config.State) error) (int64, error) {
+	key := d.o.Layout.Desired()
+	for range casAttempts {
+		r, err := d.o.Client.Get(ctx, key)
+		if err != nil {
+			return 0, fmt.Errorf("read desired state: %w", err)
+		}
+		if len(r.Kvs) == 0 {
+			return 0, badRequest(fmt.Errorf("no desired state in etcd at %s yet: write one with lbctl apply -f FILE", key))
+		}
+		var st config.State
+		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
+			return 0, fmt.Errorf("stored desired state at %s is not valid: %w", key, err)
+		}
+		if err := mutate(&st); err != nil {
+			return 0, badRequest(err)
+		}
+		if err := edit.CheckEdit(&st); err != nil {
+			return 0, badRequest(err)
+		}
+		b, err := json.Marshal(&st)
+		if err != nil {
+			return 0, err
+		}
+		tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(key, string(b))).Commit()
+		if err != nil {
+			return 0, fmt.Errorf("write desired state: %w", err)
+		}
+		if tr.Succeeded {
+			return tr.Header.Revision, nil
+		}
+	}
+	return 0, &actionError{http.StatusConflict, errors.New("conflict: the desired state kept changing; nothing was written")}
+}
+
+func (d *Dashboard) setShiftState(ctx context.Context, id, state string) error {
+	k, err := d.o.Layout.Shift(id)
+	if err != nil {
+		return badRequest(fmt.Errorf("id: %w", err))
+	}
+	r, err := d.o.Client.Get(ctx, k)
+	if err != nil {
+		return err
+	}
+	if len(r.Kvs) == 0 {
+		return &actionError{http.StatusNotFound, fmt.Errorf("no shift %q", id)}
+	}
+	var sh config.Shift
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
+		return fmt.Errorf("shift %s: %w", id, err)
+	}
+	if err := edit.SetShiftState(&sh, state); err != nil {
+		return badRequest(err)
+	}
+	b, _ := json.Marshal(sh)
+	tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
+	if err != nil {
+		return err
+	}
+	if !tr.Succeeded {
+		return &actionError{http.StatusConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id)}
+	}
+	return nil
+}
+
+// formatRow prints a row as lbctl does: SC=N sorted, GSLB_BLACKHOLE last.
+func formatRow(row map[string]int) string {
+	ks := make([]string, 0, len(row))
+	for k := range row {
+		if k != config.Blackhole {
+			ks = append(ks, k)
+		}
+	}
+	sort.Strings(ks)
+	if _, ok := row[config.Blackhole]; ok {
+		ks = append(ks, config.Blackhole)
+	}
+	parts := make([]string, len(ks))
+	for i, k := range ks {
+		parts[i] = fmt.Sprintf("%s=%d", k, row[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(v)
+}

@@ -1,0 +1,284 @@
+package dashboard
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var layout = keys.MustNew("/sluice")
+
+// fakeInputs is a scheduler's inputs the test changes at will.
+type fakeInputs struct {
+	mu sync.Mutex
+	in Inputs
+}
+
+func (f *fakeInputs) get() (Inputs, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.in, f.in.State != nil
+}
+
+func (f *fakeInputs) set(mut func(*Inputs)) {
+	f.mu.Lock()
+	mut(&f.in)
+	f.mu.Unlock()
+}
+
+func state() *config.State {
+	return &config.State{
+		Topology: config.Topology{IDCs: []string{"IDC1", "IDC2"}, ProxyClusters: map[string]config.ProxyCluster{"BFE1": {IDC: "IDC1"}}},
+		Clusters: map[string]config.Cluster{"c": {SubClusters: map[string]config.SubCluster{
+			"SC1": {IDC: "IDC1", Instances: []config.Instance{{Addr: "10.0.0.1", Port: 80, Weight: 10}}},
+			"SC2": {IDC: "IDC2"},
+		}}},
+		Drains: []config.Drain{{Cluster: "c", SubCluster: "SC2", Reason: "maintenance"}},
+		Pins:   []config.Pin{{ProxyCluster: "BFE1", Cluster: "c", Reason: "demo"}},
+	}
+}
+
+// events reads one SSE stream; it returns the documents channel and a
+// channel closed when the stream ended.
+func events(t *testing.T, ctx context.Context, url string) (<-chan Doc, <-chan struct{}) {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/ui/events", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	docs, ended := make(chan Doc, 32), make(chan struct{})
+	go func() {
+		defer close(ended)
+		defer resp.Body.Close()
+		sc := bufio.NewScanner(resp.Body)
+		sc.Buffer(nil, 4<<20)
+		for sc.Scan() {
+			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var doc Doc
+				if err := json.Unmarshal([]byte(d), &doc); err != nil {
+					t.Errorf("event: %v", err)
+					return
+				}
+				select {
+				case docs <- doc:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return docs, ended
+}
+
+func next(t *testing.T, docs <-chan Doc, within time.Duration, what string, ok func(Doc) bool) Doc {
+	t.Helper()
+	tm := time.NewTimer(within)
+	defer tm.Stop()
+	for {
+		select {
+		case d := <-docs:
+			if ok(d) {
+				return d
+			}
+		case <-tm.C:
+			t.Fatalf("no document with %s within %s", what, within)
+		}
+	}
+}
+
+func TestNotifyWatchesAndStreams(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	f := &fakeInputs{}
+	f.set(func(in *Inputs) {
+		in.SchedulerID, in.State = "s1", state()
+		in.Members = map[string]map[string][]config.Instance{"c": {"SC1": {{Addr: "10.0.0.1", Port: 80, Weight: 10, State: config.StateHealthy}, {Addr: "10.0.0.2", Port: 80, Weight: 10, State: config.StateUnhealthy}}}}
+		in.Rows = map[string]map[string]RowInput{"BFE1": {"c": {Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 100}, Pinned: true},
+			Explanation: &snapshot.Explanation{Mode: "pinned"}}}}
+		in.Hashes = map[string]string{"BFE1": "h2"}
+	})
+	// Refresh an hour: only Notify and the watches rebuild here.
+	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Heartbeat: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); d.Run(ctx) }()
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	defer func() { cancel(); <-ran }()
+
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	docs, ended := events(t, sctx, srv.URL)
+	doc := next(t, docs, 5*time.Second, "the first document", func(Doc) bool { return true })
+	if len(doc.Clusters) != 1 || len(doc.Clusters[0].Rows) != 1 {
+		t.Fatalf("clusters %+v", doc.Clusters)
+	}
+	c := doc.Clusters[0]
+	sc1, sc2 := c.SubClusters[0], c.SubClusters[1]
+	if sc1.Available != 1 || sc1.Total != 2 || !sc2.Drained || sc2.DrainReason != "maintenance" || sc2.Total != 0 {
+		t.Fatalf("sub-clusters %+v", c.SubClusters)
+	}
+	r := c.Rows[0]
+	if !r.Pinned || r.PinReason != "demo" || r.Weights["SC1"] != 100 || r.Weights[config.Blackhole] != 0 || r.Explanation.Mode != "pinned" {
+		t.Fatalf("row %+v", r)
+	}
+	if doc.Actions {
+		t.Fatal("actions offered without a token")
+	}
+
+	// Notify: the scheduler's new plan reaches the stream.
+	f.set(func(in *Inputs) {
+		in.Rows["BFE1"]["c"] = RowInput{Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 90, config.Blackhole: 10}}}
+	})
+	d.Notify()
+	next(t, docs, 2*time.Second, "the new row", func(d Doc) bool { return d.Clusters[0].Rows[0].Weights[config.Blackhole] == 10 })
+
+	// A pointer and a proxy status in etcd: the dashboard's own watches.
+	ck, _ := layout.Current("BFE1")
+	ptr, _ := json.Marshal(snapshot.Pointer{Version: 7, Hash: "h1"})
+	if _, err := cli.Put(context.Background(), ck, string(ptr)); err != nil {
+		t.Fatal(err)
+	}
+	sk, _ := layout.Status("BFE1", "p1")
+	st, _ := json.Marshal(report.ProxyStatus{AppliedVersion: 6, RejectedVersion: 7, RejectedReason: "bad route", EtcdConnected: true, UpdatedAt: time.Now(), WatchLagSeconds: 0.5})
+	if _, err := cli.Put(context.Background(), sk, string(st)); err != nil {
+		t.Fatal(err)
+	}
+	doc = next(t, docs, 2*time.Second, "p1 REJECTED at v7", func(d Doc) bool {
+		return len(d.Rollout) == 1 && d.Rollout[0].LiveVersion == 7 && len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == StateRejected
+	})
+	rv := doc.Rollout[0]
+	if p := rv.Proxies[0]; p.ID != "p1" || p.Reason != "bad route" || p.VersionsBehind != 1 || !rv.Unpublished {
+		t.Fatalf("rollout %+v", rv)
+	}
+	if _, err := cli.Delete(context.Background(), sk); err != nil {
+		t.Fatal(err)
+	}
+	next(t, docs, 2*time.Second, "p1 gone", func(d Doc) bool { return len(d.Rollout) == 1 && len(d.Rollout[0].Proxies) == 0 })
+
+	// An unchanged rebuild makes no new document; a change does.
+	_, seq, _ := d.current()
+	d.rebuild()
+	if _, again, _ := d.current(); again != seq {
+		t.Fatalf("an unchanged rebuild made document #%d after #%d", again, seq)
+	}
+	f.set(func(in *Inputs) { in.SchedulerID = "s1-renamed" })
+	d.rebuild()
+	if got := next(t, docs, 2*time.Second, "the renamed scheduler", func(d Doc) bool { return d.SchedulerID == "s1-renamed" }); got.Seq != seq+1 {
+		t.Fatalf("document #%d after #%d", got.Seq, seq)
+	}
+
+	// The JSON endpoint serves the same document.
+	resp, err := http.Get(srv.URL + "/ui/api/state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var plain Doc
+	err = json.NewDecoder(resp.Body).Decode(&plain)
+	resp.Body.Close()
+	if err != nil || plain.SchedulerID != "s1-renamed" {
+		t.Fatalf("state: %v %+v", err, plain.SchedulerID)
+	}
+
+	// Stopping the dashboard ends open streams (the API server's graceful
+	// shutdown must not wait for them).
+	cancel()
+	<-ran
+	select {
+	case <-ended:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the event stream stayed open after the dashboard stopped")
+	}
+}
+
+func TestProxyState(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		st   report.ProxyStatus
+		live uint64
+		want string
+	}{
+		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: true, UpdatedAt: now}, 5, StateSynced},
+		{report.ProxyStatus{AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now}, 5, StatePending},
+		{report.ProxyStatus{AppliedVersion: 4, RejectedVersion: 5, EtcdConnected: true, UpdatedAt: now}, 5, StateRejected},
+		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: false, UpdatedAt: now}, 5, StateStale},
+		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: true, UpdatedAt: now.Add(-time.Minute)}, 5, StateStale},
+	} {
+		if got, _ := proxyState(c.st, c.live, now); got != c.want {
+			t.Errorf("%+v live %d: %s, want %s", c.st, c.live, got, c.want)
+		}
+	}
+}
+
+func TestTrafficSeriesFromDemandReports(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	f := &fakeInputs{}
+	f.set(func(in *Inputs) { in.State = state() })
+	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: 20 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); d.Run(ctx) }()
+	defer func() { cancel(); <-ran }()
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	sctx, scancel := context.WithCancel(context.Background())
+	defer scancel()
+	docs, _ := events(t, sctx, srv.URL)
+
+	for id, cd := range map[string]report.ClusterDemand{"p1": {RPS: 10, ErrorRPS: 1, BlackholeRPS: 2}, "p2": {RPS: 5, BlackholeRPS: 0.5}} {
+		k, _ := layout.Demand("BFE1", id)
+		b, _ := json.Marshal(report.Demand{ID: id, Clusters: map[string]report.ClusterDemand{"c": cd}, WindowSeconds: 10})
+		if _, err := cli.Put(context.Background(), k, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	doc := next(t, docs, 2*time.Second, "BFE1→c summed over both proxies", func(d Doc) bool {
+		if len(d.Traffic) != 1 || len(d.Traffic[0].Points) == 0 {
+			return false
+		}
+		p := d.Traffic[0].Points[len(d.Traffic[0].Points)-1]
+		return p.RPS == 15 && p.ErrorRPS == 1 && p.BlackholeRPS == 2.5
+	})
+	if s := doc.Traffic[0]; s.ProxyCluster != "BFE1" || s.Cluster != "c" {
+		t.Fatalf("series %+v", s)
+	}
+}
+
+func TestTrafficWindow(t *testing.T) {
+	tr := traffic{reports: map[string]report.Demand{"k": {ProxyCluster: "BFE1", Clusters: map[string]report.ClusterDemand{"c": {RPS: 1}}}},
+		series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}
+	t0 := time.Unix(1_000_000, 0)
+	for i := range 200 {
+		tr.sampleLocked(t0.Add(time.Duration(i) * sampleEvery))
+	}
+	pts := tr.listLocked()[0].Points
+	if len(pts) != tr.keep || pts[len(pts)-1].T != t0.Add(199*sampleEvery).Unix() {
+		t.Fatalf("%d points, last at %d", len(pts), pts[len(pts)-1].T)
+	}
+	// Nobody reports any more: the points age out after the window.
+	tr.reports = map[string]report.Demand{}
+	tr.sampleLocked(t0.Add(199*sampleEvery + window))
+	if got := tr.listLocked(); len(got) != 0 {
+		t.Fatalf("series kept after the window: %+v", got[0].Points[:1])
+	}
+}
