@@ -297,7 +297,7 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), click("#confirm-ok")); err != nil {
 		t.Fatalf("pin dialog: %v", err)
 	}
-	wait("#confirm-error", "the refused pin's error", has("the new desired state is invalid; nothing was written:"))
+	wait("#confirm-error", "the refused pin's error", has("invalid change; nothing was written:"))
 	if err := chromedp.Do(bctx, click("#confirm-cancel")); err != nil {
 		t.Fatal(err)
 	}
