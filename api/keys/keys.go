@@ -11,6 +11,7 @@
 //	snapshots/<proxyCluster>/<version>        snapshot manifest (immutable)
 //	parts/<sha256>                            snapshot content part (immutable)
 //	current/<proxyCluster>                    pointer to the live snapshot
+//	lineage                                   lineage of every snapshot under the prefix (scheduler)
 //	election                                  scheduler leader election prefix
 //	leader                                    scheduler leader info (lease)
 //
@@ -269,6 +270,11 @@ func (l Layout) ParseCurrent(key string) (string, error) {
 	}
 	return parts[0], nil
 }
+
+// Lineage is the key of the lineage record: the id of the history every
+// snapshot and pointer under this prefix belongs to. The scheduler creates
+// it when it finds the prefix without one (a fresh or wiped etcd).
+func (l Layout) Lineage() string { return l.prefix + "/lineage" }
 
 // Election is the scheduler election prefix (concurrency.NewElection).
 func (l Layout) Election() string { return l.prefix + "/election" }

@@ -20,6 +20,9 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || sk != "/sluice/snapshots/BFE1/00000000000000000007" {
 		t.Fatalf("Snapshot = %q, %v", sk, err)
 	}
+	if k := l.Lineage(); k != "/sluice/lineage" {
+		t.Fatalf("Lineage = %q", k)
+	}
 	if v, err := l.ParseSnapshot(sk); err != nil || v.Version != 7 || v.ProxyCluster != "BFE1" {
 		t.Fatalf("ParseSnapshot = %+v, %v", v, err)
 	}

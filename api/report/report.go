@@ -36,15 +36,30 @@ type Instance struct {
 type ProxyStatus struct {
 	ProxyCluster string `json:"proxy_cluster"`
 	ID           string `json:"id"`
-	// AppliedVersion and AppliedHash identify the snapshot in service.
+	// AppliedLineage, AppliedVersion and AppliedHash identify the snapshot
+	// in service ("" lineage: unknown, older than lineages).
+	AppliedLineage string    `json:"applied_lineage,omitempty"`
 	AppliedVersion uint64    `json:"applied_version"`
 	AppliedHash    string    `json:"applied_hash,omitempty"`
 	AppliedAt      time.Time `json:"applied_at,omitempty"`
 	// RejectedVersion is the newest version refused, with the reason.
 	RejectedVersion uint64 `json:"rejected_version,omitempty"`
 	RejectedReason  string `json:"rejected_reason,omitempty"`
-	// LatestVersion is the newest version the proxy has seen published.
+	// LatestVersion is the newest version the proxy has seen published in
+	// its applied lineage.
 	LatestVersion uint64 `json:"latest_version,omitempty"`
+	// PointerLineage and PointerVersion are what current/<proxy cluster>
+	// named when the proxy last read it.
+	PointerLineage string `json:"pointer_lineage,omitempty"`
+	PointerVersion uint64 `json:"pointer_version,omitempty"`
+	// Ahead: the pointer names an older version of the applied lineage (it
+	// was moved back); the proxy keeps the newer snapshot it applied (I1)
+	// until a version above it is published.
+	Ahead bool `json:"ahead,omitempty"`
+	// LineageChanges counts the lineage changes this proxy followed since it
+	// started; PreviousLineage is the lineage it left last.
+	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
+	PreviousLineage string `json:"previous_lineage,omitempty"`
 	// WatchLagSeconds is how far behind etcd the proxy's watch is.
 	WatchLagSeconds float64 `json:"watch_lag_seconds"`
 	// EtcdConnected is false while the proxy cannot reach etcd (then this

@@ -27,14 +27,19 @@ type Snapshot struct {
 	Clusters map[string]Cluster `json:"clusters,omitempty"`
 }
 
-// Meta identifies a snapshot. Version is monotonic per proxy cluster.
+// Meta identifies a snapshot: (Lineage, Version). Version is monotonic per
+// proxy cluster within a lineage; a new lineage (a fresh or wiped etcd)
+// starts its own history (see lineage.go).
 type Meta struct {
-	ProxyCluster string    `json:"proxy_cluster"`
-	Version      uint64    `json:"version"`
-	Parent       uint64    `json:"parent,omitempty"`
-	Author       string    `json:"author,omitempty"`
-	Reason       string    `json:"reason,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
+	ProxyCluster string `json:"proxy_cluster"`
+	// Lineage is the id of the history this snapshot belongs to; "" is the
+	// unknown lineage of snapshots written before lineages existed.
+	Lineage   string    `json:"lineage,omitempty"`
+	Version   uint64    `json:"version"`
+	Parent    uint64    `json:"parent,omitempty"`
+	Author    string    `json:"author,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// Hash is ContentHash of the snapshot: equal content, equal hash.
 	Hash string `json:"hash,omitempty"`
 }
