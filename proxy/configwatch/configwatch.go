@@ -28,7 +28,6 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 )
 
@@ -90,40 +89,6 @@ type Config struct {
 	OnChange func()
 }
 
-// Status is what the watcher has done so far.
-type Status struct {
-	AppliedVersion uint64
-	AppliedHash    string
-	AppliedAt      time.Time
-	Source         string // SourceEtcd or SourceDiskCache
-	// RejectedVersion is the newest version refused, with the reason.
-	RejectedVersion uint64
-	RejectedReason  string
-	// LatestVersion is the newest pointer seen.
-	LatestVersion uint64
-	// Connected: the last etcd operation succeeded.
-	Connected bool
-	// LastSync is the last successful list, watch event or progress notification.
-	LastSync time.Time
-	// WatchRestarts counts restarts by reason.
-	WatchRestarts map[string]uint64
-}
-
-// StaleSeconds is how long the applied configuration may lag etcd: 0 while
-// connected, else the time since the last successful sync (or since the
-// snapshot was applied, when etcd was never reached).
-func (s Status) StaleSeconds(now time.Time) float64 {
-	switch {
-	case s.Connected:
-		return 0
-	case !s.LastSync.IsZero():
-		return max(0, now.Sub(s.LastSync).Seconds())
-	case !s.AppliedAt.IsZero():
-		return max(0, now.Sub(s.AppliedAt).Seconds())
-	}
-	return 0
-}
-
 // Watcher follows one proxy cluster's pointer. Status is safe for concurrent
 // use; Run must be called once.
 type Watcher struct {
@@ -182,18 +147,6 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w.m = m
 	return w, nil
-}
-
-// Status returns a copy of the current status.
-func (w *Watcher) Status() Status {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := w.st
-	s.WatchRestarts = make(map[string]uint64, len(w.st.WatchRestarts))
-	for k, v := range w.st.WatchRestarts {
-		s.WatchRestarts[k] = v
-	}
-	return s
 }
 
 // Run applies the cached snapshot (if nothing is applied yet), then lists and
@@ -453,77 +406,6 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// fetch reads, decodes and validates the snapshot p points to.
-func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (*snapshot.Snapshot, error) {
-	mkey, err := w.cfg.Layout.Snapshot(w.cfg.ProxyCluster, p.Version)
-	if err != nil {
-		return nil, err
-	}
-	raw, found, err := w.get(ctx, mkey)
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		// History trimming may remove the manifest of a pointer we only see
-		// late (watch replay); skip it if the pointer has moved on.
-		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
-			return nil, err
-		} else if found {
-			var now snapshot.Pointer
-			if codec.UnmarshalJSON(cur, &now) == nil && now != p {
-				return nil, errSuperseded
-			}
-		}
-		return nil, fmt.Errorf("manifest %s is missing", mkey)
-	}
-	var m snapshot.Manifest
-	if err := codec.UnmarshalJSON(raw, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", mkey, err)
-	}
-	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash {
-		return nil, fmt.Errorf("manifest %s is %s v%d hash %s; pointer says %s v%d hash %s", mkey,
-			m.Meta.ProxyCluster, m.Meta.Version, m.Meta.Hash, w.cfg.ProxyCluster, p.Version, p.Hash)
-	}
-	s, err := snapshot.Decode(m, func(digest string) ([]byte, error) {
-		pkey, err := w.cfg.Layout.Part(digest)
-		if err != nil {
-			return nil, err
-		}
-		b, found, err := w.get(ctx, pkey)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			return nil, fmt.Errorf("%s: %w", pkey, snapshot.ErrMissingPart)
-		}
-		return b, nil
-	})
-	var ee etcdError
-	if errors.As(err, &ee) {
-		return nil, ee
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := validate.Snapshot(s); err != nil {
-		return nil, fmt.Errorf("invalid snapshot: %w", err)
-	}
-	return s, nil
-}
-
-func (w *Watcher) get(ctx context.Context, key string) ([]byte, bool, error) {
-	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	defer cancel()
-	resp, err := w.cfg.Client.Get(octx, key)
-	if err != nil {
-		return nil, false, etcdError{fmt.Errorf("get %s: %w", key, err)}
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, false, nil
-	}
-	return resp.Kvs[0].Value, true, nil
-}
-
 // apply hands a decoded, validated snapshot to Apply and records the outcome.
 func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 	if s.Meta.ProxyCluster != w.cfg.ProxyCluster {
@@ -560,46 +442,4 @@ func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 		}
 	}
 	return nil
-}
-
-func (w *Watcher) reject(version uint64, hash, reason string) {
-	w.mu.Lock()
-	w.st.RejectedVersion, w.st.RejectedReason, w.rejectedHash = version, reason, hash
-	w.mu.Unlock()
-	w.m.applies.WithLabelValues("rejected").Inc()
-	w.log.Error("snapshot rejected; keeping the last good one", "version", version, "reason", reason)
-	w.changed()
-}
-
-func (w *Watcher) changed() {
-	if w.cfg.OnChange != nil {
-		w.cfg.OnChange()
-	}
-}
-
-func (w *Watcher) setSynced() {
-	w.mu.Lock()
-	flipped := !w.st.Connected
-	w.st.Connected, w.st.LastSync = true, w.cfg.Now()
-	w.mu.Unlock()
-	if flipped {
-		w.changed()
-	}
-}
-
-func (w *Watcher) setDisconnected() {
-	w.mu.Lock()
-	flipped := w.st.Connected
-	w.st.Connected = false
-	w.mu.Unlock()
-	if flipped {
-		w.changed()
-	}
-}
-
-func (w *Watcher) countRestart(reason string) {
-	w.mu.Lock()
-	w.st.WatchRestarts[reason]++
-	w.mu.Unlock()
-	w.m.restarts.WithLabelValues(reason).Inc()
 }
