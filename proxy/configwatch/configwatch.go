@@ -5,9 +5,12 @@
 // then watches the pointer from the listed revision + 1. Any compaction,
 // closed channel, watch error or stall (no event and no progress
 // notification for StallTimeout) restarts that cycle after a jittered
-// backoff. It never applies a version older than the one applied (I1), also
-// across restarts thanks to the disk cache, which is also what a proxy
-// started while etcd is down serves (I3). A snapshot that fails decoding,
+// backoff; so does a store that is no longer the one listed (etcd wiped,
+// replaced or restored: see watchStore). Within a lineage it never applies a
+// version older than the one applied (I1), also across restarts thanks to
+// the disk cache, which is also what a proxy started while etcd is down
+// serves (I3); a pointer of another lineage is applied whatever its version
+// (lineage.go). A snapshot that fails decoding,
 // validation or Apply is rejected and the last good one stays (I5).
 package configwatch
 
@@ -22,6 +25,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -35,8 +39,11 @@ import (
 const (
 	DefaultStallTimeout = 30 * time.Second
 	DefaultOpTimeout    = 5 * time.Second
-	minBackoff          = 100 * time.Millisecond
-	maxBackoff          = 5 * time.Second
+	// DefaultStoreCheckInterval is how often a session checks that etcd is
+	// still the store it listed (see watchStore).
+	DefaultStoreCheckInterval = 3 * time.Second
+	minBackoff                = 100 * time.Millisecond
+	maxBackoff                = 5 * time.Second
 )
 
 // Sources of an applied snapshot (Status.Source).
@@ -52,6 +59,9 @@ const (
 	ReasonWatchError = "watch_error" // the watch failed (no leader, canceled, ...)
 	ReasonStall      = "stall"       // nothing arrived for StallTimeout
 	ReasonSyncError  = "sync_error"  // listing the pointer or fetching a snapshot failed
+	// ReasonStoreReplaced: etcd behind the endpoints is another store than
+	// the one listed (wiped, replaced, restored from a backup).
+	ReasonStoreReplaced = "store_replaced"
 )
 
 // Config configures a Watcher. Client, ProxyCluster and Apply are required.
@@ -76,6 +86,10 @@ type Config struct {
 	StallTimeout time.Duration
 	// OpTimeout bounds each etcd request (list, manifest, part). Default 5s.
 	OpTimeout time.Duration
+	// StoreCheckInterval: how often the watch checks that etcd is still the
+	// store it listed, so a wiped or restored etcd is noticed (default 3s;
+	// one count-only read of the pointer key each time).
+	StoreCheckInterval time.Duration
 	// Metrics, when set, receives: watch restarts by reason, applies by
 	// result, apply duration, staleness seconds and the applied version.
 	Metrics prometheus.Registerer
@@ -99,9 +113,10 @@ type Watcher struct {
 	rnd        *rand.Rand
 	running    atomic.Bool
 
-	mu           sync.Mutex
-	st           Status
-	rejectedHash string
+	mu       sync.Mutex
+	st       Status
+	rejected snapshot.Pointer // identity of the last rejected snapshot
+	aheadLog snapshot.Pointer // last older pointer logged (log once each)
 }
 
 // New checks cfg, fills defaults and registers the metrics.
@@ -130,6 +145,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = DefaultOpTimeout
+	}
+	if cfg.StoreCheckInterval <= 0 {
+		cfg.StoreCheckInterval = DefaultStoreCheckInterval
 	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
@@ -218,7 +236,7 @@ func (w *Watcher) applyCache() {
 // session lists the pointer, then watches it until something goes wrong. It
 // returns the restart reason and whether it got as far as a successful list.
 func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
-	rev, err := w.list(ctx)
+	hdr, err := w.list(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.setDisconnected()
@@ -226,15 +244,23 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 		}
 		return ReasonSyncError, false
 	}
+	rev := hdr.Revision
+	store := &storeIdentity{cluster: hdr.ClusterId}
+	store.raise(rev)
+	replaced := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := w.cfg.Client.Watch(wctx, w.currentKey, clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		w.requestProgress(wctx)
+	}()
+	go func() {
+		defer wg.Done()
+		w.watchStore(wctx, store, replaced)
 	}()
 	stall := time.NewTimer(w.cfg.StallTimeout)
 	defer stall.Stop()
@@ -242,6 +268,9 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 		select {
 		case <-ctx.Done():
 			return "", true
+		case <-replaced:
+			w.setDisconnected()
+			return ReasonStoreReplaced, true
 		case <-stall.C:
 			if w.idleButAlive(ctx, rev+1) {
 				w.setSynced()
@@ -271,6 +300,13 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 				w.log.Warn("snapshot watch failed", "err", err)
 				return ReasonWatchError, true
 			}
+			if store.replacedBy(resp.Header.ClusterId, resp.Header.Revision) {
+				w.setDisconnected()
+				w.log.Warn("snapshot watch answered by another etcd than the one listed (wiped, replaced or restored); resyncing",
+					"listed_cluster_id", store.cluster, "cluster_id", resp.Header.ClusterId)
+				return ReasonStoreReplaced, true
+			}
+			store.raise(resp.Header.Revision)
 			w.setSynced()
 			stall.Reset(w.cfg.StallTimeout)
 			if len(resp.Events) == 0 {
@@ -331,23 +367,24 @@ func (w *Watcher) idleButAlive(ctx context.Context, startRev int64) bool {
 	return err == nil && resp.Header.Revision < startRev
 }
 
-// list reads the pointer, handles it and returns the revision to watch after.
-func (w *Watcher) list(ctx context.Context) (int64, error) {
+// list reads the pointer, handles it and returns the header of the read:
+// the revision to watch after and the store's cluster id.
+func (w *Watcher) list(ctx context.Context) (*etcdserverpb.ResponseHeader, error) {
 	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
 	resp, err := w.cfg.Client.Get(octx, w.currentKey)
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", w.currentKey, err)
+		return nil, fmt.Errorf("list %s: %w", w.currentKey, err)
 	}
 	w.setSynced()
 	if len(resp.Kvs) == 0 {
 		w.log.Info("no snapshot published yet", "key", w.currentKey)
-		return resp.Header.Revision, nil
+		return resp.Header, nil
 	}
 	if err := w.handlePointer(ctx, resp.Kvs[0].Value); err != nil {
-		return 0, err
+		return nil, err
 	}
-	return resp.Header.Revision, nil
+	return resp.Header, nil
 }
 
 // etcdError marks a failure to talk to etcd (retry later), as opposed to
@@ -360,32 +397,30 @@ func (e etcdError) Unwrap() error { return e.err }
 // errSuperseded: the pointer moved on before its snapshot could be read.
 var errSuperseded = errors.New("pointer superseded")
 
-// handlePointer applies the snapshot a pointer value names, if it is newer
-// than the applied one. It returns only etcd errors; bad content is rejected.
+// handlePointer applies the snapshot a pointer value names if it
+// supersedes the applied one (see judge). It returns only etcd errors; bad
+// content is rejected.
 func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	var p snapshot.Pointer
 	if err := codec.UnmarshalJSON(raw, &p); err != nil {
-		w.reject(0, "", fmt.Sprintf("pointer %s: %v", w.currentKey, err))
+		w.reject(snapshot.Pointer{}, fmt.Sprintf("pointer %s: %v", w.currentKey, err))
 		return nil
 	}
-	w.mu.Lock()
-	w.st.LatestVersion = max(w.st.LatestVersion, p.Version)
-	applied, appliedHash := w.st.AppliedVersion, w.st.AppliedHash
-	alreadyRejected := p.Version == w.st.RejectedVersion && p.Hash == w.rejectedHash
-	w.mu.Unlock()
-	switch {
-	case p.Version < applied:
-		w.m.applies.WithLabelValues("older").Inc()
-		w.log.Warn("pointer names an older snapshot than the applied one; ignored",
-			"pointer_version", p.Version, "applied_version", applied)
+	if err := snapshot.ValidLineage(p.Lineage); err != nil {
+		w.reject(p, fmt.Sprintf("pointer %s: %v", w.currentKey, err))
 		return nil
-	case p.Version == applied && p.Hash == appliedHash:
+	}
+	switch w.notePointer(p) {
+	case verdictOlder:
+		return nil
+	case verdictUnchanged:
 		w.m.applies.WithLabelValues("unchanged").Inc()
 		return nil
-	case p.Version == applied:
-		w.reject(p.Version, p.Hash, fmt.Sprintf("version %d is already applied with hash %s; pointer says hash %s", p.Version, appliedHash, p.Hash))
+	case verdictHashConflict:
+		w.reject(p, fmt.Sprintf("version %d of lineage %s is already applied with hash %s; pointer says hash %s",
+			p.Version, snapshot.LineageName(p.Lineage), w.Status().AppliedHash, p.Hash))
 		return nil
-	case alreadyRejected:
+	case verdictRejected:
 		return nil
 	}
 	s, err := w.fetch(ctx, p)
@@ -397,7 +432,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case errors.As(err, &ee):
 		return ee
 	case err != nil:
-		w.reject(p.Version, p.Hash, err.Error())
+		w.reject(p, err.Error())
 		return nil
 	}
 	if err := w.apply(s, SourceEtcd); err != nil {
@@ -410,31 +445,24 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 	if s.Meta.ProxyCluster != w.cfg.ProxyCluster {
 		err := fmt.Errorf("snapshot is for proxy cluster %q, not %q", s.Meta.ProxyCluster, w.cfg.ProxyCluster)
-		w.reject(s.Meta.Version, s.Meta.Hash, err.Error())
+		w.reject(pointerOf(s), err.Error())
 		return err
 	}
-	if cur := w.Status().AppliedVersion; s.Meta.Version < cur {
+	if cur := w.Status(); cur.AppliedVersion > 0 && s.Meta.Lineage == cur.AppliedLineage && s.Meta.Version < cur.AppliedVersion {
 		// Cannot happen through handlePointer; kept as the last line of I1.
-		return fmt.Errorf("snapshot v%d is older than applied v%d", s.Meta.Version, cur)
+		return fmt.Errorf("snapshot %s is older than applied v%d", s.Meta.ID(), cur.AppliedVersion)
 	}
 	start := w.cfg.Now()
 	err := w.cfg.Apply(s)
 	w.m.applyDur.Observe(w.cfg.Now().Sub(start).Seconds())
 	if err != nil {
-		w.reject(s.Meta.Version, s.Meta.Hash, fmt.Sprintf("apply: %v", err))
+		w.reject(pointerOf(s), fmt.Sprintf("apply: %v", err))
 		return err
 	}
-	w.mu.Lock()
-	w.st.AppliedVersion, w.st.AppliedHash = s.Meta.Version, s.Meta.Hash
-	w.st.AppliedAt, w.st.Source = w.cfg.Now(), source
-	w.st.LatestVersion = max(w.st.LatestVersion, s.Meta.Version)
-	if w.st.RejectedVersion <= s.Meta.Version {
-		w.st.RejectedVersion, w.st.RejectedReason, w.rejectedHash = 0, "", ""
-	}
-	w.mu.Unlock()
+	w.recordApplied(s, source)
 	w.m.applies.WithLabelValues("applied").Inc()
 	w.m.version.Set(float64(s.Meta.Version))
-	w.log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
+	w.log.Info("snapshot applied", "lineage", s.Meta.Lineage, "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
 	w.changed()
 	if source == SourceEtcd && w.cfg.Cache != nil {
 		if err := w.cfg.Cache.Save(s); err != nil {

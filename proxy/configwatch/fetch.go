@@ -37,9 +37,10 @@ func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (*snapshot.Snap
 	if err := codec.UnmarshalJSON(raw, &m); err != nil {
 		return nil, fmt.Errorf("manifest %s: %w", mkey, err)
 	}
-	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash {
-		return nil, fmt.Errorf("manifest %s is %s v%d hash %s; pointer says %s v%d hash %s", mkey,
-			m.Meta.ProxyCluster, m.Meta.Version, m.Meta.Hash, w.cfg.ProxyCluster, p.Version, p.Hash)
+	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash || m.Meta.Lineage != p.Lineage {
+		want := snapshot.Meta{ProxyCluster: w.cfg.ProxyCluster, Lineage: p.Lineage, Version: p.Version}
+		return nil, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
+			m.Meta.ID(), m.Meta.Hash, want.ID(), p.Hash)
 	}
 	s, err := snapshot.Decode(m, func(digest string) ([]byte, error) {
 		pkey, err := w.cfg.Layout.Part(digest)

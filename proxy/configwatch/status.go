@@ -2,10 +2,15 @@ package configwatch
 
 import (
 	"time"
+
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // Status is what the watcher has done so far.
 type Status struct {
+	// AppliedLineage and AppliedVersion identify the applied snapshot
+	// ("" lineage: unknown, a snapshot older than lineages).
+	AppliedLineage string
 	AppliedVersion uint64
 	AppliedHash    string
 	AppliedAt      time.Time
@@ -13,8 +18,18 @@ type Status struct {
 	// RejectedVersion is the newest version refused, with the reason.
 	RejectedVersion uint64
 	RejectedReason  string
-	// LatestVersion is the newest pointer seen.
+	// LatestVersion is the newest pointer seen in the applied lineage.
 	LatestVersion uint64
+	// PointerLineage and PointerVersion are what the pointer named when last read.
+	PointerLineage string
+	PointerVersion uint64
+	// Ahead: the pointer names an older version of the applied lineage (it
+	// was moved back); the newer applied snapshot stays (I1).
+	Ahead bool
+	// LineageChanges counts the lineage changes followed; PreviousLineage is
+	// the lineage left last.
+	LineageChanges  uint64
+	PreviousLineage string
 	// Connected: the last etcd operation succeeded.
 	Connected bool
 	// LastSync is the last successful list, watch event or progress notification.
@@ -50,12 +65,12 @@ func (w *Watcher) Status() Status {
 	return s
 }
 
-func (w *Watcher) reject(version uint64, hash, reason string) {
+func (w *Watcher) reject(p snapshot.Pointer, reason string) {
 	w.mu.Lock()
-	w.st.RejectedVersion, w.st.RejectedReason, w.rejectedHash = version, reason, hash
+	w.st.RejectedVersion, w.st.RejectedReason, w.rejected = p.Version, reason, p
 	w.mu.Unlock()
 	w.m.applies.WithLabelValues("rejected").Inc()
-	w.log.Error("snapshot rejected; keeping the last good one", "version", version, "reason", reason)
+	w.log.Error("snapshot rejected; keeping the last good one", "lineage", p.Lineage, "version", p.Version, "reason", reason)
 	w.changed()
 }
 
