@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // Proxy rollout states.
@@ -20,6 +21,10 @@ const (
 	StatePending  = "PENDING"
 	StateRejected = "REJECTED"
 	StateStale    = "STALE"
+	// StateAhead: the proxy applied a newer version of the target's lineage
+	// than the pointer names (the pointer was moved back by hand or
+	// restored); it keeps it (I1) until a version above it is published.
+	StateAhead = "AHEAD"
 )
 
 // staleAfter: a status not refreshed for this long (or with etcd
@@ -32,9 +37,11 @@ func rolloutCommand() *cli.Command {
 		Usage: "watch snapshot rollouts",
 		Subcommands: []*cli.Command{{
 			Name:      "status",
-			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason) or STALE (since); exit 0 only when every live proxy runs the target",
+			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer) or STALE (since); exit 0 only when every live proxy runs the target",
 			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --timeout 2m]",
-			Description: "The target is each proxy cluster's live snapshot (current/<proxy cluster>) unless --version is given.\n" +
+			Description: "The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
+				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
+				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
@@ -73,9 +80,11 @@ func rolloutCommand() *cli.Command {
 
 // rolloutReport is the JSON shape of rollout status.
 type rolloutReport struct {
-	Targets   map[string]uint64 `json:"targets"`
-	Proxies   []proxyRollout    `json:"proxies"`
-	Converged bool              `json:"converged"`
+	Targets map[string]uint64 `json:"targets"`
+	// TargetLineages is the lineage of each target ("" unknown).
+	TargetLineages map[string]string `json:"target_lineages,omitempty"`
+	Proxies        []proxyRollout    `json:"proxies"`
+	Converged      bool              `json:"converged"`
 }
 
 type proxyRollout struct {
@@ -84,35 +93,42 @@ type proxyRollout struct {
 	State        string    `json:"state"`
 	Applied      uint64    `json:"applied_version"`
 	Target       uint64    `json:"target_version"`
+	Lineage      string    `json:"applied_lineage,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
 	Since        time.Time `json:"since,omitempty"`
 }
 
-// rollout computes every live proxy's state against its target version.
+// rollout computes every live proxy's state against its target.
 func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
-	ptrs, err := e.pointers(ctx)
-	if err != nil {
-		return rolloutReport{}, err
-	}
+	// Statuses before pointers: a pointer only moves forward, so a proxy
+	// never looks ahead of a pointer published between the two reads.
 	sts, err := e.proxyStatuses(ctx, pc)
 	if err != nil {
 		return rolloutReport{}, err
 	}
-	r := rolloutReport{Targets: map[string]uint64{}}
+	ptrs, err := e.pointers(ctx)
+	if err != nil {
+		return rolloutReport{}, err
+	}
+	r := rolloutReport{Targets: map[string]uint64{}, TargetLineages: map[string]string{}}
+	targets := map[string]target{}
 	for name, p := range ptrs {
 		if pc == "" || name == pc {
-			r.Targets[name] = p.Version
+			targets[name] = target{Pointer: p}
 		}
 	}
 	if version != 0 {
-		r.Targets[pc] = version
+		targets[pc] = target{Pointer: snapshot.Pointer{Lineage: ptrs[pc].Lineage, Version: version}, atLeast: true}
+	}
+	for name, t := range targets {
+		r.Targets[name], r.TargetLineages[name] = t.Version, t.Lineage
 	}
 	if pc != "" && r.Targets[pc] == 0 {
 		return r, fmt.Errorf("no snapshot has been published for proxy cluster %q", pc)
 	}
 	now := time.Now()
 	for _, st := range sts {
-		r.Proxies = append(r.Proxies, classify(st, r.Targets[st.ProxyCluster], now))
+		r.Proxies = append(r.Proxies, classify(st, targets[st.ProxyCluster], now))
 	}
 	r.Converged = len(r.Proxies) > 0
 	for _, p := range r.Proxies {
@@ -123,9 +139,18 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 	return r, nil
 }
 
+// target is what a proxy cluster's proxies should run: the pointer's
+// lineage and version (atLeast: that version or a later one, --version).
+type target struct {
+	snapshot.Pointer
+	atLeast bool
+}
+
 // classify decides one proxy's rollout state.
-func classify(st report.ProxyStatus, target uint64, now time.Time) proxyRollout {
-	p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target}
+func classify(st report.ProxyStatus, tg target, now time.Time) proxyRollout {
+	target := tg.Version
+	p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target, Lineage: st.AppliedLineage}
+	sameLineage := st.AppliedLineage == tg.Lineage
 	switch {
 	case !st.EtcdConnected || (!st.UpdatedAt.IsZero() && now.Sub(st.UpdatedAt) > staleAfter):
 		p.State, p.Since = StateStale, st.UpdatedAt
@@ -134,9 +159,21 @@ func classify(st report.ProxyStatus, target uint64, now time.Time) proxyRollout 
 		} else {
 			p.Reason = "status not refreshed"
 		}
-	case target != 0 && st.AppliedVersion >= target:
+	case target == 0:
+		p.State = StatePending
+	case !sameLineage:
+		p.State = StatePending
+		p.Reason = fmt.Sprintf("applied lineage %s, target lineage %s", snapshot.LineageName(st.AppliedLineage), snapshot.LineageName(tg.Lineage))
+		if st.PointerLineage == tg.Lineage && st.RejectedVersion >= target {
+			p.State, p.Reason = StateRejected, st.RejectedReason
+		}
+	case st.AppliedVersion == target || st.AppliedVersion > target && tg.atLeast:
 		p.State = StateSynced
-	case target != 0 && st.RejectedVersion >= target:
+	case st.AppliedVersion > target:
+		p.State = StateAhead
+		p.Reason = fmt.Sprintf("ahead of the pointer: applied v%d of lineage %s, the pointer names v%d (moved back?); it keeps v%d until a later version is published",
+			st.AppliedVersion, snapshot.LineageName(tg.Lineage), target, st.AppliedVersion)
+	case st.RejectedVersion >= target:
 		p.State, p.Reason = StateRejected, st.RejectedReason
 	default:
 		p.State = StatePending
@@ -226,7 +263,7 @@ func progressLine(r rolloutReport) string {
 		counts[p.State]++
 	}
 	var parts []string
-	for _, s := range []string{StateSynced, StatePending, StateRejected, StateStale} {
+	for _, s := range []string{StateSynced, StatePending, StateRejected, StateAhead, StateStale} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}

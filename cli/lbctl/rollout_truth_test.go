@@ -1,0 +1,87 @@
+package lbctl
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
+)
+
+// publishIn publishes s in lineage (the pointer carries it too).
+func (h *harness) publishIn(lineage string, s *snapshot.Snapshot) {
+	h.t.Helper()
+	s.Meta.Lineage = lineage
+	h.publish(s)
+	h.point(snapshot.Pointer{Lineage: lineage, Version: s.Meta.Version, Hash: s.Meta.Hash}, s.Meta.ProxyCluster)
+}
+
+// point moves current/<pc> by hand.
+func (h *harness) point(p snapshot.Pointer, pc string) {
+	h.t.Helper()
+	ck, _ := h.layout.Current(pc)
+	pj, _ := json.Marshal(p)
+	if _, err := h.cli.Put(context.Background(), ck, string(pj)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestRolloutAheadAndLineages(t *testing.T) {
+	h := newHarness(t)
+	row := map[string]int{"SC1": 50, "SC2": 50}
+	v5 := demoSnapshot("BFE1", 5, row, false)
+	h.publishIn("L1", v5)
+	h.publishIn("L1", demoSnapshot("BFE1", 6, map[string]int{"SC1": 60, "SC2": 40}, false))
+	now := time.Now().UTC()
+	ok := func(id string, lineage string, v uint64) {
+		h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: id, AppliedLineage: lineage, AppliedVersion: v, EtcdConnected: true, UpdatedAt: now})
+	}
+	ok("p1", "L1", 6)
+	ok("p2", "L1", 6)
+	h.mustRun("rollout", "status")
+
+	// The pointer is moved back to v5 by hand: both proxies keep v6 and are
+	// AHEAD — not converged, exit 4 (never "SYNCED APPLIED v6 TARGET v5").
+	h.point(snapshot.Pointer{Lineage: "L1", Version: 5, Hash: v5.Meta.Hash}, "BFE1")
+	out, errs, code := h.run("", "rollout", "status")
+	if code != ExitNotConverged {
+		t.Fatalf("exit %d, want %d\n%s\n%s", code, ExitNotConverged, out, errs)
+	}
+	wantDetail := "ahead of the pointer: applied v6 of lineage L1, the pointer names v5 (moved back?); it keeps v6 until a later version is published"
+	if !strings.Contains(errs, "BFE1/p1 AHEAD ("+wantDetail+")") || !strings.Contains(out, "BFE1           p2     AHEAD  v6       v5      "+wantDetail) {
+		t.Fatalf("out:\n%s\nerr:\n%s", out, errs)
+	}
+	if strings.Contains(out, "converged") {
+		t.Fatalf("says converged:\n%s", out)
+	}
+	// --version 5 asks for "v5 or later": v6 of the same lineage is that.
+	h.mustRun("rollout", "status", "--proxy-cluster", "BFE1", "--version", "5")
+
+	// A new lineage (etcd wiped): its v1 is the target; proxies still on L1
+	// are PENDING whatever their version; once they follow, converged.
+	h.publishIn("L2", demoSnapshot("BFE1", 1, row, false))
+	out, errs, code = h.run("", "rollout", "status")
+	if code != ExitNotConverged || !strings.Contains(errs, "BFE1/p1 PENDING (applied lineage L1, target lineage L2)") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if _, errs, code := h.run("", "rollout", "status", "--proxy-cluster", "BFE1", "--version", "1"); code != ExitNotConverged || !strings.Contains(errs, "p2 PENDING (applied lineage L1") {
+		t.Fatalf("--version 1 with proxies on v6 of the old lineage: exit %d %s", code, errs)
+	}
+	ok("p1", "L2", 1)
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedLineage: "L1", AppliedVersion: 6, PointerLineage: "L2",
+		RejectedVersion: 1, RejectedReason: "apply: boom", EtcdConnected: true, UpdatedAt: now})
+	if _, errs, code := h.run("", "rollout", "status"); code != ExitNotConverged || !strings.Contains(errs, "BFE1/p2 REJECTED (apply: boom)") {
+		t.Fatalf("rejected new lineage: exit %d %s", code, errs)
+	}
+	ok("p2", "L2", 1)
+	var r rolloutReport
+	if err := json.Unmarshal([]byte(h.mustRun("-o", "json", "rollout", "status")), &r); err != nil {
+		t.Fatal(err)
+	}
+	if !r.Converged || r.TargetLineages["BFE1"] != "L2" || r.Targets["BFE1"] != 1 || r.Proxies[0].Lineage != "L2" {
+		t.Fatalf("json %+v", r)
+	}
+}
