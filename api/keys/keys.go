@@ -8,6 +8,7 @@
 //	instances/<cluster>/<subcluster>/<ip:port> agent registration + health (lease)
 //	demand/<proxyCluster>/<proxyID>           proxy demand report (lease)
 //	status/<proxyCluster>/<proxyID>           proxy status (lease)
+//	last-seen/<proxyCluster>/<proxyID>        copy of the last status (no lease: GONE proxies)
 //	snapshots/<proxyCluster>/<version>        snapshot manifest (immutable)
 //	parts/<sha256>                            snapshot content part (immutable)
 //	current/<proxyCluster>                    pointer to the live snapshot
@@ -178,6 +179,25 @@ func (l Layout) StatusPrefix(proxyCluster string) (string, error) {
 	k, err := l.join("status", proxyCluster)
 	return k + "/", err
 }
+
+// LastSeen is the key of the lease-less copy of one proxy's last status: it
+// outlives the status lease, so a proxy that died is shown GONE (for
+// report.GoneFor) instead of vanishing.
+func (l Layout) LastSeen(proxyCluster, proxyID string) (string, error) {
+	return l.join("last-seen", proxyCluster, proxyID)
+}
+
+// LastSeenPrefix covers every last-seen record; with a proxy cluster, only its proxies.
+func (l Layout) LastSeenPrefix(proxyCluster string) (string, error) {
+	if proxyCluster == "" {
+		return l.prefix + "/last-seen/", nil
+	}
+	k, err := l.join("last-seen", proxyCluster)
+	return k + "/", err
+}
+
+// ParseLastSeen parses a key built by LastSeen.
+func (l Layout) ParseLastSeen(key string) (ProxyKey, error) { return l.parseProxy(key, "last-seen") }
 
 // ProxyKey is a parsed status or demand key.
 type ProxyKey struct{ ProxyCluster, ProxyID string }

@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// DefaultReportInterval is how often a proxy rewrites its status unless
+// configured otherwise (statusreport.DefaultInterval).
+const DefaultReportInterval = 5 * time.Second
+
+// GoneFor is how long a proxy whose status lease expired is still listed
+// (GONE) from its last-seen record; the scheduler deletes older records.
+const GoneFor = 10 * time.Minute
+
 // Instance is an agent's registration of one backend, with its health and
 // load. Key: keys.Layout.Instance(Cluster, SubCluster, ip:port).
 type Instance struct {
@@ -71,6 +79,19 @@ type ProxyStatus struct {
 	BinaryVersion string    `json:"binary_version,omitempty"`
 	StartedAt     time.Time `json:"started_at"`
 	UpdatedAt     time.Time `json:"updated_at"`
+	// ReportIntervalSeconds is how often the proxy rewrites this status
+	// (0: unknown, DefaultReportInterval is assumed).
+	ReportIntervalSeconds float64 `json:"report_interval_seconds,omitempty"`
+}
+
+// StaleAfter is the age past which this status is STALE: two report
+// intervals without a rewrite.
+func (s ProxyStatus) StaleAfter() time.Duration {
+	every := DefaultReportInterval
+	if s.ReportIntervalSeconds > 0 {
+		every = time.Duration(s.ReportIntervalSeconds * float64(time.Second))
+	}
+	return 2 * every
 }
 
 // Demand is one proxy's observed demand per backend cluster.

@@ -202,6 +202,9 @@ func (s *Scheduler) collect(ctx context.Context) {
 	if n > 0 {
 		s.log.Info("collected orphan parts", "count", n)
 	}
+	if _, err := s.collectGone(ctx, lead); err != nil {
+		s.log.Warn("collecting gone proxies", "err", err)
+	}
 }
 
 // followerShifts: followers do not run ramps; they show what the leader
