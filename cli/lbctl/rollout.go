@@ -20,16 +20,16 @@ const (
 	StateSynced   = "SYNCED"
 	StatePending  = "PENDING"
 	StateRejected = "REJECTED"
-	StateStale    = "STALE"
+	StateStale    = LiveStale
+	// StateGone: the proxy's status lease expired; it is listed from its
+	// last-seen record for report.GoneFor, and counts as not converged for
+	// a rollout that started before it went away.
+	StateGone = LiveGone
 	// StateAhead: the proxy applied a newer version of the target's lineage
 	// than the pointer names (the pointer was moved back by hand or
 	// restored); it keeps it (I1) until a version above it is published.
 	StateAhead = "AHEAD"
 )
-
-// staleAfter: a status not refreshed for this long (or with etcd
-// disconnected) is reported STALE.
-const staleAfter = 30 * time.Second
 
 func rolloutCommand() *cli.Command {
 	return &cli.Command{
@@ -37,7 +37,7 @@ func rolloutCommand() *cli.Command {
 		Usage: "watch snapshot rollouts",
 		Subcommands: []*cli.Command{{
 			Name:      "status",
-			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer) or STALE (since); exit 0 only when every live proxy runs the target",
+			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
 			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --timeout 2m]",
 			Description: "The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
@@ -96,6 +96,9 @@ type proxyRollout struct {
 	Lineage      string    `json:"applied_lineage,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
 	Since        time.Time `json:"since,omitempty"`
+	// NotCounted: a GONE proxy that went away before the target was
+	// published does not hold the rollout back.
+	NotCounted bool `json:"not_counted,omitempty"`
 }
 
 // rollout computes every live proxy's state against its target.
@@ -127,12 +130,35 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 		return r, fmt.Errorf("no snapshot has been published for proxy cluster %q", pc)
 	}
 	now := time.Now()
+	live := 0
 	for _, st := range sts {
 		r.Proxies = append(r.Proxies, classify(st, targets[st.ProxyCluster], now))
+		live++
 	}
-	r.Converged = len(r.Proxies) > 0
+	gone, err := e.goneProxies(ctx, pc, sts, now)
+	if err != nil {
+		return r, err
+	}
+	started := map[string]time.Time{} // when each target was published
+	for _, st := range gone {
+		tg := targets[st.ProxyCluster]
+		if _, ok := started[st.ProxyCluster]; !ok && tg.Version != 0 {
+			if m, err := e.manifest(ctx, st.ProxyCluster, tg.Version); err == nil {
+				started[st.ProxyCluster] = m.Meta.CreatedAt
+			}
+		}
+		p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, State: StateGone, Applied: st.AppliedVersion,
+			Target: tg.Version, Lineage: st.AppliedLineage, Since: st.UpdatedAt,
+			Reason: "status lease expired; last seen " + seenAt(st.UpdatedAt, now)}
+		if t, ok := started[st.ProxyCluster]; ok && st.UpdatedAt.Before(t) {
+			p.NotCounted = true
+			p.Reason += ", before this rollout: not counted"
+		}
+		r.Proxies = append(r.Proxies, p)
+	}
+	r.Converged = live > 0
 	for _, p := range r.Proxies {
-		if p.State != StateSynced {
+		if p.State != StateSynced && !p.NotCounted {
 			r.Converged = false
 		}
 	}
@@ -152,13 +178,8 @@ func classify(st report.ProxyStatus, tg target, now time.Time) proxyRollout {
 	p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target, Lineage: st.AppliedLineage}
 	sameLineage := st.AppliedLineage == tg.Lineage
 	switch {
-	case !st.EtcdConnected || (!st.UpdatedAt.IsZero() && now.Sub(st.UpdatedAt) > staleAfter):
-		p.State, p.Since = StateStale, st.UpdatedAt
-		if !st.EtcdConnected {
-			p.Reason = "not connected to etcd"
-		} else {
-			p.Reason = "status not refreshed"
-		}
+	case staleReason(st, now) != "":
+		p.State, p.Since, p.Reason = StateStale, st.UpdatedAt, staleReason(st, now)
 	case target == 0:
 		p.State = StatePending
 	case !sameLineage:
@@ -183,21 +204,21 @@ func classify(st report.ProxyStatus, tg target, now time.Time) proxyRollout {
 
 // verdict turns a report into the exit status.
 func (r rolloutReport) verdict() error {
-	if len(r.Proxies) == 0 {
-		return withCode(ExitNotConverged, fmt.Errorf("no live proxy reports a status"))
-	}
 	if r.Converged {
 		return nil
 	}
 	var lag []string
 	for _, p := range r.Proxies {
-		if p.State != StateSynced {
+		if p.State != StateSynced && !p.NotCounted {
 			s := fmt.Sprintf("%s/%s %s", p.ProxyCluster, p.ID, p.State)
 			if p.Reason != "" {
 				s += " (" + p.Reason + ")"
 			}
 			lag = append(lag, s)
 		}
+	}
+	if len(lag) == 0 {
+		return withCode(ExitNotConverged, fmt.Errorf("no live proxy reports a status"))
 	}
 	return withCode(ExitNotConverged, fmt.Errorf("not converged: %s", strings.Join(lag, "; ")))
 }
@@ -206,8 +227,8 @@ func (r rolloutReport) table(w io.Writer) error {
 	fmt.Fprintln(w, "PROXY CLUSTER\tPROXY\tSTATE\tAPPLIED\tTARGET\tDETAIL")
 	for _, p := range r.Proxies {
 		detail := p.Reason
-		if p.State == StateStale && !p.Since.IsZero() {
-			detail = fmt.Sprintf("%s since %s", p.Reason, p.Since.UTC().Format(time.RFC3339))
+		if p.Reason == "not connected to etcd" && !p.Since.IsZero() {
+			detail = fmt.Sprintf("%s; last seen %s", p.Reason, p.Since.UTC().Format(time.RFC3339))
 		}
 		fmt.Fprintf(w, "%s\t%s\t%s\tv%d\tv%d\t%s\n", p.ProxyCluster, p.ID, p.State, p.Applied, p.Target, detail)
 	}
@@ -263,7 +284,7 @@ func progressLine(r rolloutReport) string {
 		counts[p.State]++
 	}
 	var parts []string
-	for _, s := range []string{StateSynced, StatePending, StateRejected, StateAhead, StateStale} {
+	for _, s := range []string{StateSynced, StatePending, StateRejected, StateAhead, StateStale, StateGone} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}

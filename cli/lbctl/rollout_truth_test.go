@@ -85,3 +85,57 @@ func TestRolloutAheadAndLineages(t *testing.T) {
 		t.Fatalf("json %+v", r)
 	}
 }
+
+// seen writes a last-seen record (what a proxy leaves when its lease expires).
+func (h *harness) seen(st report.ProxyStatus) {
+	h.t.Helper()
+	k, _ := h.layout.LastSeen(st.ProxyCluster, st.ID)
+	b, _ := json.Marshal(st)
+	if _, err := h.cli.Put(context.Background(), k, string(b)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+func TestRolloutStaleAndGone(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now().UTC()
+	s := demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false)
+	s.Meta.CreatedAt = now.Add(-time.Minute) // the rollout started a minute ago
+	h.publishIn("L1", s)
+	st := func(id string, updated time.Time) report.ProxyStatus {
+		return report.ProxyStatus{ProxyCluster: "BFE1", ID: id, AppliedLineage: "L1", AppliedVersion: 4, EtcdConnected: true,
+			UpdatedAt: updated, ReportIntervalSeconds: 5}
+	}
+	h.status(st("p1", now))
+	h.seen(st("p1", now))
+	h.status(st("p2", now.Add(-11*time.Second))) // two 5 s intervals missed
+	h.seen(st("p3", now.Add(-20*time.Second)))   // lease expired during the rollout
+	h.seen(st("p4", now.Add(-2*time.Minute)))    // gone before the rollout
+	h.seen(st("p5", now.Add(-11*time.Minute)))   // gone long ago: forgotten
+	out, errs, code := h.run("", "rollout", "status")
+	if code != ExitNotConverged {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	for _, want := range []string{"BFE1/p2 STALE (last seen " + now.Add(-11*time.Second).Format(time.RFC3339) + " (11s ago))",
+		"BFE1/p3 GONE (status lease expired; last seen " + now.Add(-20*time.Second).Format(time.RFC3339) + " (20s ago))"} {
+		if !strings.Contains(errs, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, errs)
+		}
+	}
+	if strings.Contains(errs, "p4") || strings.Contains(out, "p5") || strings.Contains(errs, "p1") {
+		t.Errorf("p4 (gone before), p5 (forgotten) or p1 (synced) held against the rollout:\n%s\n%s", out, errs)
+	}
+	if !strings.Contains(out, "p4     GONE    v4       v4      status lease expired; last seen ") || !strings.Contains(out, "before this rollout: not counted") {
+		t.Errorf("p4 not listed as GONE, not counted:\n%s", out)
+	}
+	// p2 reports again and p3's record is collected: converged, p4 listed.
+	h.status(st("p2", time.Now().UTC()))
+	k, _ := h.layout.LastSeen("BFE1", "p3")
+	if _, err := h.cli.Delete(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	out = h.mustRun("rollout", "status")
+	if !strings.Contains(out, "converged: every live proxy runs its target version") || !strings.Contains(out, "p4") {
+		t.Fatalf("%s", out)
+	}
+}
