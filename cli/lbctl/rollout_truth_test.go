@@ -139,3 +139,31 @@ func TestRolloutStaleAndGone(t *testing.T) {
 		t.Fatalf("%s", out)
 	}
 }
+
+func TestProxiesListsStaleGoneAndAhead(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now().UTC()
+	h.publishIn("L1", demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: 5, PointerVersion: 4, Ahead: true,
+		EtcdConnected: true, UpdatedAt: now, ReportIntervalSeconds: 5})
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now.Add(-30 * time.Second)})
+	h.seen(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p3", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now.Add(-time.Minute)})
+	out := h.mustRun("proxies")
+	for _, want := range []string{
+		"p1     LIVE  ",
+		"AHEAD of the pointer (v4)",
+		"p2     STALE (last seen " + now.Add(-30*time.Second).Format(time.RFC3339) + " (30s ago))",
+		"p3     GONE (last seen " + now.Add(-time.Minute).Format(time.RFC3339) + " (1m0s ago))",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("proxies lacks %q:\n%s", want, out)
+		}
+	}
+	var rows []proxyRow
+	if err := json.Unmarshal([]byte(h.mustRun("-o", "json", "proxies")), &rows); err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != 3 || rows[0].State != "LIVE" || rows[1].State != "STALE" || rows[2].State != "GONE" || rows[2].ID != "p3" {
+		t.Fatalf("json rows %+v", rows)
+	}
+}
