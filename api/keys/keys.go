@@ -15,6 +15,7 @@
 //	lineage                                   lineage of every snapshot under the prefix (scheduler)
 //	election                                  scheduler leader election prefix
 //	leader                                    scheduler leader info (lease)
+//	scheduler-status                          the leader's publish results (leader's lease)
 //
 // Names (clusters, sub-clusters, proxy clusters, proxy ids, shift ids) match
 // NamePattern; anything else — "..", NUL, slashes, very long names — is
@@ -301,6 +302,11 @@ func (l Layout) Election() string { return l.prefix + "/election" }
 
 // Leader is the key where the scheduler leader publishes its API address.
 func (l Layout) Leader() string { return l.prefix + "/leader" }
+
+// SchedulerStatus is the key where the leader records, under its session
+// lease, what it last did per proxy cluster (report.SchedulerStatus). No
+// key: no scheduler is leading.
+func (l Layout) SchedulerStatus() string { return l.prefix + "/scheduler-status" }
 
 func (l Layout) join(kind string, names ...string) (string, error) {
 	var b strings.Builder

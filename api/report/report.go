@@ -119,3 +119,53 @@ type Leader struct {
 	APIAddr string    `json:"api_addr"`
 	Since   time.Time `json:"since"`
 }
+
+// SchedulerStatus is what the scheduler leader writes under
+// keys.Layout.SchedulerStatus, bound to its session lease: the key vanishes
+// with the leadership.
+type SchedulerStatus struct {
+	LeaderID string    `json:"leader_id"`
+	Since    time.Time `json:"since"`
+	// InputRevision is the newest operator input revision the leader saw
+	// (desired state, shifts).
+	InputRevision int64 `json:"input_revision"`
+	// Error is set when the last round failed before publishing anything
+	// (e.g. the plan could not be computed).
+	Error string `json:"error,omitempty"`
+	// ProxyClusters holds the last publish result of each proxy cluster.
+	ProxyClusters map[string]PublishResult `json:"proxy_clusters"`
+	UpdatedAt     time.Time                `json:"updated_at"`
+}
+
+// Publish results (PublishResult.Result).
+const (
+	PublishPublished = "published" // a new version was published
+	PublishUnchanged = "unchanged" // the live snapshot already had this content
+	PublishFailed    = "failed"    // not published: Reason says why (the validator's words)
+	PublishFenced    = "fenced"    // the leadership ended before the publish committed
+)
+
+// PublishResult is the outcome of the leader's last publish for one proxy
+// cluster.
+type PublishResult struct {
+	Result string `json:"result"`
+	// Lineage and Version: the live snapshot after the attempt.
+	Lineage string `json:"lineage,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+	// InputRevision is the input revision the attempt was computed from.
+	InputRevision int64     `json:"input_revision"`
+	Reason        string    `json:"reason,omitempty"`
+	At            time.Time `json:"at"`
+}
+
+// Blocked reports whether the newest input of the proxy cluster was not
+// published, and why.
+func (r PublishResult) Blocked() (bool, string) {
+	switch r.Result {
+	case PublishFailed:
+		return true, r.Reason
+	case PublishFenced:
+		return true, "the scheduler's leadership ended before the publish committed"
+	}
+	return false, ""
+}

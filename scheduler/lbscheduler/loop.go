@@ -100,11 +100,20 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 
 	pv := planView(view, active)
 	start := time.Now()
+	if lead != nil {
+		s.book.begin(lead, now, inputRevision(view))
+	}
 	// ComputePlan assembles no snapshot: publishAll builds only those whose
 	// content hash differs from the live one.
 	pl, err := s.planner.ComputePlan(pv, prev)
 	s.m.compute.Observe(time.Since(start).Seconds())
 	if err != nil {
+		if lead != nil {
+			s.book.err = "compute: " + err.Error()
+			if werr := s.writeStatus(ctx, lead); werr != nil {
+				s.log.Warn("writing scheduler status", "err", werr)
+			}
+		}
 		return time.Time{}, fmt.Errorf("compute: %w", err)
 	}
 	s.observe(pl.Clusters)
@@ -120,6 +129,10 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 		}
 	}
 	versions, err := s.publishAll(ctx, lead, pl, prev, active)
+	s.book.keep(pl.ProxyClusters())
+	if werr := s.writeStatus(ctx, lead); werr != nil {
+		s.log.Warn("writing scheduler status", "err", werr)
+	}
 	if err != nil {
 		return next, err
 	}
@@ -144,6 +157,7 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 			snap := pl.Snapshot(pc)
 			return snap, reason(pc, snap, prev[pc], active)
 		})
+		s.book.note(pc, r, err, s.cfg.Now())
 		if errors.Is(err, publish.ErrFenced) {
 			s.log.Error("publish fenced: stepping down", "proxy_cluster", pc)
 			select {
