@@ -74,3 +74,26 @@ func (e *env) goneProxies(ctx context.Context, pc string, live []report.ProxySta
 	})
 	return out, nil
 }
+
+// schedulerStatus reads the leader's status (nil: no scheduler is leading).
+func (e *env) schedulerStatus(ctx context.Context) (*report.SchedulerStatus, error) {
+	cli, err := e.etcd()
+	if err != nil {
+		return nil, err
+	}
+	r, err := cli.Get(ctx, e.layout.SchedulerStatus())
+	if err != nil {
+		return nil, fmt.Errorf("read scheduler status: %w", err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	var st report.SchedulerStatus
+	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+		return nil, fmt.Errorf("scheduler status at %s: %w", e.layout.SchedulerStatus(), err)
+	}
+	return &st, nil
+}
+
+// noLeader is what lbctl prints when no scheduler holds leadership.
+const noLeader = "no scheduler is leading: nothing new will be published until one is (is lbscheduler running?)"

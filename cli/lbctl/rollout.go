@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -39,7 +41,8 @@ func rolloutCommand() *cli.Command {
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
 			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --timeout 2m]",
-			Description: "The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
+			Description: "A proxy cluster whose newest input the scheduler could not publish is BLOCKED (reason): not converged.\n" +
+				"The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
@@ -60,6 +63,9 @@ func rolloutCommand() *cli.Command {
 					r, err := e.rollout(ctx, pc, e.c.Uint64("version"))
 					if err != nil {
 						return err
+					}
+					if r.NoLeader {
+						e.progressf("%s", noLeader)
 					}
 					if err := e.render(r, r.table); err != nil {
 						return err
@@ -85,6 +91,11 @@ type rolloutReport struct {
 	TargetLineages map[string]string `json:"target_lineages,omitempty"`
 	Proxies        []proxyRollout    `json:"proxies"`
 	Converged      bool              `json:"converged"`
+	// Blocked names each proxy cluster whose newest input the scheduler
+	// could not publish, with the reason.
+	Blocked map[string]string `json:"blocked,omitempty"`
+	// NoLeader: no scheduler holds leadership (nothing new is published).
+	NoLeader bool `json:"no_leader,omitempty"`
 }
 
 type proxyRollout struct {
@@ -156,7 +167,25 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 		}
 		r.Proxies = append(r.Proxies, p)
 	}
-	r.Converged = live > 0
+	sched, err := e.schedulerStatus(ctx)
+	if err != nil {
+		return r, err
+	}
+	r.NoLeader = sched == nil
+	if sched != nil {
+		for name, res := range sched.ProxyClusters {
+			if pc != "" && name != pc {
+				continue
+			}
+			if blocked, why := res.Blocked(); blocked {
+				if r.Blocked == nil {
+					r.Blocked = map[string]string{}
+				}
+				r.Blocked[name] = fmt.Sprintf("input revision %d not published: %s", res.InputRevision, why)
+			}
+		}
+	}
+	r.Converged = live > 0 && len(r.Blocked) == 0
 	for _, p := range r.Proxies {
 		if p.State != StateSynced && !p.NotCounted {
 			r.Converged = false
@@ -208,6 +237,9 @@ func (r rolloutReport) verdict() error {
 		return nil
 	}
 	var lag []string
+	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
+		lag = append(lag, fmt.Sprintf("%s BLOCKED (%s)", name, r.Blocked[name]))
+	}
 	for _, p := range r.Proxies {
 		if p.State != StateSynced && !p.NotCounted {
 			s := fmt.Sprintf("%s/%s %s", p.ProxyCluster, p.ID, p.State)
@@ -234,6 +266,9 @@ func (r rolloutReport) table(w io.Writer) error {
 	}
 	if len(r.Proxies) == 0 {
 		fmt.Fprintln(w, "(no live proxies)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
+		fmt.Fprintf(w, "%s\tBLOCKED (%s)\n", name, r.Blocked[name])
 	}
 	if r.Converged {
 		fmt.Fprintln(w, "converged: every live proxy runs its target version")
@@ -294,5 +329,11 @@ func progressLine(r rolloutReport) string {
 		tg = append(tg, fmt.Sprintf("%s v%d", pc, v))
 	}
 	sort.Strings(tg)
+	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
+		parts = append(parts, name+" BLOCKED")
+	}
+	if r.NoLeader {
+		parts = append(parts, "no scheduler is leading")
+	}
 	return fmt.Sprintf("rollout of %s: %s", strings.Join(tg, ", "), strings.Join(parts, ", "))
 }

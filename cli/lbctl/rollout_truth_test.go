@@ -167,3 +167,41 @@ func TestProxiesListsStaleGoneAndAhead(t *testing.T) {
 		t.Fatalf("json rows %+v", rows)
 	}
 }
+
+func TestRolloutBlockedAndNoLeader(t *testing.T) {
+	h := newHarness(t)
+	now := time.Now().UTC()
+	h.publishIn("L1", demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now})
+	// No scheduler status: nobody leads. Converged on what is live, and said.
+	out, errs, code := h.run("", "rollout", "status")
+	if code != 0 || !strings.Contains(errs, "no scheduler is leading") {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if _, errs, _ := h.run("", "proxies"); !strings.Contains(errs, "no scheduler is leading") {
+		t.Fatalf("proxies does not say nobody leads: %s", errs)
+	}
+	// The leader failed to publish BFE1's newest input.
+	why := "publish BFE1 v5: invalid snapshot: clusters.demo-main.row.weights.GSLB_BLACKHOLE: 100 drops all traffic; set allow_full_drop to allow it"
+	b, _ := json.Marshal(report.SchedulerStatus{LeaderID: "S1", InputRevision: 42, ProxyClusters: map[string]report.PublishResult{
+		"BFE1": {Result: report.PublishFailed, Lineage: "L1", Version: 4, InputRevision: 42, Reason: why},
+		"BFE2": {Result: report.PublishPublished, Lineage: "L1", Version: 9, InputRevision: 42},
+	}})
+	if _, err := h.cli.Put(context.Background(), h.layout.SchedulerStatus(), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code = h.run("", "rollout", "status")
+	want := "BLOCKED (input revision 42 not published: " + why + ")"
+	if code != ExitNotConverged || !strings.Contains(out, "BFE1           "+want) || !strings.Contains(errs, "not converged: BFE1 "+want) {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errs)
+	}
+	if strings.Contains(out, "converged: every") || strings.Contains(errs, "no scheduler is leading") {
+		t.Fatalf("%s\n%s", out, errs)
+	}
+	// Only BFE2 asked: not blocked, converged.
+	h.publishIn("L1", demoSnapshot("BFE2", 9, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.status(report.ProxyStatus{ProxyCluster: "BFE2", ID: "q1", AppliedLineage: "L1", AppliedVersion: 9, EtcdConnected: true, UpdatedAt: now})
+	if out, errs, code := h.run("", "rollout", "status", "--proxy-cluster", "BFE2"); code != 0 || strings.Contains(out+errs, "BLOCKED") {
+		t.Fatalf("BFE2: exit %d %s %s", code, out, errs)
+	}
+}

@@ -65,6 +65,13 @@ func proxiesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
+			sched, err := e.schedulerStatus(ctx)
+			if err != nil {
+				return err
+			}
+			if sched == nil {
+				e.progressf("%s", noLeader)
+			}
 			rows := make([]proxyRow, 0, len(sts)+len(gone))
 			for _, st := range sts {
 				r := proxyRow{ProxyStatus: st, State: "LIVE"}
