@@ -19,11 +19,11 @@ func drainCommand(on bool) *cli.Command {
 		Name:      name,
 		Usage:     usage,
 		UsageText: fmt.Sprintf("lbctl %s --cluster C --subcluster S [--reason R]", name),
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cluster", Required: true, Usage: "backend cluster"},
 			&cli.StringFlag{Name: "subcluster", Required: true, Usage: "sub-cluster"},
 			&cli.StringFlag{Name: "reason", Usage: "why (recorded with the drain)"},
-		},
+		}, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			rev, err := e.updateState(func(s *config.State) error {
@@ -47,8 +47,8 @@ func drainCommand(on bool) *cli.Command {
 			if !on {
 				verb = "Undrained"
 			}
-			fmt.Fprintf(e.out, "%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait\n", verb, c, sc, rev)
-			return nil
+			fmt.Fprintf(e.out, "%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait --revision %d\n", verb, c, sc, rev, rev)
+			return e.afterWrite("", rev)
 		}),
 	}
 }

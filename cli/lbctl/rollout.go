@@ -40,15 +40,17 @@ func rolloutCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
-			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --timeout 2m]",
+			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --timeout 2m]",
 			Description: "A proxy cluster whose newest input the scheduler could not publish is BLOCKED (reason): not converged.\n" +
 				"The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
+				"With --revision R the target is what the scheduler published for input revision R or later (WAITING until it did).\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
 				&cli.Uint64Flag{Name: "version", Usage: "target version (needs --proxy-cluster)"},
+				&cli.Int64Flag{Name: "revision", Usage: "target: what the scheduler published for this input revision (printed by every lbctl write) or later"},
 				&cli.BoolFlag{Name: "wait", Usage: "watch until converged or --timeout"},
 				&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long --wait waits"},
 			},
@@ -57,10 +59,14 @@ func rolloutCommand() *cli.Command {
 				if e.c.Uint64("version") != 0 && pc == "" {
 					return usageErr("--version needs --proxy-cluster")
 				}
+				q := rolloutQuery{pc: pc, version: e.c.Uint64("version"), revision: e.c.Int64("revision")}
+				if q.version != 0 && q.revision != 0 {
+					return usageErr("--version and --revision exclude each other")
+				}
 				if !e.c.Bool("wait") {
 					ctx, cancel := e.ctx()
 					defer cancel()
-					r, err := e.rollout(ctx, pc, e.c.Uint64("version"))
+					r, err := e.rolloutOf(ctx, q)
 					if err != nil {
 						return err
 					}
@@ -74,7 +80,7 @@ func rolloutCommand() *cli.Command {
 				}
 				ctx, cancel := context.WithTimeout(e.c.Context, e.c.Duration("timeout"))
 				defer cancel()
-				r, err := e.waitRollout(ctx, pc, e.c.Uint64("version"))
+				r, err := e.waitFor(ctx, q)
 				if rerr := e.render(r, r.table); rerr != nil && err == nil {
 					err = rerr
 				}
@@ -96,6 +102,12 @@ type rolloutReport struct {
 	Blocked map[string]string `json:"blocked,omitempty"`
 	// NoLeader: no scheduler holds leadership (nothing new is published).
 	NoLeader bool `json:"no_leader,omitempty"`
+	// Revision (--revision R) and, per proxy cluster, why its snapshot for
+	// that revision is not known yet.
+	Revision int64             `json:"revision,omitempty"`
+	Waiting  map[string]string `json:"waiting,omitempty"`
+	// final: waiting longer cannot help (a failed publish of revision R).
+	final bool
 }
 
 type proxyRollout struct {
@@ -114,6 +126,20 @@ type proxyRollout struct {
 
 // rollout computes every live proxy's state against its target.
 func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
+	return e.rolloutOf(ctx, rolloutQuery{pc: pc, version: version})
+}
+
+// rolloutQuery says what to compare the proxies with: the live pointers,
+// --version V of one proxy cluster, or (revision > 0) whatever the
+// scheduler published for input revision R or later (revision.go).
+type rolloutQuery struct {
+	pc       string
+	version  uint64
+	revision int64
+}
+
+func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, error) {
+	pc, version := q.pc, q.version
 	// Statuses before pointers: a pointer only moves forward, so a proxy
 	// never looks ahead of a pointer published between the two reads.
 	sts, err := e.proxyStatuses(ctx, pc)
@@ -134,11 +160,18 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 	if version != 0 {
 		targets[pc] = target{Pointer: snapshot.Pointer{Lineage: ptrs[pc].Lineage, Version: version}, atLeast: true}
 	}
+	if pc != "" && targets[pc].Version == 0 {
+		return r, fmt.Errorf("no snapshot has been published for proxy cluster %q", pc)
+	}
+	sched, err := e.schedulerStatus(ctx)
+	if err != nil {
+		return r, err
+	}
+	if q.revision > 0 {
+		r.waitForRevision(q.revision, sched, targets)
+	}
 	for name, t := range targets {
 		r.Targets[name], r.TargetLineages[name] = t.Version, t.Lineage
-	}
-	if pc != "" && r.Targets[pc] == 0 {
-		return r, fmt.Errorf("no snapshot has been published for proxy cluster %q", pc)
 	}
 	now := time.Now()
 	live := 0
@@ -167,10 +200,6 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 		}
 		r.Proxies = append(r.Proxies, p)
 	}
-	sched, err := e.schedulerStatus(ctx)
-	if err != nil {
-		return r, err
-	}
 	r.NoLeader = sched == nil
 	if sched != nil {
 		for name, res := range sched.ProxyClusters {
@@ -185,7 +214,7 @@ func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutRe
 			}
 		}
 	}
-	r.Converged = live > 0 && len(r.Blocked) == 0
+	r.Converged = live > 0 && len(r.Blocked) == 0 && len(r.Waiting) == 0
 	for _, p := range r.Proxies {
 		if p.State != StateSynced && !p.NotCounted {
 			r.Converged = false
@@ -240,6 +269,9 @@ func (r rolloutReport) verdict() error {
 	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
 		lag = append(lag, fmt.Sprintf("%s BLOCKED (%s)", name, r.Blocked[name]))
 	}
+	for _, name := range slices.Sorted(maps.Keys(r.Waiting)) {
+		lag = append(lag, fmt.Sprintf("%s WAITING (%s)", name, r.Waiting[name]))
+	}
 	for _, p := range r.Proxies {
 		if p.State != StateSynced && !p.NotCounted {
 			s := fmt.Sprintf("%s/%s %s", p.ProxyCluster, p.ID, p.State)
@@ -270,6 +302,9 @@ func (r rolloutReport) table(w io.Writer) error {
 	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
 		fmt.Fprintf(w, "%s\tBLOCKED (%s)\n", name, r.Blocked[name])
 	}
+	for _, name := range slices.Sorted(maps.Keys(r.Waiting)) {
+		fmt.Fprintf(w, "%s\tWAITING (%s)\n", name, r.Waiting[name])
+	}
 	if r.Converged {
 		fmt.Fprintln(w, "converged: every live proxy runs its target version")
 	}
@@ -278,6 +313,12 @@ func (r rolloutReport) table(w io.Writer) error {
 
 // waitRollout watches status and pointer keys until converged or ctx ends.
 func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
+	return e.waitFor(ctx, rolloutQuery{pc: pc, version: version})
+}
+
+// waitFor watches until the rollout q describes converged, cannot converge
+// (final), or ctx ends.
+func (e *env) waitFor(ctx context.Context, q rolloutQuery) (rolloutReport, error) {
 	cli, err := e.etcd()
 	if err != nil {
 		return rolloutReport{}, err
@@ -290,11 +331,14 @@ func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rollo
 	defer tick.Stop()
 	for {
 		rctx, rcancel := e.ctx()
-		r, err := e.rollout(rctx, pc, version)
+		r, err := e.rolloutOf(rctx, q)
 		rcancel()
 		if err == nil {
 			if r.Converged {
 				return r, nil
+			}
+			if r.final {
+				return r, r.verdict()
 			}
 			if line := progressLine(r); line != last {
 				e.progressf("%s", line)

@@ -112,7 +112,7 @@ func shiftCreate(e *env) error {
 	if sh.Ramp > 0 {
 		fmt.Fprintf(e.out, " over %s in steps of %d", sh.Ramp, sh.StepPercent)
 	}
-	fmt.Fprintln(e.out, ".")
+	fmt.Fprintf(e.out, " (revision %d).\n", r.Header.Revision)
 	if !c.Bool("wait") {
 		fmt.Fprintf(e.out, "Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
 		return nil
