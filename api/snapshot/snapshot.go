@@ -42,6 +42,18 @@ type Meta struct {
 	CreatedAt time.Time `json:"created_at"`
 	// Hash is ContentHash of the snapshot: equal content, equal hash.
 	Hash string `json:"hash,omitempty"`
+	// Inputs are the operator input revisions the snapshot was computed
+	// from (nil in snapshots older than this field).
+	Inputs *Inputs `json:"inputs,omitempty"`
+}
+
+// Inputs are the etcd revisions of the operator inputs behind a snapshot.
+type Inputs struct {
+	// Desired is the desired state's mod revision (pins and drains included).
+	Desired int64 `json:"desired"`
+	// Shifts is the mod revision of each shift intent applied to this proxy
+	// cluster.
+	Shifts map[string]int64 `json:"shifts,omitempty"`
 }
 
 // Settings are per proxy cluster options.

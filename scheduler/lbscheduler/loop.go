@@ -102,6 +102,7 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 	start := time.Now()
 	if lead != nil {
 		s.book.begin(lead, now, inputRevision(view))
+		s.book.view = view
 	}
 	// ComputePlan assembles no snapshot: publishAll builds only those whose
 	// content hash differs from the live one.
@@ -154,8 +155,13 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 	}
 	for _, pc := range pcs {
 		r, err := s.pub.PublishHash(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
-			snap := pl.Snapshot(pc)
-			return snap, reason(pc, snap, prev[pc], active)
+			sp := pl.Snapshot(pc)
+			if sp == nil {
+				return nil, ""
+			}
+			snap := *sp // a copy: the plan's is shared and immutable
+			snap.Meta.Inputs = inputsFor(s.book.view, active, pc)
+			return &snap, reason(pc, &snap, prev[pc], active)
 		})
 		s.book.note(pc, r, err, s.cfg.Now())
 		if errors.Is(err, publish.ErrFenced) {

@@ -11,8 +11,10 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // statusBook is the leader's record of what it last did per proxy cluster,
@@ -22,6 +24,7 @@ type statusBook struct {
 	term     *publish.Leadership
 	since    time.Time
 	inputRev int64
+	view     inventory.View // the round's inputs, for inputsFor
 	err      string
 	results  map[string]report.PublishResult
 	written  string // last value written (without UpdatedAt), to skip repeats
@@ -35,6 +38,21 @@ func inputRevision(v inventory.View) int64 {
 		r = max(r, e.ModRevision)
 	}
 	return r
+}
+
+// inputsFor are the input revisions behind pc's snapshot.
+func inputsFor(v inventory.View, active []shift.Active, pc string) *snapshot.Inputs {
+	in := &snapshot.Inputs{Desired: v.StateRevision}
+	for _, a := range active {
+		if a.Shift.ProxyCluster != pc {
+			continue
+		}
+		if in.Shifts == nil {
+			in.Shifts = map[string]int64{}
+		}
+		in.Shifts[a.Shift.ID] = v.Shifts[a.Shift.ID].ModRevision
+	}
+	return in
 }
 
 // begin starts a round as leader lead on inputs of revision rev.

@@ -46,6 +46,9 @@ func TestSchedulerStatusPublishedAndFailed(t *testing.T) {
 	if st.LeaderID != "S1" || st.InputRevision != pr.Header.Revision || b1.Version != 1 || b1.InputRevision != pr.Header.Revision || b1.Lineage == "" {
 		t.Fatalf("status %+v", st)
 	}
+	if in := live(t, cli, "BFE1").Meta.Inputs; in == nil || in.Desired != pr.Header.Revision {
+		t.Fatalf("v1 inputs %+v, want desired revision %d", in, pr.Header.Revision)
+	}
 	if lease == 0 || lease != int64(s.lead.Load().Lease()) {
 		t.Fatalf("status bound to lease %x, the leader's is %x", lease, s.lead.Load().Lease())
 	}
