@@ -3,6 +3,7 @@ package lbctl
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -203,5 +204,93 @@ func TestRolloutBlockedAndNoLeader(t *testing.T) {
 	h.status(report.ProxyStatus{ProxyCluster: "BFE2", ID: "q1", AppliedLineage: "L1", AppliedVersion: 9, EtcdConnected: true, UpdatedAt: now})
 	if out, errs, code := h.run("", "rollout", "status", "--proxy-cluster", "BFE2"); code != 0 || strings.Contains(out+errs, "BLOCKED") {
 		t.Fatalf("BFE2: exit %d %s %s", code, out, errs)
+	}
+}
+
+// schedStatus writes the leader's status as the scheduler would.
+func (h *harness) schedStatus(st report.SchedulerStatus) {
+	h.t.Helper()
+	b, _ := json.Marshal(st)
+	if _, err := h.cli.Put(context.Background(), h.layout.SchedulerStatus(), string(b)); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// --wait after a write returns only once every live proxy applied a
+// snapshot computed from that write's revision or later — never on the old
+// version that was converged before the write.
+func TestWriteWaitWaitsForItsRevision(t *testing.T) {
+	h := newHarness(t)
+	h.applyDemo()
+	_, rev0 := h.desired()
+	now := time.Now().UTC()
+	h.publishIn("L1", demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false))
+	synced := func(v uint64) {
+		h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: v, EtcdConnected: true, UpdatedAt: now})
+	}
+	synced(4)
+	published := func(rev int64, v uint64, result string) {
+		h.schedStatus(report.SchedulerStatus{LeaderID: "S1", InputRevision: rev, ProxyClusters: map[string]report.PublishResult{
+			"BFE1": {Result: result, Lineage: "L1", Version: v, InputRevision: rev, Reason: map[string]string{report.PublishFailed: "invalid snapshot: boom"}[result]}}})
+	}
+	published(rev0, 4, report.PublishPublished)
+
+	type res struct {
+		out, errs string
+		code      int
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, errs, code := h.run("", "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=70", "--wait", "--wait-timeout", "30s")
+		done <- res{out, errs, code}
+	}()
+	var rev int64
+	eventually(t, "the write", func() bool { _, rev = h.desired(); return rev > rev0 })
+	// Everything is converged on v4, but v4 was computed before the write.
+	if _, errs, code := h.run("", "rollout", "status", "--revision", fmt.Sprint(rev)); code != ExitNotConverged ||
+		!strings.Contains(errs, fmt.Sprintf("BFE1 WAITING (the scheduler has not published input revision %d yet (it last computed %d))", rev, rev0)) {
+		t.Fatalf("rollout status --revision %d: exit %d %s", rev, code, errs)
+	}
+	select {
+	case r := <-done:
+		t.Fatalf("--wait returned before the write was published: %+v", r)
+	case <-time.After(300 * time.Millisecond): // it must still be waiting
+	}
+	// The scheduler publishes v5 from the write; the proxy applies it.
+	h.publishIn("L1", demoSnapshot("BFE1", 5, map[string]int{"SC1": 30, "SC2": 70}, false))
+	published(rev, 5, report.PublishPublished)
+	synced(5)
+	r := <-done
+	if r.code != 0 || !strings.Contains(r.out, fmt.Sprintf("(desired state revision %d)", rev)) || !strings.Contains(r.out, "converged: every live proxy") {
+		t.Fatalf("weights set --wait: exit %d\n%s\n%s", r.code, r.out, r.errs)
+	}
+
+	// A write the scheduler cannot publish: --wait gives up at once, exit 4.
+	go func() {
+		out, errs, code := h.run("", "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--wait", "--wait-timeout", "30s")
+		done <- res{out, errs, code}
+	}()
+	rev1 := rev
+	eventually(t, "the drain", func() bool { _, rev = h.desired(); return rev > rev1 })
+	published(rev, 5, report.PublishFailed)
+	start := time.Now()
+	r = <-done
+	if r.code != ExitNotConverged || !strings.Contains(r.errs, fmt.Sprintf("BFE1 BLOCKED (input revision %d not published: invalid snapshot: boom)", rev)) {
+		t.Fatalf("drain --wait of an unpublishable write: exit %d\n%s\n%s", r.code, r.out, r.errs)
+	}
+	if time.Since(start) > 10*time.Second {
+		t.Fatalf("--wait took %v to give up on a failed publish", time.Since(start))
+	}
+}
+
+// eventually polls cond every 10 ms for up to 20 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for state
 	}
 }
