@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -108,6 +107,7 @@ type Config struct {
 type Watcher struct {
 	cfg        Config
 	currentKey string
+	lineageKey string
 	log        *slog.Logger
 	m          *metrics
 	rnd        *rand.Rand
@@ -155,6 +155,7 @@ func New(cfg Config) (*Watcher, error) {
 	w := &Watcher{
 		cfg:        cfg,
 		currentKey: key,
+		lineageKey: cfg.Layout.Lineage(),
 		log:        cfg.Logger.With("component", "configwatch", "proxy_cluster", cfg.ProxyCluster),
 		rnd:        cfg.Rand,
 		st:         Status{WatchRestarts: map[string]uint64{}},
@@ -236,7 +237,7 @@ func (w *Watcher) applyCache() {
 // session lists the pointer, then watches it until something goes wrong. It
 // returns the restart reason and whether it got as far as a successful list.
 func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
-	hdr, err := w.list(ctx)
+	store, err := w.list(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.setDisconnected()
@@ -244,9 +245,7 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 		}
 		return ReasonSyncError, false
 	}
-	rev := hdr.Revision
-	store := &storeIdentity{cluster: hdr.ClusterId}
-	store.raise(rev)
+	rev := store.seen.Load()
 	replaced := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
@@ -367,24 +366,28 @@ func (w *Watcher) idleButAlive(ctx context.Context, startRev int64) bool {
 	return err == nil && resp.Header.Revision < startRev
 }
 
-// list reads the pointer, handles it and returns the header of the read:
-// the revision to watch after and the store's cluster id.
-func (w *Watcher) list(ctx context.Context) (*etcdserverpb.ResponseHeader, error) {
+// list reads the pointer (and, in the same request, the lineage key),
+// handles it and returns which store it read: its revision (to watch
+// after), cluster id and lineage record.
+func (w *Watcher) list(ctx context.Context) (*storeIdentity, error) {
 	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	resp, err := w.cfg.Client.Get(octx, w.currentKey)
+	resp, err := w.cfg.Client.Txn(octx).Then(clientv3.OpGet(w.currentKey), clientv3.OpGet(w.lineageKey)).Commit()
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", w.currentKey, err)
 	}
 	w.setSynced()
-	if len(resp.Kvs) == 0 {
+	id := &storeIdentity{cluster: resp.Header.ClusterId, lineage: valueOf(resp.Responses[1].GetResponseRange().Kvs)}
+	id.raise(resp.Header.Revision)
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		w.log.Info("no snapshot published yet", "key", w.currentKey)
-		return resp.Header, nil
+		return id, nil
 	}
-	if err := w.handlePointer(ctx, resp.Kvs[0].Value); err != nil {
+	if err := w.handlePointer(ctx, kvs[0].Value); err != nil {
 		return nil, err
 	}
-	return resp.Header, nil
+	return id, nil
 }
 
 // etcdError marks a failure to talk to etcd (retry later), as opposed to

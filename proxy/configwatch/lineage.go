@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -111,10 +111,15 @@ func (w *Watcher) recordApplied(s *snapshot.Snapshot, source string) {
 	}
 }
 
-// storeIdentity is which etcd a session listed: its cluster id, and the
-// highest revision seen from it since.
+// storeIdentity is which etcd a session listed: its cluster id, the value
+// of its lineage key ("" none yet), and the highest revision seen from it
+// since. A fresh etcd on the same address and configuration has the same
+// cluster id, the same revisions for the same first writes, and may pass
+// the old revision within seconds; its lineage record (absent, then minted
+// anew with another id) is what tells it apart.
 type storeIdentity struct {
 	cluster uint64
+	lineage string // owned by watchStore once the session runs
 	seen    atomic.Int64
 }
 
@@ -123,6 +128,19 @@ type storeIdentity struct {
 // (revisions never go back in one store).
 func (id *storeIdentity) replacedBy(cluster uint64, rev int64) bool {
 	return cluster != 0 && cluster != id.cluster || rev < id.seen.Load()
+}
+
+// lineageGone tells whether the listed lineage record is no longer there
+// or is another one.
+func (id *storeIdentity) lineageGone(kvs []*mvccpb.KeyValue) bool {
+	return id.lineage != "" && valueOf(kvs) != id.lineage
+}
+
+func valueOf(kvs []*mvccpb.KeyValue) string {
+	if len(kvs) == 0 {
+		return ""
+	}
+	return string(kvs[0].Value)
 }
 
 // watchStore checks every StoreCheckInterval that etcd behind the endpoints
@@ -140,19 +158,23 @@ func (w *Watcher) watchStore(ctx context.Context, id *storeIdentity, replaced ch
 		case <-t.C:
 		}
 		octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-		resp, err := w.cfg.Client.Get(octx, w.currentKey, clientv3.WithCountOnly())
+		resp, err := w.cfg.Client.Get(octx, w.lineageKey)
 		cancel()
 		if err != nil {
 			continue // unreachable: the watch's own error handling applies
 		}
-		if id.replacedBy(resp.Header.ClusterId, resp.Header.Revision) {
+		if id.replacedBy(resp.Header.ClusterId, resp.Header.Revision) || id.lineageGone(resp.Kvs) {
 			w.log.Warn("etcd behind the endpoints is not the store listed (wiped, replaced or restored); resyncing",
 				"listed_cluster_id", id.cluster, "cluster_id", resp.Header.ClusterId,
-				"seen_revision", id.seen.Load(), "revision", resp.Header.Revision)
+				"seen_revision", id.seen.Load(), "revision", resp.Header.Revision,
+				"listed_lineage", id.lineage, "lineage", valueOf(resp.Kvs))
 			close(replaced)
 			return
 		}
 		id.raise(resp.Header.Revision)
+		if id.lineage == "" { // listed before the first lineage was minted
+			id.lineage = valueOf(resp.Kvs)
+		}
 	}
 }
 

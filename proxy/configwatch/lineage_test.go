@@ -2,7 +2,9 @@ package configwatch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"os"
 	"strconv"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/integration/etcdtest"
@@ -178,8 +181,11 @@ func TestWipedEtcdUnderRunningWatcher(t *testing.T) {
 	t.Cleanup(srv.Stop)
 	cli := newClient(t, srv.Endpoints...)
 	rec := newRecorder()
+	putLineage(t, cli, "L1")
+	publish(t, cli, lineageSnapshot("L1", 1))
 	w := start(t, Config{Client: cli, Apply: rec.apply})
-	for v := uint64(1); v <= 20; v++ { // a revision the fresh store is far from
+	eventually(t, 10*time.Second, "L1 v1 applied", func() bool { return rec.last() == 1 })
+	for v := uint64(2); v <= 20; v++ { // a revision the fresh store is far from
 		publish(t, cli, lineageSnapshot("L1", v))
 	}
 	eventually(t, 10*time.Second, "L1 v20 applied", func() bool { return rec.last() == 20 })
@@ -195,7 +201,17 @@ func TestWipedEtcdUnderRunningWatcher(t *testing.T) {
 	t.Cleanup(fresh.Stop)
 	fcli := newClient(t, fresh.Endpoints...)
 	wiped := time.Now()
+	// The new scheduler mints L2 and publishes at once, then the store
+	// quickly passes the old revision (agents, statuses): a watch resumed
+	// from the old revision never sees that pointer write, and the revision
+	// no longer looks like it went back. Only the lineage key tells.
+	putLineage(t, fcli, "L2")
 	publish(t, fcli, lineageSnapshot("L2", 1))
+	for i := range 60 {
+		if _, err := fcli.Put(context.Background(), fmt.Sprintf("/sluicetest/status/BFE1/x%d", i), "{}"); err != nil {
+			t.Fatal(err)
+		}
+	}
 	eventually(t, 10*time.Second, "L2 v1 applied after the wipe", func() bool { return w.Status().AppliedLineage == "L2" })
 	t.Logf("new lineage applied %v after the wipe", time.Since(wiped).Round(10*time.Millisecond))
 	if st := w.Status(); st.AppliedVersion != 1 || st.WatchRestarts[ReasonStoreReplaced] < 1 || !st.Connected {
@@ -223,4 +239,13 @@ func port(t *testing.T, u string) int {
 		t.Fatalf("no port in %q", u)
 	}
 	return n
+}
+
+// putLineage writes the lineage record as the scheduler mints it.
+func putLineage(t *testing.T, cli *clientv3.Client, id string) {
+	t.Helper()
+	b := mustJSON(t, snapshot.LineageRecord{ID: id, CreatedAt: time.Now().UTC()})
+	if _, err := cli.Put(context.Background(), layout.Lineage(), string(b)); err != nil {
+		t.Fatal(err)
+	}
 }
