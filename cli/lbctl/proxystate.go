@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -42,15 +43,11 @@ func seenAt(t, now time.Time) string {
 // goneProxies returns the last-seen records of proxies (of pc, or all) that
 // have no live status and were seen within report.GoneFor, sorted.
 func (e *env) goneProxies(ctx context.Context, pc string, live []report.ProxyStatus, now time.Time) ([]report.ProxyStatus, error) {
-	cli, err := e.etcd()
-	if err != nil {
-		return nil, err
-	}
 	prefix, err := e.layout.LastSeenPrefix(pc)
 	if err != nil {
 		return nil, err
 	}
-	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	seen, err := e.statusesUnder(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("read last-seen records: %w", err)
 	}
@@ -58,13 +55,29 @@ func (e *env) goneProxies(ctx context.Context, pc string, live []report.ProxySta
 	for _, st := range live {
 		alive[st.ProxyCluster+"/"+st.ID] = true
 	}
+	return slices.DeleteFunc(seen, func(st report.ProxyStatus) bool {
+		return alive[st.ProxyCluster+"/"+st.ID] || now.Sub(st.UpdatedAt) >= report.GoneFor
+	}), nil
+}
+
+// statusesUnder reads every proxy status under prefix (status keys or
+// last-seen records), sorted by proxy cluster and id; undecodable values are
+// skipped.
+func (e *env) statusesUnder(ctx context.Context, prefix string) ([]report.ProxyStatus, error) {
+	cli, err := e.etcd()
+	if err != nil {
+		return nil, err
+	}
+	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
 	var out []report.ProxyStatus
 	for _, kv := range r.Kvs {
 		var st report.ProxyStatus
-		if json.Unmarshal(kv.Value, &st) != nil || alive[st.ProxyCluster+"/"+st.ID] || now.Sub(st.UpdatedAt) >= report.GoneFor {
-			continue
+		if json.Unmarshal(kv.Value, &st) == nil {
+			out = append(out, st)
 		}
-		out = append(out, st)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].ProxyCluster != out[j].ProxyCluster {
