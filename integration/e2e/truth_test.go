@@ -7,13 +7,17 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/integration/fleet"
 )
 
@@ -89,10 +93,7 @@ func TestTwoRunsOnOneWorkDir(t *testing.T) {
 		t.Fatalf("rollout status on the second run: exit %d %v\n%s", code, err, out)
 	}
 	// Traffic follows the second run's snapshot: the demo pin 45/45/10.
-	outs := splitLoad(f2, "BFE1", 10000, 0)
-	pct, counts := shares(outs)
-	t.Logf("BFE1 shares on the second run: %v (counts %v)", pct, counts)
-	within(t, pct, map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10}, 3)
+	checkShares(t, splitLoad(f2, "BFE1", 10000, 0), "BFE1 shares on the second run", map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10})
 }
 
 // Issue 15: a pointer moved back by hand is refused by the proxies and
@@ -100,11 +101,7 @@ func TestTwoRunsOnOneWorkDir(t *testing.T) {
 // the pointer does not block the scheduler; the next write converges the
 // fleet with nobody restarting anything, and traffic follows it.
 func TestMovedBackPointerAndLeftoverKey(t *testing.T) {
-	f := startFleet(t, fleet.Options{})
-	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
-	waitApplied(t, f, "BFE1", 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	f, ctx := servingFleet(t)
 	if out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1",
 		"SC1=40", "SC2=50", "GSLB_BLACKHOLE=10", "--reason", "e2e: a version to move back from"); err != nil || code != 0 {
 		t.Fatalf("weights set: exit %d %v\n%s", code, err, out)
@@ -173,10 +170,7 @@ func TestMovedBackPointerAndLeftoverKey(t *testing.T) {
 		t.Fatalf("pointer after the write %+v %v; want above v%d in lineage %s", now, err, live+1, ptr.Lineage)
 	}
 	t.Logf("next write published v%d (the proxies held v%d, a leftover key v%d)", now.Version, live, live+1)
-	outs := splitLoad(f, "BFE1", 10000, 200000)
-	pct, counts := shares(outs)
-	t.Logf("BFE1 shares after the write: %v (counts %v)", pct, counts)
-	within(t, pct, map[string]float64{"SC1": 30, "SC2": 60, "BLACKHOLE": 10}, 3)
+	checkShares(t, splitLoad(f, "BFE1", 10000, 200000), "BFE1 shares after the write", map[string]float64{"SC1": 30, "SC2": 60, "BLACKHOLE": 10})
 }
 
 // Issue 15, item 5: a proxy killed with -9 is not SYNCED within 12 s
@@ -184,11 +178,7 @@ func TestMovedBackPointerAndLeftoverKey(t *testing.T) {
 // still holding back the rollout it went away during; a rollout started
 // after it went away converges without it, and traffic follows.
 func TestKilledProxyStaleThenGone(t *testing.T) {
-	f := startFleet(t, fleet.Options{})
-	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
-	waitApplied(t, f, "BFE1", 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	f, ctx := servingFleet(t)
 	victim := f.ProxiesOf("BFE1")[1]
 	victim.Proc.Kill()
 	killed := time.Now()
@@ -229,10 +219,7 @@ func TestKilledProxyStaleThenGone(t *testing.T) {
 		}
 		return nil
 	})
-	outs := load(f.ProxiesOf("BFE1")[0].URL+"/", 10000, 16, 300000)
-	pct, counts := shares(outs)
-	t.Logf("BFE1 shares through the surviving proxy: %v (counts %v)", pct, counts)
-	within(t, pct, map[string]float64{"SC1": 60, "SC2": 30, "BLACKHOLE": 10}, 3)
+	checkShares(t, load(f.ProxiesOf("BFE1")[0].URL+"/", 10000, 16, 300000), "BFE1 shares through the surviving proxy", map[string]float64{"SC1": 60, "SC2": 30, "BLACKHOLE": 10})
 }
 
 // Issue 15, item 3: draining every sub-cluster of demo-main while BFE1's
@@ -241,11 +228,7 @@ func TestKilledProxyStaleThenGone(t *testing.T) {
 // status shows BFE1 BLOCKED with the validator's reason and exits 4; the
 // proxies keep serving the last good snapshot.
 func TestUnpublishableInputIsBlocked(t *testing.T) {
-	f := startFleet(t, fleet.Options{})
-	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
-	waitApplied(t, f, "BFE1", 30*time.Second)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
+	f, ctx := servingFleet(t)
 	for _, sc := range []string{"SC1", "SC2"} {
 		// (Refusing this write up front is issue 15 item 4, not done here.)
 		if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", sc, "--reason", "e2e drain all"); err != nil || code != 0 {
@@ -265,10 +248,116 @@ func TestUnpublishableInputIsBlocked(t *testing.T) {
 	if !strings.Contains(out, "100 drops all traffic; set allow_full_drop to allow it") || strings.Contains(out, "converged: every") {
 		t.Fatalf("BLOCKED without the validator's reason, or converged:\n%s", out)
 	}
-	outs := splitLoad(f, "BFE1", 10000, 400000)
+	checkShares(t, splitLoad(f, "BFE1", 10000, 400000), "BFE1 shares while blocked (the last good snapshot)", map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10})
+}
+
+// Issue 15, item 2: `weights set --wait` returns 0 only once every live
+// proxy of BFE1 applied the snapshot computed from that write — so traffic
+// sent right after it returns already follows the new row (no extra wait).
+func TestWriteWaitMeansLive(t *testing.T) {
+	f, ctx := servingFleet(t)
+	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1",
+		"SC1=20", "SC2=70", "GSLB_BLACKHOLE=10", "--reason", "e2e --wait", "--wait", "--wait-timeout", "30s")
+	if err != nil || code != 0 || !strings.Contains(out, "(desired state revision ") || !strings.Contains(out, "converged: every live proxy") {
+		t.Fatalf("weights set --wait: exit %d %v\n%s", code, err, out)
+	}
+	t.Logf("weights set --wait:\n%s", out)
+	checkShares(t, splitLoad(f, "BFE1", 10000, 500000), "BFE1 shares right after --wait returned", map[string]float64{"SC1": 20, "SC2": 70, "BLACKHOLE": 10})
+	var rev int64
+	if _, err := fmt.Sscanf(out[strings.Index(out, "(desired state revision "):], "(desired state revision %d)", &rev); err != nil {
+		t.Fatal(err)
+	}
+	if o, code, err := f.Lbctl(ctx, "rollout", "status", "--revision", fmt.Sprint(rev)); err != nil || code != 0 {
+		t.Fatalf("rollout status --revision %d: exit %d %v\n%s", rev, code, err, o)
+	}
+	if o, code, err := f.Lbctl(ctx, "rollout", "status", "--revision", fmt.Sprint(rev+1000)); err != nil || code != 4 || !strings.Contains(o, "WAITING (the scheduler has not published input revision") {
+		t.Fatalf("rollout status --revision %d (not written yet): exit %d %v\n%s", rev+1000, code, err, o)
+	}
+}
+
+// Issue 15, lineages: etcd is wiped under the running fleet (a fresh store
+// on the same address); the proxies notice the store changed, follow the
+// new lineage the scheduler mints, and serve on — within 10 s.
+func TestEtcdWipedUnderRunningFleet(t *testing.T) {
+	f, ctx := servingFleet(t)
+	old, err := f.Current(ctx, "BFE1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := f.Etcd.Etcd.Config().ListenPeerUrls[0]
+	client := f.Etcd.Etcd.Config().ListenClientUrls[0]
+	f.Etcd.Stop()
+	if err := os.RemoveAll(f.Etcd.Dir); err != nil {
+		t.Fatal(err)
+	}
+	wiped := time.Now()
+	fresh, err := etcdtest.Start(etcdtest.Options{Dir: f.Etcd.Dir, ClientPort: urlPort(t, client.Host), PeerPort: urlPort(t, peer.Host)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Etcd = fresh // stopped by the fleet at cleanup
+	if o, code, err := f.Lbctl(ctx, "apply", "-f", filepath.Join("..", "fleet", "demo.yaml"), "--yes"); err != nil || code != 0 {
+		t.Fatalf("apply the demo state to the fresh etcd: exit %d %v\n%s", code, err, o)
+	}
+	var now snapshot.Pointer
+	eventually(t, 10*time.Second, "every BFE1 proxy on the new lineage", func() error {
+		now, err = f.Current(ctx, "BFE1")
+		if err != nil {
+			return err
+		}
+		if now.Lineage == old.Lineage {
+			return fmt.Errorf("pointer still in lineage %s", old.Lineage)
+		}
+		for _, p := range f.ProxiesOf("BFE1") {
+			var st struct {
+				AppliedLineage string `json:"applied_lineage"`
+				AppliedVersion uint64 `json:"applied_version"`
+			}
+			if err := getJSON(p.AdminURL+"/v1/status", &st); err != nil {
+				return err
+			}
+			if st.AppliedLineage != now.Lineage {
+				return fmt.Errorf("%s on lineage %s v%d", p.ID, st.AppliedLineage, st.AppliedVersion)
+			}
+		}
+		return nil
+	})
+	t.Logf("proxies on the new lineage %s (v%d; was %s v%d) %v after the wipe", now.Lineage, now.Version, old.Lineage, old.Version,
+		time.Since(wiped).Round(100*time.Millisecond))
+	checkShares(t, splitLoad(f, "BFE1", 10000, 600000), "BFE1 shares after the wipe", map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10})
+}
+
+func urlPort(t *testing.T, hostport string) int {
+	t.Helper()
+	_, p, err := net.SplitHostPort(hostport)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// servingFleet starts a fleet, waits until BFE1 serves demo-main with every
+// backend, and returns a context for the scenario's commands.
+func servingFleet(t *testing.T) (*fleet.Fleet, context.Context) {
+	t.Helper()
+	f := startFleet(t, fleet.Options{})
+	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return f, ctx
+}
+
+// checkShares logs the realised shares of outs and checks them within 3 points.
+func checkShares(t *testing.T, outs []outcome, what string, want map[string]float64) {
+	t.Helper()
 	pct, counts := shares(outs)
-	t.Logf("BFE1 shares while blocked (the last good snapshot): %v (counts %v)", pct, counts)
-	within(t, pct, map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10}, 3)
+	t.Logf("%s: %v (counts %v)", what, pct, counts)
+	within(t, pct, want, 3)
 }
 
 // startFleetIn starts the fleet on a given work dir and stops it at cleanup
