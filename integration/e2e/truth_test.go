@@ -229,11 +229,15 @@ func TestKilledProxyStaleThenGone(t *testing.T) {
 // proxies keep serving the last good snapshot.
 func TestUnpublishableInputIsBlocked(t *testing.T) {
 	f, ctx := servingFleet(t)
-	for _, sc := range []string{"SC1", "SC2"} {
-		// (Refusing this write up front is issue 15 item 4, not done here.)
-		if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", sc, "--reason", "e2e drain all"); err != nil || code != 0 {
-			t.Fatalf("drain %s: exit %d %v\n%s", sc, code, err, o)
-		}
+	// SC1 first: valid (SC2 takes SC1's share); --wait returns once live.
+	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e drain all", "--wait"); err != nil || code != 0 {
+		t.Fatalf("drain SC1 --wait: exit %d %v\n%s", code, err, o)
+	}
+	// Then SC2: nothing would serve the pinned row. (Refusing this write up
+	// front is issue 15 item 4, not done here.) --wait gives up at once.
+	o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all", "--wait", "--wait-timeout", "1m")
+	if err != nil || code != 4 || !strings.Contains(o, "BFE1 BLOCKED (input revision ") {
+		t.Fatalf("drain SC2 --wait: exit %d %v\n%s", code, err, o)
 	}
 	var out string
 	eventually(t, 30*time.Second, "rollout status shows BFE1 BLOCKED", func() error {
@@ -248,7 +252,7 @@ func TestUnpublishableInputIsBlocked(t *testing.T) {
 	if !strings.Contains(out, "100 drops all traffic; set allow_full_drop to allow it") || strings.Contains(out, "converged: every") {
 		t.Fatalf("BLOCKED without the validator's reason, or converged:\n%s", out)
 	}
-	checkShares(t, splitLoad(f, "BFE1", 10000, 400000), "BFE1 shares while blocked (the last good snapshot)", map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10})
+	checkShares(t, splitLoad(f, "BFE1", 10000, 400000), "BFE1 shares while blocked (the last good snapshot: SC1 drained)", map[string]float64{"SC2": 90, "BLACKHOLE": 10})
 }
 
 // Issue 15, item 2: `weights set --wait` returns 0 only once every live
