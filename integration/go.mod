@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/sluicelb/sluice/api v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
@@ -78,4 +79,5 @@ replace (
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/proxy => ../proxy
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

@@ -40,7 +40,7 @@ func rolloutCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
-			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --timeout 2m]",
+			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m]",
 			Description: "A proxy cluster whose newest input the scheduler could not publish is BLOCKED (reason): not converged.\n" +
 				"The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
@@ -52,7 +52,7 @@ func rolloutCommand() *cli.Command {
 				&cli.Uint64Flag{Name: "version", Usage: "target version (needs --proxy-cluster)"},
 				&cli.Int64Flag{Name: "revision", Usage: "target: what the scheduler published for this input revision (printed by every lbctl write) or later"},
 				&cli.BoolFlag{Name: "wait", Usage: "watch until converged or --timeout"},
-				&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long --wait waits"},
+				&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "how long --wait waits (the global --timeout bounds each etcd call)"},
 			},
 			Action: action(func(e *env) error {
 				pc := e.c.String("proxy-cluster")
@@ -78,7 +78,7 @@ func rolloutCommand() *cli.Command {
 					}
 					return r.verdict()
 				}
-				ctx, cancel := context.WithTimeout(e.c.Context, e.c.Duration("timeout"))
+				ctx, cancel := context.WithTimeout(e.c.Context, e.c.Duration("wait-timeout"))
 				defer cancel()
 				r, err := e.waitFor(ctx, q)
 				if rerr := e.render(r, r.table); rerr != nil && err == nil {
@@ -118,7 +118,7 @@ type proxyRollout struct {
 	Target       uint64    `json:"target_version"`
 	Lineage      string    `json:"applied_lineage,omitempty"`
 	Reason       string    `json:"reason,omitempty"`
-	Since        time.Time `json:"since,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
 	// NotCounted: a GONE proxy that went away before the target was
 	// published does not hold the rollout back.
 	NotCounted bool `json:"not_counted,omitempty"`

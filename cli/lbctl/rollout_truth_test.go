@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // publishIn publishes s in lineage (the pointer carries it too).
@@ -245,7 +246,7 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 		done <- res{out, errs, code}
 	}()
 	var rev int64
-	eventually(t, "the write", func() bool { _, rev = h.desired(); return rev > rev0 })
+	poll.EventuallyTrue(t, 20*time.Second, "the write", func() bool { _, rev = h.desired(); return rev > rev0 })
 	// Everything is converged on v4, but v4 was computed before the write.
 	if _, errs, code := h.run("", "rollout", "status", "--revision", fmt.Sprint(rev)); code != ExitNotConverged ||
 		!strings.Contains(errs, fmt.Sprintf("BFE1 WAITING (the scheduler has not published input revision %d yet (it last computed %d))", rev, rev0)) {
@@ -271,7 +272,7 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 		done <- res{out, errs, code}
 	}()
 	rev1 := rev
-	eventually(t, "the drain", func() bool { _, rev = h.desired(); return rev > rev1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the drain", func() bool { _, rev = h.desired(); return rev > rev1 })
 	published(rev, 5, report.PublishFailed)
 	start := time.Now()
 	r = <-done
@@ -280,17 +281,5 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 	}
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("--wait took %v to give up on a failed publish", time.Since(start))
-	}
-}
-
-// eventually polls cond every 10 ms for up to 20 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for state
 	}
 }

@@ -15,9 +15,9 @@ func healthCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "health",
 		Usage:     "instances as their agents report them: state, reason, load",
-		UsageText: "lbctl health [--cluster C]",
-		Flags:     []cli.Flag{&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"}},
-		Action: action(func(e *env) error {
+		UsageText: "lbctl health [--cluster C] [--watch]",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"}, watchFlag()},
+		Action: action(watchable(func(e *env) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
 			ins, err := e.instances(ctx, e.c.String("cluster"))
@@ -36,7 +36,7 @@ func healthCommand() *cli.Command {
 				}
 				return nil
 			})
-		}),
+		}, instancesKeys)),
 	}
 }
 
@@ -44,11 +44,11 @@ func proxiesCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "proxies",
 		Usage:     "every proxy with its state (LIVE, STALE, GONE), applied version, lag and etcd connectivity",
-		UsageText: "lbctl proxies [--proxy-cluster B]",
+		UsageText: "lbctl proxies [--proxy-cluster B] [--watch]",
 		Description: "STATE is LIVE, STALE (last seen T: no status rewrite for two report intervals, or etcd lost) or\n" +
 			"GONE (last seen T: the status lease expired; listed for 10 minutes). AHEAD marks a proxy above a moved-back pointer.",
-		Flags: []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}},
-		Action: action(func(e *env) error {
+		Flags: []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}, watchFlag()},
+		Action: action(watchable(func(e *env) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
 			pc := e.c.String("proxy-cluster")
@@ -109,7 +109,7 @@ func proxiesCommand() *cli.Command {
 				}
 				return nil
 			})
-		}),
+		}, proxyKeys)),
 	}
 }
 

@@ -2,22 +2,22 @@ package lbctl
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // In process, real parts: a scheduler and two proxies run while etcd is
@@ -65,18 +65,12 @@ func TestWipeUnderRunningProxiesInProcess(t *testing.T) {
 		if err := sched.Wait(); err != nil {
 			t.Errorf("lbscheduler: %v", err)
 		}
-		// fasthttp's worker pool notices its server stopped only at its
-		// next 10 s idle sweep; wait for it so goleak sees a clean exit.
-		deadline := time.Now().Add(15 * time.Second)
-		for strings.Contains(allStacks(), "fasthttp.(*workerPool).Start") && time.Now().Before(deadline) {
-			time.Sleep(100 * time.Millisecond) // polling interval
-		}
 	}()
 	converged := func() bool {
 		_, _, code := h.run("", "rollout", "status", "--proxy-cluster", "BFE1")
 		return code == 0
 	}
-	eventually(t, "first rollout converged", converged)
+	poll.EventuallyTrue(t, 20*time.Second, "first rollout converged", converged)
 	old, err := h.pointersNow()
 	if err != nil {
 		t.Fatal(err)
@@ -96,8 +90,22 @@ func TestWipeUnderRunningProxiesInProcess(t *testing.T) {
 	wiped := time.Now()
 	h.srv = fresh
 	h.applyDemo()
-	eventually(t, "rollout converged on a new lineage", func() bool {
-		return h.lineage() != "" && h.lineage() != oldLineage && converged()
+	last := ""
+	defer func() { t.Logf("last: %s", last) }()
+	poll.EventuallyTrue(t, 20*time.Second, "both proxies report the new lineage and rollout converged", func() bool {
+		sts, err := h.statuses()
+		if err != nil || len(sts) != 2 || h.lineage() == "" || h.lineage() == oldLineage {
+			last = fmt.Sprintf("statuses %d %v, lineage %q", len(sts), err, h.lineage())
+			return false
+		}
+		for _, st := range sts {
+			if st.AppliedLineage != h.lineage() {
+				last = fmt.Sprintf("%s on %q", st.ID, st.AppliedLineage)
+				return false
+			}
+		}
+		last = "rollout status"
+		return converged()
 	})
 	took := time.Since(wiped)
 	t.Logf("converged on lineage %s (was %s, BFE1 v%d) %v after the wipe", h.lineage(), oldLineage, old["BFE1"], took.Round(10*time.Millisecond))
@@ -146,9 +154,4 @@ func (h *harness) pointersNowFull() (map[string]snapshot.Pointer, error) {
 func (h *harness) statuses() ([]report.ProxyStatus, error) {
 	e := &env{layout: h.layout, client: h.cli}
 	return e.proxyStatuses(context.Background(), "BFE1")
-}
-
-func allStacks() string {
-	buf := make([]byte, 1<<20)
-	return string(buf[:runtime.Stack(buf, true)])
 }

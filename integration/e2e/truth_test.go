@@ -17,8 +17,8 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/integration/fleet"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // Issue 15, lineages: `make run` twice on one work dir. The second run

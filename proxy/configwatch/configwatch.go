@@ -156,7 +156,7 @@ func New(cfg Config) (*Watcher, error) {
 		cfg:        cfg,
 		currentKey: key,
 		lineageKey: cfg.Layout.Lineage(),
-		log:        cfg.Logger.With("component", "configwatch", "proxy_cluster", cfg.ProxyCluster),
+		log:        cfg.Logger.With("component", "configwatch"), // the caller's logger names the proxy
 		rnd:        cfg.Rand,
 		st:         Status{WatchRestarts: map[string]uint64{}},
 	}
@@ -326,6 +326,7 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 				w.log.Warn("snapshot fetch failed", "err", err)
 				return ReasonSyncError, true
 			}
+			store.learnLineage(w.Status().PointerLineage) // the store's pointers carry its lineage
 		}
 	}
 }
@@ -377,7 +378,8 @@ func (w *Watcher) list(ctx context.Context) (*storeIdentity, error) {
 		return nil, fmt.Errorf("list %s: %w", w.currentKey, err)
 	}
 	w.setSynced()
-	id := &storeIdentity{cluster: resp.Header.ClusterId, lineage: valueOf(resp.Responses[1].GetResponseRange().Kvs)}
+	id := &storeIdentity{cluster: resp.Header.ClusterId}
+	id.learnLineage(lineageOf(resp.Responses[1].GetResponseRange().Kvs))
 	id.raise(resp.Header.Revision)
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) == 0 {

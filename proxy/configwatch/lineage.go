@@ -2,6 +2,7 @@ package configwatch
 
 import (
 	"context"
+	"encoding/json"
 	"sync/atomic"
 	"time"
 
@@ -119,8 +120,25 @@ func (w *Watcher) recordApplied(s *snapshot.Snapshot, source string) {
 // anew with another id) is what tells it apart.
 type storeIdentity struct {
 	cluster uint64
-	lineage string // owned by watchStore once the session runs
+	lineage atomic.Pointer[string] // lineage id; nil or "": none known yet
 	seen    atomic.Int64
+}
+
+// knownLineage is the store's lineage id as far as the session knows.
+func (id *storeIdentity) knownLineage() string {
+	if p := id.lineage.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// learnLineage records the store's lineage id if none is known yet: from
+// the listing, the first check, or an applied pointer (a proxy that listed
+// before the first lineage was minted).
+func (id *storeIdentity) learnLineage(lineage string) {
+	if lineage != "" {
+		id.lineage.CompareAndSwap(nil, &lineage)
+	}
 }
 
 // replacedBy tells whether a response header comes from another store than
@@ -133,14 +151,20 @@ func (id *storeIdentity) replacedBy(cluster uint64, rev int64) bool {
 // lineageGone tells whether the listed lineage record is no longer there
 // or is another one.
 func (id *storeIdentity) lineageGone(kvs []*mvccpb.KeyValue) bool {
-	return id.lineage != "" && valueOf(kvs) != id.lineage
+	known := id.knownLineage()
+	return known != "" && lineageOf(kvs) != known
 }
 
-func valueOf(kvs []*mvccpb.KeyValue) string {
+// lineageOf is the id of the lineage record in kvs ("" if none or unreadable).
+func lineageOf(kvs []*mvccpb.KeyValue) string {
 	if len(kvs) == 0 {
 		return ""
 	}
-	return string(kvs[0].Value)
+	var rec snapshot.LineageRecord
+	if json.Unmarshal(kvs[0].Value, &rec) != nil {
+		return ""
+	}
+	return rec.ID
 }
 
 // watchStore checks every StoreCheckInterval that etcd behind the endpoints
@@ -167,14 +191,12 @@ func (w *Watcher) watchStore(ctx context.Context, id *storeIdentity, replaced ch
 			w.log.Warn("etcd behind the endpoints is not the store listed (wiped, replaced or restored); resyncing",
 				"listed_cluster_id", id.cluster, "cluster_id", resp.Header.ClusterId,
 				"seen_revision", id.seen.Load(), "revision", resp.Header.Revision,
-				"listed_lineage", id.lineage, "lineage", valueOf(resp.Kvs))
+				"listed_lineage", id.knownLineage(), "lineage", lineageOf(resp.Kvs))
 			close(replaced)
 			return
 		}
 		id.raise(resp.Header.Revision)
-		if id.lineage == "" { // listed before the first lineage was minted
-			id.lineage = valueOf(resp.Kvs)
-		}
+		id.learnLineage(lineageOf(resp.Kvs))
 	}
 }
 

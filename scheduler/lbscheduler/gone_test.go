@@ -10,14 +10,15 @@ import (
 
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestCollectGoneForgetsOnlyLongGoneProxies(t *testing.T) {
 	srv, cli := etcdtest.New(t)
 	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
 	s := startScheduler(t, srv, "S1", func() time.Time { return now })
-	eventually(t, "leader", func() bool { return s.IsLeader() })
+	poll.EventuallyTrue(t, 20*time.Second, "leader", func() bool { return s.IsLeader() })
 	l := keys.MustNew("")
 	seen := func(id string, ago time.Duration, live bool) {
 		b, _ := json.Marshal(report.ProxyStatus{ProxyCluster: "BFE1", ID: id, UpdatedAt: now.Add(-ago)})

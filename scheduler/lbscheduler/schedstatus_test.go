@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func schedulerStatus(t *testing.T, s *Scheduler) (report.SchedulerStatus, int64, bool) {
@@ -37,7 +39,7 @@ func TestSchedulerStatusPublishedAndFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := startScheduler(t, srv, "S1", nil)
-	eventually(t, "status with BFE1 published", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "status with BFE1 published", func() bool {
 		st, _, ok := schedulerStatus(t, s)
 		return ok && st.ProxyClusters["BFE1"].Result == report.PublishPublished
 	})
@@ -62,7 +64,7 @@ func TestSchedulerStatusPublishedAndFailed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "BFE1 failed", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "BFE1 failed", func() bool {
 		st, _, _ := schedulerStatus(t, s)
 		return st.ProxyClusters["BFE1"].Result == report.PublishFailed
 	})

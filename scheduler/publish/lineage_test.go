@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 func pointer(t *testing.T, cli *clientv3.Client, pc string) snapshot.Pointer {
