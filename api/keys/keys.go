@@ -8,11 +8,14 @@
 //	instances/<cluster>/<subcluster>/<ip:port> agent registration + health (lease)
 //	demand/<proxyCluster>/<proxyID>           proxy demand report (lease)
 //	status/<proxyCluster>/<proxyID>           proxy status (lease)
+//	last-seen/<proxyCluster>/<proxyID>        copy of the last status (no lease: GONE proxies)
 //	snapshots/<proxyCluster>/<version>        snapshot manifest (immutable)
 //	parts/<sha256>                            snapshot content part (immutable)
 //	current/<proxyCluster>                    pointer to the live snapshot
+//	lineage                                   lineage of every snapshot under the prefix (scheduler)
 //	election                                  scheduler leader election prefix
 //	leader                                    scheduler leader info (lease)
+//	scheduler-status                          the leader's publish results (leader's lease)
 //
 // Names (clusters, sub-clusters, proxy clusters, proxy ids, shift ids) match
 // NamePattern; anything else — "..", NUL, slashes, very long names — is
@@ -178,6 +181,25 @@ func (l Layout) StatusPrefix(proxyCluster string) (string, error) {
 	return k + "/", err
 }
 
+// LastSeen is the key of the lease-less copy of one proxy's last status: it
+// outlives the status lease, so a proxy that died is shown GONE (for
+// report.GoneFor) instead of vanishing.
+func (l Layout) LastSeen(proxyCluster, proxyID string) (string, error) {
+	return l.join("last-seen", proxyCluster, proxyID)
+}
+
+// LastSeenPrefix covers every last-seen record; with a proxy cluster, only its proxies.
+func (l Layout) LastSeenPrefix(proxyCluster string) (string, error) {
+	if proxyCluster == "" {
+		return l.prefix + "/last-seen/", nil
+	}
+	k, err := l.join("last-seen", proxyCluster)
+	return k + "/", err
+}
+
+// ParseLastSeen parses a key built by LastSeen.
+func (l Layout) ParseLastSeen(key string) (ProxyKey, error) { return l.parseProxy(key, "last-seen") }
+
 // ProxyKey is a parsed status or demand key.
 type ProxyKey struct{ ProxyCluster, ProxyID string }
 
@@ -270,11 +292,21 @@ func (l Layout) ParseCurrent(key string) (string, error) {
 	return parts[0], nil
 }
 
+// Lineage is the key of the lineage record: the id of the history every
+// snapshot and pointer under this prefix belongs to. The scheduler creates
+// it when it finds the prefix without one (a fresh or wiped etcd).
+func (l Layout) Lineage() string { return l.prefix + "/lineage" }
+
 // Election is the scheduler election prefix (concurrency.NewElection).
 func (l Layout) Election() string { return l.prefix + "/election" }
 
 // Leader is the key where the scheduler leader publishes its API address.
 func (l Layout) Leader() string { return l.prefix + "/leader" }
+
+// SchedulerStatus is the key where the leader records, under its session
+// lease, what it last did per proxy cluster (report.SchedulerStatus). No
+// key: no scheduler is leading.
+func (l Layout) SchedulerStatus() string { return l.prefix + "/scheduler-status" }
 
 func (l Layout) join(kind string, names ...string) (string, error) {
 	var b strings.Builder

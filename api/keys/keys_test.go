@@ -20,6 +20,19 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil || sk != "/sluice/snapshots/BFE1/00000000000000000007" {
 		t.Fatalf("Snapshot = %q, %v", sk, err)
 	}
+	if k := l.Lineage(); k != "/sluice/lineage" {
+		t.Fatalf("Lineage = %q", k)
+	}
+	ls, err := l.LastSeen("BFE1", "p1")
+	if err != nil || ls != "/sluice/last-seen/BFE1/p1" {
+		t.Fatalf("LastSeen = %q, %v", ls, err)
+	}
+	if pk, err := l.ParseLastSeen(ls); err != nil || pk != (ProxyKey{"BFE1", "p1"}) {
+		t.Fatalf("ParseLastSeen = %+v, %v", pk, err)
+	}
+	if p, _ := l.LastSeenPrefix("BFE1"); p != "/sluice/last-seen/BFE1/" {
+		t.Fatalf("LastSeenPrefix = %q", p)
+	}
 	if v, err := l.ParseSnapshot(sk); err != nil || v.Version != 7 || v.ProxyCluster != "BFE1" {
 		t.Fatalf("ParseSnapshot = %+v, %v", v, err)
 	}

@@ -7,6 +7,14 @@ import (
 	"time"
 )
 
+// DefaultReportInterval is how often a proxy rewrites its status unless
+// configured otherwise (statusreport.DefaultInterval).
+const DefaultReportInterval = 5 * time.Second
+
+// GoneFor is how long a proxy whose status lease expired is still listed
+// (GONE) from its last-seen record; the scheduler deletes older records.
+const GoneFor = 10 * time.Minute
+
 // Instance is an agent's registration of one backend, with its health and
 // load. Key: keys.Layout.Instance(Cluster, SubCluster, ip:port).
 type Instance struct {
@@ -36,15 +44,30 @@ type Instance struct {
 type ProxyStatus struct {
 	ProxyCluster string `json:"proxy_cluster"`
 	ID           string `json:"id"`
-	// AppliedVersion and AppliedHash identify the snapshot in service.
+	// AppliedLineage, AppliedVersion and AppliedHash identify the snapshot
+	// in service ("" lineage: unknown, older than lineages).
+	AppliedLineage string    `json:"applied_lineage,omitempty"`
 	AppliedVersion uint64    `json:"applied_version"`
 	AppliedHash    string    `json:"applied_hash,omitempty"`
 	AppliedAt      time.Time `json:"applied_at,omitzero"`
 	// RejectedVersion is the newest version refused, with the reason.
 	RejectedVersion uint64 `json:"rejected_version,omitempty"`
 	RejectedReason  string `json:"rejected_reason,omitempty"`
-	// LatestVersion is the newest version the proxy has seen published.
+	// LatestVersion is the newest version the proxy has seen published in
+	// its applied lineage.
 	LatestVersion uint64 `json:"latest_version,omitempty"`
+	// PointerLineage and PointerVersion are what current/<proxy cluster>
+	// named when the proxy last read it.
+	PointerLineage string `json:"pointer_lineage,omitempty"`
+	PointerVersion uint64 `json:"pointer_version,omitempty"`
+	// Ahead: the pointer names an older version of the applied lineage (it
+	// was moved back); the proxy keeps the newer snapshot it applied (I1)
+	// until a version above it is published.
+	Ahead bool `json:"ahead,omitempty"`
+	// LineageChanges counts the lineage changes this proxy followed since it
+	// started; PreviousLineage is the lineage it left last.
+	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
+	PreviousLineage string `json:"previous_lineage,omitempty"`
 	// WatchLagSeconds is how far behind etcd the proxy's watch is.
 	WatchLagSeconds float64 `json:"watch_lag_seconds"`
 	// EtcdConnected is false while the proxy cannot reach etcd (then this
@@ -56,6 +79,19 @@ type ProxyStatus struct {
 	BinaryVersion string    `json:"binary_version,omitempty"`
 	StartedAt     time.Time `json:"started_at,omitzero"`
 	UpdatedAt     time.Time `json:"updated_at,omitzero"`
+	// ReportIntervalSeconds is how often the proxy rewrites this status
+	// (0: unknown, DefaultReportInterval is assumed).
+	ReportIntervalSeconds float64 `json:"report_interval_seconds,omitempty"`
+}
+
+// StaleAfter is the age past which this status is STALE: two report
+// intervals without a rewrite.
+func (s ProxyStatus) StaleAfter() time.Duration {
+	every := DefaultReportInterval
+	if s.ReportIntervalSeconds > 0 {
+		every = time.Duration(s.ReportIntervalSeconds * float64(time.Second))
+	}
+	return 2 * every
 }
 
 // Demand is one proxy's observed demand per backend cluster.
@@ -82,4 +118,54 @@ type Leader struct {
 	ID      string    `json:"id"`
 	APIAddr string    `json:"api_addr"`
 	Since   time.Time `json:"since,omitzero"`
+}
+
+// SchedulerStatus is what the scheduler leader writes under
+// keys.Layout.SchedulerStatus, bound to its session lease: the key vanishes
+// with the leadership.
+type SchedulerStatus struct {
+	LeaderID string    `json:"leader_id"`
+	Since    time.Time `json:"since"`
+	// InputRevision is the newest operator input revision the leader saw
+	// (desired state, shifts).
+	InputRevision int64 `json:"input_revision"`
+	// Error is set when the last round failed before publishing anything
+	// (e.g. the plan could not be computed).
+	Error string `json:"error,omitempty"`
+	// ProxyClusters holds the last publish result of each proxy cluster.
+	ProxyClusters map[string]PublishResult `json:"proxy_clusters"`
+	UpdatedAt     time.Time                `json:"updated_at"`
+}
+
+// Publish results (PublishResult.Result).
+const (
+	PublishPublished = "published" // a new version was published
+	PublishUnchanged = "unchanged" // the live snapshot already had this content
+	PublishFailed    = "failed"    // not published: Reason says why (the validator's words)
+	PublishFenced    = "fenced"    // the leadership ended before the publish committed
+)
+
+// PublishResult is the outcome of the leader's last publish for one proxy
+// cluster.
+type PublishResult struct {
+	Result string `json:"result"`
+	// Lineage and Version: the live snapshot after the attempt.
+	Lineage string `json:"lineage,omitempty"`
+	Version uint64 `json:"version,omitempty"`
+	// InputRevision is the input revision the attempt was computed from.
+	InputRevision int64     `json:"input_revision"`
+	Reason        string    `json:"reason,omitempty"`
+	At            time.Time `json:"at"`
+}
+
+// Blocked reports whether the newest input of the proxy cluster was not
+// published, and why.
+func (r PublishResult) Blocked() (bool, string) {
+	switch r.Result {
+	case PublishFailed:
+		return true, r.Reason
+	case PublishFenced:
+		return true, "the scheduler's leadership ended before the publish committed"
+	}
+	return false, ""
 }

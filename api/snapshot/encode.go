@@ -47,7 +47,9 @@ type Part struct {
 }
 
 // Pointer is the value of current/<proxyCluster>: which snapshot is live.
+// Lineage is "" in pointers written before lineages existed.
 type Pointer struct {
+	Lineage string `json:"lineage,omitempty"`
 	Version uint64 `json:"version"`
 	Hash    string `json:"hash"`
 }
@@ -141,9 +143,8 @@ func Decode(m Manifest, get func(digest string) ([]byte, error)) (*Snapshot, err
 	if err != nil {
 		return nil, err
 	}
-	if s.Meta.Version != m.Meta.Version || s.Meta.ProxyCluster != m.Meta.ProxyCluster {
-		return nil, fmt.Errorf("decode snapshot: content is %s v%d, manifest says %s v%d",
-			s.Meta.ProxyCluster, s.Meta.Version, m.Meta.ProxyCluster, m.Meta.Version)
+	if s.Meta.Version != m.Meta.Version || s.Meta.ProxyCluster != m.Meta.ProxyCluster || s.Meta.Lineage != m.Meta.Lineage {
+		return nil, fmt.Errorf("decode snapshot: content is %s, manifest says %s", s.Meta.ID(), m.Meta.ID())
 	}
 	if h := ContentHash(s); h != s.Meta.Hash {
 		return nil, fmt.Errorf("decode snapshot: content hash is %s, meta.hash says %s", h, s.Meta.Hash)

@@ -27,16 +27,33 @@ type Snapshot struct {
 	Clusters map[string]Cluster `json:"clusters,omitempty"`
 }
 
-// Meta identifies a snapshot. Version is monotonic per proxy cluster.
+// Meta identifies a snapshot: (Lineage, Version). Version is monotonic per
+// proxy cluster within a lineage; a new lineage (a fresh or wiped etcd)
+// starts its own history (see lineage.go).
 type Meta struct {
-	ProxyCluster string    `json:"proxy_cluster"`
-	Version      uint64    `json:"version"`
-	Parent       uint64    `json:"parent,omitempty"`
-	Author       string    `json:"author,omitempty"`
-	Reason       string    `json:"reason,omitempty"`
-	CreatedAt    time.Time `json:"created_at"`
+	ProxyCluster string `json:"proxy_cluster"`
+	// Lineage is the id of the history this snapshot belongs to; "" is the
+	// unknown lineage of snapshots written before lineages existed.
+	Lineage   string    `json:"lineage,omitempty"`
+	Version   uint64    `json:"version"`
+	Parent    uint64    `json:"parent,omitempty"`
+	Author    string    `json:"author,omitempty"`
+	Reason    string    `json:"reason,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 	// Hash is ContentHash of the snapshot: equal content, equal hash.
 	Hash string `json:"hash,omitempty"`
+	// Inputs are the operator input revisions the snapshot was computed
+	// from (nil in snapshots older than this field).
+	Inputs *Inputs `json:"inputs,omitempty"`
+}
+
+// Inputs are the etcd revisions of the operator inputs behind a snapshot.
+type Inputs struct {
+	// Desired is the desired state's mod revision (pins and drains included).
+	Desired int64 `json:"desired"`
+	// Shifts is the mod revision of each shift intent applied to this proxy
+	// cluster.
+	Shifts map[string]int64 `json:"shifts,omitempty"`
 }
 
 // Settings are per proxy cluster options.

@@ -25,11 +25,11 @@ func applyCommand() *cli.Command {
 		Description: "Validates FILE (YAML or JSON desired state), shows the difference to the stored state and asks before\n" +
 			"writing unless --yes. The write is a compare-and-swap on the revision read: if someone else changed the\n" +
 			"state meanwhile, nothing is written and lbctl exits 3 (conflict).",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "desired state file (YAML or JSON; - for stdin)"},
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation"},
 			&cli.Int64Flag{Name: "expect-revision", Value: -1, Usage: "write only if the stored state is at this etcd revision (0: only if none is stored)"},
-		},
+		}, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			next, err := loadStateFile(e.c.String("file"), e.c.App.Reader)
 			if err != nil {
@@ -64,8 +64,11 @@ func applyCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return e.wrote(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
-				fmt.Sprintf("Applied: desired state is now at revision %d.\n", newRev))
+			if err := e.wrote(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
+				fmt.Sprintf("Applied: desired state is now at revision %d.\n", newRev)); err != nil {
+				return err
+			}
+			return e.afterWrite("", newRev)
 		}),
 	}
 }

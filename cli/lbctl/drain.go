@@ -20,11 +20,11 @@ func drainCommand(on bool) *cli.Command {
 		Name:      name,
 		Usage:     usage,
 		UsageText: fmt.Sprintf("lbctl %s --cluster C --subcluster S [--reason R]", name),
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "cluster", Required: true, Usage: "backend cluster"},
 			&cli.StringFlag{Name: "subcluster", Required: true, Usage: "sub-cluster"},
 			&cli.StringFlag{Name: "reason", Usage: "why (recorded with the drain)"},
-		},
+		}, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()}
@@ -43,8 +43,11 @@ func drainCommand(on bool) *cli.Command {
 			if !on {
 				verb = "Undrained"
 			}
-			return e.wrote(writeResult{Action: strings.ToLower(verb), Revision: rev, Drains: []config.Drain{d}},
-				fmt.Sprintf("%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait\n", verb, c, sc, rev))
+			if err := e.wrote(writeResult{Action: strings.ToLower(verb), Revision: rev, Drains: []config.Drain{d}},
+				fmt.Sprintf("%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait --revision %d\n", verb, c, sc, rev, rev)); err != nil {
+				return err
+			}
+			return e.afterWrite("", rev)
 		}),
 	}
 }

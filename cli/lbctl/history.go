@@ -157,11 +157,11 @@ func rollbackCommand() *cli.Command {
 		UsageText: "lbctl rollback --proxy-cluster B --to V [--yes]",
 		Description: "Pins every row of proxy cluster B to what version V had, so the scheduler publishes V's weights as a\n" +
 			"new version. Unpin rows (lbctl weights unpin) to hand them back to the scheduler.",
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "proxy-cluster", Required: true},
 			&cli.StringFlag{Name: "to", Required: true, Usage: "version to go back to"},
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation"},
-		},
+		}, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			v, err := parseVersion(e.c.String("to"))
 			if err != nil {
@@ -205,8 +205,11 @@ func rollbackCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return e.wrote(writeResult{Action: "rolled_back", Revision: rev, Pins: pinned},
-				fmt.Sprintf("Pinned %s to v%d's rows (desired state revision %d); the scheduler publishes them as a new version.\n", pc, v, rev))
+			if err := e.wrote(writeResult{Action: "rolled_back", Revision: rev, Pins: pinned},
+				fmt.Sprintf("Pinned %s to v%d's rows (desired state revision %d); the scheduler publishes them as a new version.\n", pc, v, rev)); err != nil {
+				return err
+			}
+			return e.afterWrite(pc, rev)
 		}),
 	}
 }

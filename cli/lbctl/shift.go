@@ -113,11 +113,11 @@ func shiftCreate(e *env) error {
 	if sh.Ramp > 0 {
 		text += fmt.Sprintf(" over %s in steps of %d", sh.Ramp, sh.StepPercent)
 	}
-	text += ".\n"
+	text += fmt.Sprintf(" (revision %d).\n", r.Header.Revision)
 	if !c.Bool("wait") {
 		text += fmt.Sprintf("Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
 	}
-	if err := e.wrote(writeResult{Action: "created", Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
+	if err := e.wrote(writeResult{Action: "created", Revision: r.Header.Revision, Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
 		return err
 	}
 	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
@@ -260,7 +260,7 @@ func shiftSetState(state string) func(*env) error {
 		if !tr.Succeeded {
 			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
 		}
-		return e.wrote(writeResult{Action: state, Shift: ptr(viewShift(sh, nil))}, fmt.Sprintf("Shift %s is now %s.\n", id, state))
+		return e.wrote(writeResult{Action: state, Revision: tr.Header.Revision, Shift: ptr(viewShift(sh, nil))}, fmt.Sprintf("Shift %s is now %s (revision %d).\n", id, state, tr.Header.Revision))
 	}
 }
 

@@ -3,9 +3,12 @@ package lbctl
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelb/sluice/api/report"
 )
 
 func healthCommand() *cli.Command {
@@ -40,13 +43,21 @@ func healthCommand() *cli.Command {
 func proxiesCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "proxies",
-		Usage:     "every live proxy with its applied version, lag and etcd connectivity",
+		Usage:     "every proxy with its state (LIVE, STALE, GONE), applied version, lag and etcd connectivity",
 		UsageText: "lbctl proxies [--proxy-cluster B] [--watch]",
-		Flags:     []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}, watchFlag()},
+		Description: "STATE is LIVE, STALE (last seen T: no status rewrite for two report intervals, or etcd lost) or\n" +
+			"GONE (last seen T: the status lease expired; listed for 10 minutes). AHEAD marks a proxy above a moved-back pointer.",
+		Flags: []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}, watchFlag()},
 		Action: action(watchable(func(e *env) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
-			sts, err := e.proxyStatuses(ctx, e.c.String("proxy-cluster"))
+			pc := e.c.String("proxy-cluster")
+			sts, err := e.proxyStatuses(ctx, pc)
+			if err != nil {
+				return err
+			}
+			now := time.Now()
+			gone, err := e.goneProxies(ctx, pc, sts, now)
 			if err != nil {
 				return err
 			}
@@ -54,25 +65,57 @@ func proxiesCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			return e.render(sts, func(w io.Writer) error {
-				fmt.Fprintln(w, "PROXY CLUSTER\tPROXY\tAPPLIED\tLIVE\tSOURCE\tETCD\tWATCH LAG\tADMIN\tVERSION\tREJECTED")
-				for _, st := range sts {
+			sched, err := e.schedulerStatus(ctx)
+			if err != nil {
+				return err
+			}
+			if sched == nil {
+				e.progressf("%s", noLeader)
+			}
+			rows := make([]proxyRow, 0, len(sts)+len(gone))
+			for _, st := range sts {
+				r := proxyRow{ProxyStatus: st, State: "LIVE"}
+				if why := staleReason(st, now); why != "" {
+					r.State, r.Detail = LiveStale, why
+				}
+				rows = append(rows, r)
+			}
+			for _, st := range gone {
+				rows = append(rows, proxyRow{ProxyStatus: st, State: LiveGone, Detail: "last seen " + seenAt(st.UpdatedAt, now)})
+			}
+			return e.render(rows, func(w io.Writer) error {
+				fmt.Fprintln(w, "PROXY CLUSTER\tPROXY\tSTATE\tAPPLIED\tLIVE\tSOURCE\tETCD\tWATCH LAG\tADMIN\tVERSION\tDETAIL")
+				for _, r := range rows {
 					etcd := "connected"
-					if !st.EtcdConnected {
+					if !r.EtcdConnected {
 						etcd = "DISCONNECTED"
 					}
-					rej := ""
-					if st.RejectedVersion > 0 {
-						rej = fmt.Sprintf("v%d: %s", st.RejectedVersion, st.RejectedReason)
+					state := r.State
+					if r.Detail != "" {
+						state += " (" + r.Detail + ")"
 					}
-					fmt.Fprintf(w, "%s\t%s\tv%d\tv%d\t%s\t%s\t%.1fs\t%s\t%s\t%s\n", st.ProxyCluster, st.ID, st.AppliedVersion, ptrs[st.ProxyCluster].Version,
-						st.Source, etcd, st.WatchLagSeconds, st.AdminAddr, st.BinaryVersion, rej)
+					var detail []string
+					if r.Ahead {
+						detail = append(detail, fmt.Sprintf("AHEAD of the pointer (v%d)", r.PointerVersion))
+					}
+					if r.RejectedVersion > 0 {
+						detail = append(detail, fmt.Sprintf("rejected v%d: %s", r.RejectedVersion, r.RejectedReason))
+					}
+					fmt.Fprintf(w, "%s\t%s\t%s\tv%d\tv%d\t%s\t%s\t%.1fs\t%s\t%s\t%s\n", r.ProxyCluster, r.ID, state, r.AppliedVersion, ptrs[r.ProxyCluster].Version,
+						r.Source, etcd, r.WatchLagSeconds, r.AdminAddr, r.BinaryVersion, strings.Join(detail, "; "))
 				}
-				if len(sts) == 0 {
-					fmt.Fprintln(w, "(no live proxies)")
+				if len(rows) == 0 {
+					fmt.Fprintln(w, "(no proxies)")
 				}
 				return nil
 			})
 		}, proxyKeys)),
 	}
+}
+
+// proxyRow is one line of lbctl proxies (JSON: the status with its state).
+type proxyRow struct {
+	report.ProxyStatus
+	State  string `json:"state"`
+	Detail string `json:"state_detail,omitempty"`
 }

@@ -234,32 +234,14 @@ func (e *env) history(ctx context.Context, pc string) ([]snapshot.Manifest, erro
 
 // proxyStatuses returns every live proxy's status (one proxy cluster if pc).
 func (e *env) proxyStatuses(ctx context.Context, pc string) ([]report.ProxyStatus, error) {
-	cli, err := e.etcd()
-	if err != nil {
-		return nil, err
-	}
 	prefix, err := e.layout.StatusPrefix(pc)
 	if err != nil {
 		return nil, err
 	}
-	r, err := cli.Get(ctx, prefix, clientv3.WithPrefix())
+	out, err := e.statusesUnder(ctx, prefix)
 	if err != nil {
 		return nil, fmt.Errorf("read proxy status: %w", err)
 	}
-	var out []report.ProxyStatus
-	for _, kv := range r.Kvs {
-		var st report.ProxyStatus
-		if err := json.Unmarshal(kv.Value, &st); err != nil {
-			continue
-		}
-		out = append(out, st)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].ProxyCluster != out[j].ProxyCluster {
-			return out[i].ProxyCluster < out[j].ProxyCluster
-		}
-		return out[i].ID < out[j].ID
-	})
 	return out, nil
 }
 

@@ -113,8 +113,10 @@ func waitChange(ctx context.Context, changes clientv3.WatchChan, prefixes []stri
 // instancesKeys are what lbctl health shows.
 func instancesKeys(l keys.Layout) []string { return []string{l.InstancesPrefix()} }
 
-// proxyKeys are what lbctl proxies shows: statuses and live versions.
+// proxyKeys are what lbctl proxies shows: statuses (live and last seen),
+// live versions and whether a scheduler leads.
 func proxyKeys(l keys.Layout) []string {
 	status, _ := l.StatusPrefix("")
-	return []string{status, l.CurrentPrefix()}
+	seen, _ := l.LastSeenPrefix("")
+	return []string{status, seen, l.CurrentPrefix(), l.SchedulerStatus()}
 }

@@ -40,31 +40,34 @@ func weightsCommand() *cli.Command {
 				ArgsUsage: "SUBCLUSTER=WEIGHT ...",
 				Description: "Each argument is SUBCLUSTER=WEIGHT (an integer 0..100); the weights must sum to 100 and name existing\n" +
 					"sub-clusters or GSLB_BLACKHOLE. GSLB_BLACKHOLE=100 needs --allow-full-drop. Checked before anything is written.",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "cluster", Required: true, Usage: "backend cluster"},
 					&cli.StringFlag{Name: "proxy-cluster", Required: true, Usage: "proxy cluster whose row is pinned"},
 					&cli.StringFlag{Name: "reason", Usage: "why (recorded with the pin and in the snapshot)"},
 					&cli.BoolFlag{Name: "allow-full-drop", Usage: "permit GSLB_BLACKHOLE=100"},
 					&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "accepted for scripts; weights set never asks"},
-				},
+				}, writeWaitFlags()...),
 				Action: action(weightsSet),
 			},
 			{
 				Name:      "unpin",
 				Usage:     "remove a pinned row: the scheduler computes it again",
 				UsageText: "lbctl weights unpin --cluster C --proxy-cluster B",
-				Flags: []cli.Flag{
+				Flags: append([]cli.Flag{
 					&cli.StringFlag{Name: "cluster", Required: true},
 					&cli.StringFlag{Name: "proxy-cluster", Required: true},
-				},
+				}, writeWaitFlags()...),
 				Action: action(func(e *env) error {
 					c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
 					rev, err := e.updateState(func(s *config.State) error { return edit.Unpin(s, c, pc) })
 					if err != nil {
 						return err
 					}
-					return e.wrote(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
-						fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev))
+					if err := e.wrote(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
+						fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev)); err != nil {
+						return err
+					}
+					return e.afterWrite(pc, rev)
 				}),
 			},
 		},
@@ -119,9 +122,12 @@ func weightsSet(e *env) error {
 	if err != nil {
 		return err
 	}
-	return e.wrote(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}},
+	if err := e.wrote(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}},
 		fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
-			pc, c, formatRow(row, sortedSubclusters(row)), rev, pc))
+			pc, c, formatRow(row, sortedSubclusters(row)), rev, pc)); err != nil {
+		return err
+	}
+	return e.afterWrite(pc, rev)
 }
 
 // matrix is the JSON shape of weights get.

@@ -378,7 +378,7 @@ func TestInvalidSnapshotRejected(t *testing.T) {
 	mk, _ := f.Layout.Snapshot("BFE2", v+1)
 	ck, _ := f.Layout.Current("BFE2")
 	mj, _ := json.Marshal(m)
-	pj, _ := json.Marshal(snapshot.Pointer{Version: v + 1, Hash: bad.Meta.Hash})
+	pj, _ := json.Marshal(snapshot.Pointer{Lineage: bad.Meta.Lineage, Version: v + 1, Hash: bad.Meta.Hash})
 	if _, err := f.Client.Txn(ctx).Then(clientv3.OpPut(mk, string(mj)), clientv3.OpPut(ck, string(pj))).Commit(); err != nil {
 		t.Fatal(err)
 	}

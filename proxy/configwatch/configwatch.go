@@ -5,9 +5,12 @@
 // then watches the pointer from the listed revision + 1. Any compaction,
 // closed channel, watch error or stall (no event and no progress
 // notification for StallTimeout) restarts that cycle after a jittered
-// backoff. It never applies a version older than the one applied (I1), also
-// across restarts thanks to the disk cache, which is also what a proxy
-// started while etcd is down serves (I3). A snapshot that fails decoding,
+// backoff; so does a store that is no longer the one listed (etcd wiped,
+// replaced or restored: see watchStore). Within a lineage it never applies a
+// version older than the one applied (I1), also across restarts thanks to
+// the disk cache, which is also what a proxy started while etcd is down
+// serves (I3); a pointer of another lineage is applied whatever its version
+// (lineage.go). A snapshot that fails decoding,
 // validation or Apply is rejected and the last good one stays (I5).
 package configwatch
 
@@ -28,7 +31,6 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 )
 
@@ -36,8 +38,11 @@ import (
 const (
 	DefaultStallTimeout = 30 * time.Second
 	DefaultOpTimeout    = 5 * time.Second
-	minBackoff          = 100 * time.Millisecond
-	maxBackoff          = 5 * time.Second
+	// DefaultStoreCheckInterval is how often a session checks that etcd is
+	// still the store it listed (see watchStore).
+	DefaultStoreCheckInterval = 3 * time.Second
+	minBackoff                = 100 * time.Millisecond
+	maxBackoff                = 5 * time.Second
 )
 
 // Sources of an applied snapshot (Status.Source).
@@ -53,6 +58,9 @@ const (
 	ReasonWatchError = "watch_error" // the watch failed (no leader, canceled, ...)
 	ReasonStall      = "stall"       // nothing arrived for StallTimeout
 	ReasonSyncError  = "sync_error"  // listing the pointer or fetching a snapshot failed
+	// ReasonStoreReplaced: etcd behind the endpoints is another store than
+	// the one listed (wiped, replaced, restored from a backup).
+	ReasonStoreReplaced = "store_replaced"
 )
 
 // Config configures a Watcher. Client, ProxyCluster and Apply are required.
@@ -77,6 +85,10 @@ type Config struct {
 	StallTimeout time.Duration
 	// OpTimeout bounds each etcd request (list, manifest, part). Default 5s.
 	OpTimeout time.Duration
+	// StoreCheckInterval: how often the watch checks that etcd is still the
+	// store it listed, so a wiped or restored etcd is noticed (default 3s;
+	// one count-only read of the pointer key each time).
+	StoreCheckInterval time.Duration
 	// Metrics, when set, receives: watch restarts by reason, applies by
 	// result, apply duration, staleness seconds and the applied version.
 	Metrics prometheus.Registerer
@@ -90,53 +102,21 @@ type Config struct {
 	OnChange func()
 }
 
-// Status is what the watcher has done so far.
-type Status struct {
-	AppliedVersion uint64
-	AppliedHash    string
-	AppliedAt      time.Time
-	Source         string // SourceEtcd or SourceDiskCache
-	// RejectedVersion is the newest version refused, with the reason.
-	RejectedVersion uint64
-	RejectedReason  string
-	// LatestVersion is the newest pointer seen.
-	LatestVersion uint64
-	// Connected: the last etcd operation succeeded.
-	Connected bool
-	// LastSync is the last successful list, watch event or progress notification.
-	LastSync time.Time
-	// WatchRestarts counts restarts by reason.
-	WatchRestarts map[string]uint64
-}
-
-// StaleSeconds is how long the applied configuration may lag etcd: 0 while
-// connected, else the time since the last successful sync (or since the
-// snapshot was applied, when etcd was never reached).
-func (s Status) StaleSeconds(now time.Time) float64 {
-	switch {
-	case s.Connected:
-		return 0
-	case !s.LastSync.IsZero():
-		return max(0, now.Sub(s.LastSync).Seconds())
-	case !s.AppliedAt.IsZero():
-		return max(0, now.Sub(s.AppliedAt).Seconds())
-	}
-	return 0
-}
-
 // Watcher follows one proxy cluster's pointer. Status is safe for concurrent
 // use; Run must be called once.
 type Watcher struct {
 	cfg        Config
 	currentKey string
+	lineageKey string
 	log        *slog.Logger
 	m          *metrics
 	rnd        *rand.Rand
 	running    atomic.Bool
 
-	mu           sync.Mutex
-	st           Status
-	rejectedHash string
+	mu       sync.Mutex
+	st       Status
+	rejected snapshot.Pointer // identity of the last rejected snapshot
+	aheadLog snapshot.Pointer // last older pointer logged (log once each)
 }
 
 // New checks cfg, fills defaults and registers the metrics.
@@ -166,12 +146,16 @@ func New(cfg Config) (*Watcher, error) {
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = DefaultOpTimeout
 	}
+	if cfg.StoreCheckInterval <= 0 {
+		cfg.StoreCheckInterval = DefaultStoreCheckInterval
+	}
 	if cfg.Rand == nil {
 		cfg.Rand = rand.New(rand.NewPCG(rand.Uint64(), rand.Uint64()))
 	}
 	w := &Watcher{
 		cfg:        cfg,
 		currentKey: key,
+		lineageKey: cfg.Layout.Lineage(),
 		log:        cfg.Logger.With("component", "configwatch"), // the caller's logger names the proxy
 		rnd:        cfg.Rand,
 		st:         Status{WatchRestarts: map[string]uint64{}},
@@ -182,18 +166,6 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	w.m = m
 	return w, nil
-}
-
-// Status returns a copy of the current status.
-func (w *Watcher) Status() Status {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	s := w.st
-	s.WatchRestarts = make(map[string]uint64, len(w.st.WatchRestarts))
-	for k, v := range w.st.WatchRestarts {
-		s.WatchRestarts[k] = v
-	}
-	return s
 }
 
 // Run applies the cached snapshot (if nothing is applied yet), then lists and
@@ -265,7 +237,7 @@ func (w *Watcher) applyCache() {
 // session lists the pointer, then watches it until something goes wrong. It
 // returns the restart reason and whether it got as far as a successful list.
 func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
-	rev, err := w.list(ctx)
+	store, err := w.list(ctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			w.setDisconnected()
@@ -273,15 +245,21 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 		}
 		return ReasonSyncError, false
 	}
+	rev := store.seen.Load()
+	replaced := make(chan struct{})
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	wch := w.cfg.Client.Watch(wctx, w.currentKey, clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		w.requestProgress(wctx)
+	}()
+	go func() {
+		defer wg.Done()
+		w.watchStore(wctx, store, replaced)
 	}()
 	stall := time.NewTimer(w.cfg.StallTimeout)
 	defer stall.Stop()
@@ -289,6 +267,9 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 		select {
 		case <-ctx.Done():
 			return "", true
+		case <-replaced:
+			w.setDisconnected()
+			return ReasonStoreReplaced, true
 		case <-stall.C:
 			if w.idleButAlive(ctx, rev+1) {
 				w.setSynced()
@@ -318,6 +299,13 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 				w.log.Warn("snapshot watch failed", "err", err)
 				return ReasonWatchError, true
 			}
+			if store.replacedBy(resp.Header.ClusterId, resp.Header.Revision) {
+				w.setDisconnected()
+				w.log.Warn("snapshot watch answered by another etcd than the one listed (wiped, replaced or restored); resyncing",
+					"listed_cluster_id", store.cluster, "cluster_id", resp.Header.ClusterId)
+				return ReasonStoreReplaced, true
+			}
+			store.raise(resp.Header.Revision)
 			w.setSynced()
 			stall.Reset(w.cfg.StallTimeout)
 			if len(resp.Events) == 0 {
@@ -338,6 +326,7 @@ func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
 				w.log.Warn("snapshot fetch failed", "err", err)
 				return ReasonSyncError, true
 			}
+			store.learnLineage(w.Status().PointerLineage) // the store's pointers carry its lineage
 		}
 	}
 }
@@ -378,23 +367,29 @@ func (w *Watcher) idleButAlive(ctx context.Context, startRev int64) bool {
 	return err == nil && resp.Header.Revision < startRev
 }
 
-// list reads the pointer, handles it and returns the revision to watch after.
-func (w *Watcher) list(ctx context.Context) (int64, error) {
+// list reads the pointer (and, in the same request, the lineage key),
+// handles it and returns which store it read: its revision (to watch
+// after), cluster id and lineage record.
+func (w *Watcher) list(ctx context.Context) (*storeIdentity, error) {
 	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	resp, err := w.cfg.Client.Get(octx, w.currentKey)
+	resp, err := w.cfg.Client.Txn(octx).Then(clientv3.OpGet(w.currentKey), clientv3.OpGet(w.lineageKey)).Commit()
 	cancel()
 	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", w.currentKey, err)
+		return nil, fmt.Errorf("list %s: %w", w.currentKey, err)
 	}
 	w.setSynced()
-	if len(resp.Kvs) == 0 {
+	id := &storeIdentity{cluster: resp.Header.ClusterId}
+	id.learnLineage(lineageOf(resp.Responses[1].GetResponseRange().Kvs))
+	id.raise(resp.Header.Revision)
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 {
 		w.log.Info("no snapshot published yet", "key", w.currentKey)
-		return resp.Header.Revision, nil
+		return id, nil
 	}
-	if err := w.handlePointer(ctx, resp.Kvs[0].Value); err != nil {
-		return 0, err
+	if err := w.handlePointer(ctx, kvs[0].Value); err != nil {
+		return nil, err
 	}
-	return resp.Header.Revision, nil
+	return id, nil
 }
 
 // etcdError marks a failure to talk to etcd (retry later), as opposed to
@@ -407,32 +402,30 @@ func (e etcdError) Unwrap() error { return e.err }
 // errSuperseded: the pointer moved on before its snapshot could be read.
 var errSuperseded = errors.New("pointer superseded")
 
-// handlePointer applies the snapshot a pointer value names, if it is newer
-// than the applied one. It returns only etcd errors; bad content is rejected.
+// handlePointer applies the snapshot a pointer value names if it
+// supersedes the applied one (see judge). It returns only etcd errors; bad
+// content is rejected.
 func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	var p snapshot.Pointer
 	if err := codec.UnmarshalJSON(raw, &p); err != nil {
-		w.reject(0, "", fmt.Sprintf("pointer %s: %v", w.currentKey, err))
+		w.reject(snapshot.Pointer{}, fmt.Sprintf("pointer %s: %v", w.currentKey, err))
 		return nil
 	}
-	w.mu.Lock()
-	w.st.LatestVersion = max(w.st.LatestVersion, p.Version)
-	applied, appliedHash := w.st.AppliedVersion, w.st.AppliedHash
-	alreadyRejected := p.Version == w.st.RejectedVersion && p.Hash == w.rejectedHash
-	w.mu.Unlock()
-	switch {
-	case p.Version < applied:
-		w.m.applies.WithLabelValues("older").Inc()
-		w.log.Warn("pointer names an older snapshot than the applied one; ignored",
-			"pointer_version", p.Version, "applied_version", applied)
+	if err := snapshot.ValidLineage(p.Lineage); err != nil {
+		w.reject(p, fmt.Sprintf("pointer %s: %v", w.currentKey, err))
 		return nil
-	case p.Version == applied && p.Hash == appliedHash:
+	}
+	switch w.notePointer(p) {
+	case verdictOlder:
+		return nil
+	case verdictUnchanged:
 		w.m.applies.WithLabelValues("unchanged").Inc()
 		return nil
-	case p.Version == applied:
-		w.reject(p.Version, p.Hash, fmt.Sprintf("version %d is already applied with hash %s; pointer says hash %s", p.Version, appliedHash, p.Hash))
+	case verdictHashConflict:
+		w.reject(p, fmt.Sprintf("version %d of lineage %s is already applied with hash %s; pointer says hash %s",
+			p.Version, snapshot.LineageName(p.Lineage), w.Status().AppliedHash, p.Hash))
 		return nil
-	case alreadyRejected:
+	case verdictRejected:
 		return nil
 	}
 	s, err := w.fetch(ctx, p)
@@ -444,7 +437,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case errors.As(err, &ee):
 		return ee
 	case err != nil:
-		w.reject(p.Version, p.Hash, err.Error())
+		w.reject(p, err.Error())
 		return nil
 	}
 	if err := w.apply(s, SourceEtcd); err != nil {
@@ -453,106 +446,28 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// fetch reads, decodes and validates the snapshot p points to.
-func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (*snapshot.Snapshot, error) {
-	mkey, err := w.cfg.Layout.Snapshot(w.cfg.ProxyCluster, p.Version)
-	if err != nil {
-		return nil, err
-	}
-	raw, found, err := w.get(ctx, mkey)
-	if err != nil {
-		return nil, err
-	}
-	if !found {
-		// History trimming may remove the manifest of a pointer we only see
-		// late (watch replay); skip it if the pointer has moved on.
-		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
-			return nil, err
-		} else if found {
-			var now snapshot.Pointer
-			if codec.UnmarshalJSON(cur, &now) == nil && now != p {
-				return nil, errSuperseded
-			}
-		}
-		return nil, fmt.Errorf("manifest %s is missing", mkey)
-	}
-	var m snapshot.Manifest
-	if err := codec.UnmarshalJSON(raw, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", mkey, err)
-	}
-	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash {
-		return nil, fmt.Errorf("manifest %s is %s v%d hash %s; pointer says %s v%d hash %s", mkey,
-			m.Meta.ProxyCluster, m.Meta.Version, m.Meta.Hash, w.cfg.ProxyCluster, p.Version, p.Hash)
-	}
-	s, err := snapshot.Decode(m, func(digest string) ([]byte, error) {
-		pkey, err := w.cfg.Layout.Part(digest)
-		if err != nil {
-			return nil, err
-		}
-		b, found, err := w.get(ctx, pkey)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			return nil, fmt.Errorf("%s: %w", pkey, snapshot.ErrMissingPart)
-		}
-		return b, nil
-	})
-	var ee etcdError
-	if errors.As(err, &ee) {
-		return nil, ee
-	}
-	if err != nil {
-		return nil, err
-	}
-	if err := validate.Snapshot(s); err != nil {
-		return nil, fmt.Errorf("invalid snapshot: %w", err)
-	}
-	return s, nil
-}
-
-func (w *Watcher) get(ctx context.Context, key string) ([]byte, bool, error) {
-	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	defer cancel()
-	resp, err := w.cfg.Client.Get(octx, key)
-	if err != nil {
-		return nil, false, etcdError{fmt.Errorf("get %s: %w", key, err)}
-	}
-	if len(resp.Kvs) == 0 {
-		return nil, false, nil
-	}
-	return resp.Kvs[0].Value, true, nil
-}
-
 // apply hands a decoded, validated snapshot to Apply and records the outcome.
 func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 	if s.Meta.ProxyCluster != w.cfg.ProxyCluster {
 		err := fmt.Errorf("snapshot is for proxy cluster %q, not %q", s.Meta.ProxyCluster, w.cfg.ProxyCluster)
-		w.reject(s.Meta.Version, s.Meta.Hash, err.Error())
+		w.reject(pointerOf(s), err.Error())
 		return err
 	}
-	if cur := w.Status().AppliedVersion; s.Meta.Version < cur {
+	if cur := w.Status(); cur.AppliedVersion > 0 && s.Meta.Lineage == cur.AppliedLineage && s.Meta.Version < cur.AppliedVersion {
 		// Cannot happen through handlePointer; kept as the last line of I1.
-		return fmt.Errorf("snapshot v%d is older than applied v%d", s.Meta.Version, cur)
+		return fmt.Errorf("snapshot %s is older than applied v%d", s.Meta.ID(), cur.AppliedVersion)
 	}
 	start := w.cfg.Now()
 	err := w.cfg.Apply(s)
 	w.m.applyDur.Observe(w.cfg.Now().Sub(start).Seconds())
 	if err != nil {
-		w.reject(s.Meta.Version, s.Meta.Hash, fmt.Sprintf("apply: %v", err))
+		w.reject(pointerOf(s), fmt.Sprintf("apply: %v", err))
 		return err
 	}
-	w.mu.Lock()
-	w.st.AppliedVersion, w.st.AppliedHash = s.Meta.Version, s.Meta.Hash
-	w.st.AppliedAt, w.st.Source = w.cfg.Now(), source
-	w.st.LatestVersion = max(w.st.LatestVersion, s.Meta.Version)
-	if w.st.RejectedVersion <= s.Meta.Version {
-		w.st.RejectedVersion, w.st.RejectedReason, w.rejectedHash = 0, "", ""
-	}
-	w.mu.Unlock()
+	w.recordApplied(s, source)
 	w.m.applies.WithLabelValues("applied").Inc()
 	w.m.version.Set(float64(s.Meta.Version))
-	w.log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
+	w.log.Info("snapshot applied", "lineage", s.Meta.Lineage, "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
 	w.changed()
 	if source == SourceEtcd && w.cfg.Cache != nil {
 		if err := w.cfg.Cache.Save(s); err != nil {
@@ -560,46 +475,4 @@ func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 		}
 	}
 	return nil
-}
-
-func (w *Watcher) reject(version uint64, hash, reason string) {
-	w.mu.Lock()
-	w.st.RejectedVersion, w.st.RejectedReason, w.rejectedHash = version, reason, hash
-	w.mu.Unlock()
-	w.m.applies.WithLabelValues("rejected").Inc()
-	w.log.Error("snapshot rejected; keeping the last good one", "version", version, "reason", reason)
-	w.changed()
-}
-
-func (w *Watcher) changed() {
-	if w.cfg.OnChange != nil {
-		w.cfg.OnChange()
-	}
-}
-
-func (w *Watcher) setSynced() {
-	w.mu.Lock()
-	flipped := !w.st.Connected
-	w.st.Connected, w.st.LastSync = true, w.cfg.Now()
-	w.mu.Unlock()
-	if flipped {
-		w.changed()
-	}
-}
-
-func (w *Watcher) setDisconnected() {
-	w.mu.Lock()
-	flipped := w.st.Connected
-	w.st.Connected = false
-	w.mu.Unlock()
-	if flipped {
-		w.changed()
-	}
-}
-
-func (w *Watcher) countRestart(reason string) {
-	w.mu.Lock()
-	w.st.WatchRestarts[reason]++
-	w.mu.Unlock()
-	w.m.restarts.WithLabelValues(reason).Inc()
 }

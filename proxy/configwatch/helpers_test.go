@@ -26,6 +26,13 @@ const pc = "BFE1"
 
 var layout = keys.MustNew("/sluicetest")
 
+// lineageSnapshot is testSnapshot(version) of a lineage.
+func lineageSnapshot(lineage string, version uint64) *snapshot.Snapshot {
+	s := testSnapshot(version)
+	s.Meta.Lineage = lineage
+	return s
+}
+
 // testSnapshot is a small valid snapshot whose content depends on version.
 func testSnapshot(version uint64) *snapshot.Snapshot {
 	s := &snapshot.Snapshot{
@@ -61,12 +68,19 @@ func publish(t testing.TB, cli *clientv3.Client, s *snapshot.Snapshot) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	publishRaw(t, cli, s.Meta.Version, s.Meta.Hash, mraw, parts)
+	publishPtr(t, cli, pointerOf(s), mraw, parts)
 }
 
 // publishRaw writes parts, then manifest bytes and a pointer {version, hash}.
 func publishRaw(t testing.TB, cli *clientv3.Client, version uint64, hash string, manifest []byte, parts []snapshot.Part) {
 	t.Helper()
+	publishPtr(t, cli, snapshot.Pointer{Version: version, Hash: hash}, manifest, parts)
+}
+
+// publishPtr writes parts, then manifest bytes and the pointer.
+func publishPtr(t testing.TB, cli *clientv3.Client, p snapshot.Pointer, manifest []byte, parts []snapshot.Part) {
+	t.Helper()
+	version := p.Version
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, p := range parts {
@@ -83,7 +97,7 @@ func publishRaw(t testing.TB, cli *clientv3.Client, version uint64, hash string,
 		t.Fatal(err)
 	}
 	ck, _ := layout.Current(pc)
-	ptr, _ := json.Marshal(snapshot.Pointer{Version: version, Hash: hash})
+	ptr, _ := json.Marshal(p)
 	if _, err := cli.Txn(ctx).Then(clientv3.OpPut(mk, string(manifest)), clientv3.OpPut(ck, string(ptr))).Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +109,7 @@ func movePointer(t testing.TB, cli *clientv3.Client, s *snapshot.Snapshot) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	ck, _ := layout.Current(pc)
-	ptr, _ := json.Marshal(snapshot.Pointer{Version: s.Meta.Version, Hash: s.Meta.Hash})
+	ptr, _ := json.Marshal(pointerOf(s))
 	if _, err := cli.Put(ctx, ck, string(ptr)); err != nil {
 		t.Fatal(err)
 	}

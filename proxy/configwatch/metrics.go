@@ -12,6 +12,8 @@ type metrics struct {
 	applies  *prometheus.CounterVec
 	applyDur prometheus.Histogram
 	version  prometheus.Gauge
+	// lineageChanges counts lineage changes followed.
+	lineageChanges prometheus.Counter
 }
 
 // newMetrics builds the watcher's collectors and registers them with reg
@@ -20,7 +22,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 	m := &metrics{
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_watch_restarts_total",
-			Help: "Snapshot watch restarts by reason (compacted, closed, watch_error, stall, sync_error).",
+			Help: "Snapshot watch restarts by reason (compacted, closed, watch_error, stall, sync_error, store_replaced).",
 		}, []string{"reason"}),
 		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_snapshot_applies_total",
@@ -35,6 +37,10 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 			Name: "sluice_proxy_snapshot_version",
 			Help: "Version of the applied snapshot (0: none).",
 		}),
+		lineageChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_proxy_lineage_changes_total",
+			Help: "Snapshot lineage changes followed (etcd wiped, replaced or restored): a snapshot of another lineage applied whatever its version.",
+		}),
 	}
 	if reg == nil {
 		return m, nil
@@ -43,7 +49,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 		Name: "sluice_proxy_snapshot_staleness_seconds",
 		Help: "Seconds since the proxy last heard from etcd while disconnected (0 when in sync).",
 	}, func() float64 { return w.Status().StaleSeconds(w.cfg.Now()) })
-	for _, c := range []prometheus.Collector{m.restarts, m.applies, m.applyDur, m.version, staleness} {
+	for _, c := range []prometheus.Collector{m.restarts, m.applies, m.applyDur, m.version, m.lineageChanges, staleness} {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -568,6 +568,10 @@ type Status struct {
 	RejectedVersion uint64            `json:"rejected_version,omitempty"`
 	RejectedReason  string            `json:"rejected_reason,omitempty"`
 	LatestVersion   uint64            `json:"latest_version,omitempty"`
+	AppliedLineage  string            `json:"applied_lineage,omitempty"`
+	PointerVersion  uint64            `json:"pointer_version,omitempty"`
+	Ahead           bool              `json:"ahead,omitempty"`
+	LineageChanges  uint64            `json:"lineage_changes,omitempty"`
 	EtcdConnected   *bool             `json:"etcd_connected,omitempty"`
 	StaleSeconds    float64           `json:"stale_seconds"`
 	LastSync        time.Time         `json:"last_sync,omitzero"`
@@ -592,6 +596,7 @@ func (s *source) adminStatus() Status {
 	connected := ws.Connected
 	st.AppliedHash, st.AppliedAt, st.Source = ws.AppliedHash, ws.AppliedAt, ws.Source
 	st.RejectedVersion, st.RejectedReason, st.LatestVersion = ws.RejectedVersion, ws.RejectedReason, ws.LatestVersion
+	st.AppliedLineage, st.PointerVersion, st.Ahead, st.LineageChanges = ws.AppliedLineage, ws.PointerVersion, ws.Ahead, ws.LineageChanges
 	st.EtcdConnected, st.LastSync, st.WatchRestarts = &connected, ws.LastSync, ws.WatchRestarts
 	st.StaleSeconds = ws.StaleSeconds(time.Now())
 	return st
@@ -604,6 +609,8 @@ func (s *source) proxyStatus(cfg Config, started time.Time) report.ProxyStatus {
 		ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
 		AppliedVersion: ws.AppliedVersion, AppliedHash: ws.AppliedHash, AppliedAt: ws.AppliedAt,
 		RejectedVersion: ws.RejectedVersion, RejectedReason: ws.RejectedReason, LatestVersion: ws.LatestVersion,
+		AppliedLineage: ws.AppliedLineage, PointerLineage: ws.PointerLineage, PointerVersion: ws.PointerVersion,
+		Ahead: ws.Ahead, LineageChanges: ws.LineageChanges, PreviousLineage: ws.PreviousLineage,
 		WatchLagSeconds: ws.StaleSeconds(now), EtcdConnected: ws.Connected, Source: ws.Source,
 		BinaryVersion: cfg.Version, StartedAt: started, UpdatedAt: now,
 	}

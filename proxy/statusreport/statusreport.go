@@ -1,7 +1,9 @@
 // Package statusreport writes a proxy's status and demand reports into etcd
 // under a lease, so the scheduler and lbctl see what every live proxy applied
 // and how much it sends to each cluster, and a dead proxy's keys vanish by
-// themselves when its lease expires.
+// themselves when its lease expires. A lease-less copy of the status (the
+// last-seen record) outlives the lease, so lbctl shows a proxy that died as
+// GONE instead of forgetting it; a proxy that stops cleanly deletes it.
 package statusreport
 
 import (
@@ -56,13 +58,13 @@ type Config struct {
 // Reporter keeps the two keys alive. Notify is safe for concurrent use; Run
 // is called once.
 type Reporter struct {
-	cfg                  Config
-	statusKey, demandKey string
-	log                  *slog.Logger
-	notify               chan struct{}
-	running              atomic.Bool
-	lease                atomic.Int64 // current lease ID, 0 when none
-	writes               atomic.Uint64
+	cfg                           Config
+	statusKey, demandKey, seenKey string
+	log                           *slog.Logger
+	notify                        chan struct{}
+	running                       atomic.Bool
+	lease                         atomic.Int64 // current lease ID, 0 when none
+	writes                        atomic.Uint64
 }
 
 // New checks cfg and fills defaults.
@@ -84,6 +86,10 @@ func New(cfg Config) (*Reporter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("statusreport: %w", err)
 	}
+	lk, err := cfg.Layout.LastSeen(cfg.ProxyCluster, cfg.ID)
+	if err != nil {
+		return nil, fmt.Errorf("statusreport: %w", err)
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -100,7 +106,7 @@ func New(cfg Config) (*Reporter, error) {
 		cfg.Now = time.Now
 	}
 	return &Reporter{
-		cfg: cfg, statusKey: sk, demandKey: dk,
+		cfg: cfg, statusKey: sk, demandKey: dk, seenKey: lk,
 		log:    cfg.Logger.With("component", "statusreport"), // the caller's logger names the proxy
 		notify: make(chan struct{}, 1),
 	}, nil
@@ -228,6 +234,7 @@ func (r *Reporter) write(ctx context.Context, id clientv3.LeaseID) error {
 	now := r.cfg.Now()
 	st := r.cfg.Status()
 	st.ProxyCluster, st.ID = r.cfg.ProxyCluster, r.cfg.ID
+	st.ReportIntervalSeconds = r.cfg.Interval.Seconds()
 	if st.UpdatedAt.IsZero() {
 		st.UpdatedAt = now
 	}
@@ -249,6 +256,7 @@ func (r *Reporter) write(ctx context.Context, id clientv3.LeaseID) error {
 	_, err = r.cfg.Client.Txn(wctx).Then(
 		clientv3.OpPut(r.statusKey, string(sb), clientv3.WithLease(id)),
 		clientv3.OpPut(r.demandKey, string(db), clientv3.WithLease(id)),
+		clientv3.OpPut(r.seenKey, string(sb)), // no lease: outlives a dead proxy
 	).Commit()
 	if err != nil {
 		return fmt.Errorf("write status: %w", err)
@@ -257,11 +265,18 @@ func (r *Reporter) write(ctx context.Context, id clientv3.LeaseID) error {
 	return nil
 }
 
-// revoke drops the lease so the keys vanish now rather than after the TTL.
-// ctx is done already: the revoke gets its own short deadline.
+// revoke drops the lease so the keys vanish now rather than after the TTL;
+// when the proxy is stopping (ctx done) the last-seen record goes too: a
+// proxy stopped on purpose is not GONE. ctx may be done already: the revoke
+// gets its own short deadline.
 func (r *Reporter) revoke(ctx context.Context, id clientv3.LeaseID) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
+	if ctx.Err() != nil {
+		if _, err := r.cfg.Client.Delete(rctx, r.seenKey); err != nil {
+			r.log.Warn("last-seen record delete failed; the proxy is listed GONE for a while", "key", r.seenKey, "err", err)
+		}
+	}
 	if _, err := r.cfg.Client.Revoke(rctx, id); err != nil {
 		r.log.Warn("status lease revoke failed; keys expire after the TTL", "lease", int64(id), "err", err)
 		return

@@ -138,10 +138,16 @@ func TestKeysAppearAndVanishOnCancel(t *testing.T) {
 	if lease == 0 {
 		t.Fatal("no lease while running")
 	}
+	if seen := getSeen(t, cli); seen == nil || seen.AppliedVersion != 4 || seen.ReportIntervalSeconds != 3600 || seen.StaleAfter() != 2*time.Hour {
+		t.Fatalf("last-seen record %+v; want a copy of the v4 status with its report interval", seen)
+	}
 	stopped := time.Now()
 	run.stop(t)
 	if st, dm := getStatus(t, cli); st != nil || dm != nil {
 		t.Fatalf("keys still there right after Run returned: %+v %+v", st, dm)
+	}
+	if seen := getSeen(t, cli); seen != nil {
+		t.Fatalf("a proxy stopped on purpose left its last-seen record: %+v", seen)
 	}
 	if took := time.Since(stopped); took > 5*time.Second {
 		t.Fatalf("graceful stop took %v", took)
@@ -167,7 +173,34 @@ func TestKeysExpireWhenProcessDies(t *testing.T) {
 		st, dm := getStatus(t, cli)
 		return st == nil && dm == nil
 	})
+	// The lease-less copy stays: lbctl lists the proxy as GONE.
+	if seen := getSeen(t, cli); seen == nil || seen.ID != "proxy-1" || seen.UpdatedAt.IsZero() {
+		t.Fatalf("last-seen record after the lease expired: %+v", seen)
+	}
 	run.stop(t)
+}
+
+// getSeen reads the last-seen record (nil if absent).
+func getSeen(t *testing.T, cli *clientv3.Client) *report.ProxyStatus {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	k, _ := layout.LastSeen("BFE1", "proxy-1")
+	r, err := cli.Get(ctx, k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 {
+		return nil
+	}
+	if r.Kvs[0].Lease != 0 {
+		t.Fatalf("last-seen record is bound to lease %x", r.Kvs[0].Lease)
+	}
+	var st report.ProxyStatus
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
+		t.Fatal(err)
+	}
+	return &st
 }
 
 func TestReRegistersAfterLeaseLossAndEtcdRestart(t *testing.T) {

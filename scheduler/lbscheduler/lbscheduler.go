@@ -131,6 +131,7 @@ type Scheduler struct {
 	exec     *shift.Executor
 	execTerm *publish.Leadership
 	prev     map[string]*snapshot.Snapshot
+	book     statusBook // what the leader last did (schedstatus.go)
 
 	whatIfMu sync.Mutex
 	whatIf   *plan.Planner

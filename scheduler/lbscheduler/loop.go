@@ -100,11 +100,21 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 
 	pv := planView(view, active)
 	start := time.Now()
+	if lead != nil {
+		s.book.begin(lead, now, inputRevision(view))
+		s.book.view = view
+	}
 	// ComputePlan assembles no snapshot: publishAll builds only those whose
 	// content hash differs from the live one.
 	pl, err := s.planner.ComputePlan(pv, prev)
 	s.m.compute.Observe(time.Since(start).Seconds())
 	if err != nil {
+		if lead != nil {
+			s.book.err = "compute: " + err.Error()
+			if werr := s.writeStatus(ctx, lead); werr != nil {
+				s.log.Warn("writing scheduler status", "err", werr)
+			}
+		}
 		return time.Time{}, fmt.Errorf("compute: %w", err)
 	}
 	s.observe(pl.Clusters)
@@ -121,6 +131,10 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 		}
 	}
 	versions, err := s.publishAll(ctx, lead, pl, prev, active)
+	s.book.keep(pl.ProxyClusters())
+	if werr := s.writeStatus(ctx, lead); werr != nil {
+		s.log.Warn("writing scheduler status", "err", werr)
+	}
 	if err != nil {
 		return next, err
 	}
@@ -142,9 +156,15 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 	}
 	for _, pc := range pcs {
 		r, err := s.pub.PublishHash(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
-			snap := pl.Snapshot(pc)
-			return snap, reason(pc, snap, prev[pc], active)
+			sp := pl.Snapshot(pc)
+			if sp == nil {
+				return nil, ""
+			}
+			snap := *sp // a copy: the plan's is shared and immutable
+			snap.Meta.Inputs = inputsFor(s.book.view, active, pc)
+			return &snap, reason(pc, &snap, prev[pc], active)
 		})
+		s.book.note(pc, r, err, s.cfg.Now())
 		if errors.Is(err, publish.ErrFenced) {
 			s.log.Error("publish fenced: stepping down", "proxy_cluster", pc)
 			select {
@@ -202,6 +222,9 @@ func (s *Scheduler) collect(ctx context.Context) {
 	}
 	if n > 0 {
 		s.log.Info("collected orphan parts", "count", n)
+	}
+	if _, err := s.collectGone(ctx, lead); err != nil {
+		s.log.Warn("collecting gone proxies", "err", err)
 	}
 }
 

@@ -1,11 +1,15 @@
 // Package publish writes snapshots to etcd as the elected scheduler leader.
 //
-// A publish for one proxy cluster is: skip if current/<pc> already carries
-// the snapshot's content hash; otherwise validate (I7), encode, write the
+// A publish for one proxy cluster is: read the prefix's lineage (minting one
+// if there is none: a fresh or wiped etcd); skip if current/<pc> already
+// carries the snapshot's content hash in that lineage; otherwise pick the
+// version (one above every version of the lineage in sight, see
+// versionFloor), validate (I7), encode, write the
 // content-addressed parts (each in its own transaction fenced on the leader's
 // election key), then ONE transaction fenced on the election key that writes
 // the immutable manifest snapshots/<pc>/<version> (only if absent) and moves
-// current/<pc> (only if it did not move since we read it). Proxies only
+// current/<pc> (only if it did not move since we read it, and the lineage
+// record is still the one read). Proxies only
 // follow current/<pc>, so a crash before that transaction leaves nothing a
 // proxy can see; the orphaned parts are collected by CollectParts.
 //
@@ -54,7 +58,9 @@ const (
 // Result describes a successful Publish.
 type Result struct {
 	Outcome Outcome
-	// Version is the live version after the call (the new one if Published).
+	// Lineage and Version are the live snapshot's after the call (the new
+	// one if Published).
+	Lineage string
 	Version uint64
 	Hash    string
 	// Revision is the etcd revision of the pointer write (0 if Unchanged).
@@ -114,8 +120,11 @@ func (p *Publisher) Count(result string) float64 {
 const attempts = 3
 
 // Publish makes s the live snapshot of s.Meta.ProxyCluster, as leader lead.
-// s is not modified: its Meta is filled on a copy (Version = current + 1,
-// Parent = current, Author, Reason, CreatedAt; Hash if empty).
+// s is not modified: its Meta is filled on a copy (Lineage = the prefix's
+// lineage, minted if there is none; Version = one above every version of
+// that lineage in sight — the pointer, the newest manifest key, what the
+// proxies of pc applied —; Parent = current, Author, Reason, CreatedAt;
+// Hash if empty).
 //
 // Errors: ErrFenced (term over), ErrInvalid, ErrConflict, or an etcd error.
 // After an etcd error the call is safe to repeat: a publish whose response
@@ -161,12 +170,24 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		built  bool
 	)
 	for range attempts {
-		ptr, curRev, err := p.Current(ctx, pc)
+		h, err := p.readHead(ctx, curKey)
 		if err != nil {
 			return Result{}, fmt.Errorf("publish %s: %w", pc, err)
 		}
-		if ptr.Hash == hash {
-			return Result{Outcome: Unchanged, Version: ptr.Version, Hash: hash}, nil
+		if h.linRev == 0 {
+			if err := p.mintLineage(ctx, lead); err != nil {
+				return Result{}, fmt.Errorf("publish %s: %w", pc, err)
+			}
+			if h, err = p.readHead(ctx, curKey); err != nil {
+				return Result{}, fmt.Errorf("publish %s: %w", pc, err)
+			}
+			if h.linRev == 0 {
+				return Result{}, fmt.Errorf("publish %s: %w: the lineage key vanished right after it was minted", pc, ErrConflict)
+			}
+		}
+		ptr, curRev, lineage := h.ptr, h.ptrRev, h.lineage.ID
+		if ptr.Hash == hash && ptr.Lineage == lineage {
+			return Result{Outcome: Unchanged, Version: ptr.Version, Hash: hash, Lineage: lineage}, nil
 		}
 		if !built {
 			s, why := build()
@@ -181,8 +202,16 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 				return Result{}, fmt.Errorf("publish %s: %w: snapshot hash %s is not the announced %s", pc, ErrInvalid, snap.Meta.Hash, hash)
 			}
 		}
-		snap.Meta.Version = ptr.Version + 1
-		snap.Meta.Parent = ptr.Version
+		floor, err := p.versionFloor(ctx, pc, lineage)
+		if err != nil {
+			return Result{}, fmt.Errorf("publish %s: %w", pc, err)
+		}
+		snap.Meta.Lineage = lineage
+		snap.Meta.Version = max(ptr.Version, floor) + 1
+		snap.Meta.Parent = 0
+		if ptr.Lineage == lineage {
+			snap.Meta.Parent = ptr.Version
+		}
 		snap.Meta.Author = p.author
 		snap.Meta.Reason = reason
 		snap.Meta.CreatedAt = p.now().UTC().Truncate(time.Millisecond)
@@ -204,11 +233,14 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		if err != nil {
 			return Result{}, fmt.Errorf("publish: encode manifest: %w", err)
 		}
-		ptrRaw, _ := json.Marshal(snapshot.Pointer{Version: snap.Meta.Version, Hash: hash})
+		ptrRaw, _ := json.Marshal(snapshot.Pointer{Lineage: lineage, Version: snap.Meta.Version, Hash: hash})
 		r, err := p.cli.Txn(ctx).If(
 			lead.Fence(),
 			clientv3.Compare(clientv3.CreateRevision(manKey), "=", 0),
 			clientv3.Compare(clientv3.ModRevision(curKey), "=", curRev),
+			// The lineage must still be the one read: a wipe of the prefix
+			// under us gets a new lineage, not our version numbers.
+			clientv3.Compare(clientv3.CreateRevision(p.layout.Lineage()), "=", h.linRev),
 		).Then(
 			clientv3.OpPut(manKey, string(manRaw)),
 			clientv3.OpPut(curKey, string(ptrRaw)),
@@ -217,19 +249,19 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		).Commit()
 		if err != nil {
 			// The request may have been applied and only the answer lost.
-			if ok, res := p.landed(pc, snap.Meta.Version, hash); ok {
+			if ok, res := p.landed(pc, lineage, snap.Meta.Version, hash); ok {
 				return res, nil
 			}
 			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
 		}
 		if r.Succeeded {
-			p.log.Info("published", "proxy_cluster", pc, "version", snap.Meta.Version, "hash", hash, "reason", reason)
-			return Result{Outcome: Published, Version: snap.Meta.Version, Hash: hash, Revision: r.Header.Revision}, nil
+			p.log.Info("published", "proxy_cluster", pc, "lineage", lineage, "version", snap.Meta.Version, "hash", hash, "reason", reason)
+			return Result{Outcome: Published, Version: snap.Meta.Version, Hash: hash, Lineage: lineage, Revision: r.Header.Revision}, nil
 		}
 		if !leaderKeyHolds(r.Responses[0].GetResponseRange().Kvs, lead.Rev) {
 			return Result{}, fmt.Errorf("publish %s v%d: %w", pc, snap.Meta.Version, ErrFenced)
 		}
-		// The pointer moved (or the version exists): read again.
+		// The pointer moved, the version exists or the lineage changed: read again.
 	}
 	return Result{}, fmt.Errorf("publish %s: %w after %d attempts", pc, ErrConflict, attempts)
 }
@@ -239,15 +271,15 @@ func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
 }
 
 // landed checks, after a failed commit, whether the pointer carries our
-// version and hash anyway.
-func (p *Publisher) landed(pc string, version uint64, hash string) (bool, Result) {
+// lineage, version and hash anyway.
+func (p *Publisher) landed(pc, lineage string, version uint64, hash string) (bool, Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ptr, _, err := p.Current(ctx, pc)
-	if err != nil || ptr.Hash != hash || ptr.Version != version {
+	if err != nil || ptr.Hash != hash || ptr.Version != version || ptr.Lineage != lineage {
 		return false, Result{}
 	}
-	return true, Result{Outcome: Published, Version: version, Hash: hash}
+	return true, Result{Outcome: Published, Version: version, Hash: hash, Lineage: lineage}
 }
 
 // WriteParts stores parts, each in its own transaction fenced on lead (a

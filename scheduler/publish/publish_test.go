@@ -97,7 +97,11 @@ func TestPublishVersionsMetaAndUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := snapshot.Meta{ProxyCluster: "BFE1", Version: 2, Parent: 1, Author: "lbscheduler/S1",
+	lin, err := p.Lineage(ctx)
+	if err != nil || lin.ID == "" || lin.CreatedBy != "lbscheduler/S1" || !lin.CreatedAt.Equal(now) {
+		t.Fatalf("lineage record %+v, %v", lin, err)
+	}
+	want := snapshot.Meta{ProxyCluster: "BFE1", Lineage: lin.ID, Version: 2, Parent: 1, Author: "lbscheduler/S1",
 		Reason: "shift s-1 step 1/3", CreatedAt: now, Hash: snap(70, 0).Meta.Hash}
 	if got.Meta != want {
 		t.Fatalf("meta %+v\nwant %+v", got.Meta, want)
@@ -124,12 +128,13 @@ func TestLostResponseIsNotPublishedTwice(t *testing.T) {
 	ctx := ctxT(t)
 	l := lead(t, cli, "S1")
 	p := New(cli, layout, Options{Author: "lbscheduler/S1"})
-	if _, err := p.Publish(ctx, l, snap(50, 0), "a"); err != nil {
+	r1, err := p.Publish(ctx, l, snap(50, 0), "a")
+	if err != nil {
 		t.Fatal(err)
 	}
 	// Commit v2 by hand exactly as Publish would, and "lose" the answer.
 	s := snap(40, 0)
-	s.Meta.Version, s.Meta.Parent = 2, 1
+	s.Meta.Version, s.Meta.Parent, s.Meta.Lineage = 2, 1, r1.Lineage
 	m, _, err := snapshot.Encode(s)
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +143,7 @@ func TestLostResponseIsNotPublishedTwice(t *testing.T) {
 	ck, _ := layout.Current("BFE1")
 	if _, err := cli.Txn(ctx).If(l.Fence()).Then(
 		clientv3.OpPut(mk, string(mustJSON(t, m))),
-		clientv3.OpPut(ck, string(mustJSON(t, snapshot.Pointer{Version: 2, Hash: s.Meta.Hash}))),
+		clientv3.OpPut(ck, string(mustJSON(t, snapshot.Pointer{Lineage: r1.Lineage, Version: 2, Hash: s.Meta.Hash}))),
 	).Commit(); err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,8 @@ type Perm struct {
 //
 // kinds: all, desired, shifts, shift-progress, instances [cluster sub ip:port],
 // demand [proxyCluster [proxyID]], status [proxyCluster [proxyID]],
-// snapshots [proxyCluster], parts, current [proxyCluster], election, leader.
+// last-seen [proxyCluster [proxyID]], snapshots [proxyCluster], parts,
+// current [proxyCluster], lineage, election, leader, scheduler-status.
 // Keys come from api/keys; a kind without its last names is a prefix.
 func parseAccess(path string, layout keys.Layout) (*Access, error) {
 	raw, err := os.ReadFile(path)
@@ -146,6 +147,24 @@ func permKey(l keys.Layout, kind string, args []string) (Perm, error) {
 			return Perm{}, err
 		}
 		return exact(l.Leader(), nil)
+	case "lineage":
+		if err := want(0); err != nil {
+			return Perm{}, err
+		}
+		return exact(l.Lineage(), nil)
+	case "scheduler-status":
+		if err := want(0); err != nil {
+			return Perm{}, err
+		}
+		return exact(l.SchedulerStatus(), nil)
+	case "last-seen":
+		switch len(args) {
+		case 0, 1:
+			return pfx(l.LastSeenPrefix(strings.Join(args, "")))
+		case 2:
+			return exact(l.LastSeen(args[0], args[1]))
+		}
+		return Perm{}, fmt.Errorf("kind last-seen takes at most 2 names, got %q", args)
 	case "instances":
 		if len(args) == 0 {
 			return prefix(l.InstancesPrefix())
@@ -198,5 +217,5 @@ func permKey(l keys.Layout, kind string, args []string) (Perm, error) {
 		// A prefix, so that list-then-watch with WithPrefix is permitted.
 		return pfx(l.Current(args[0]))
 	}
-	return Perm{}, fmt.Errorf("unknown key kind %q; want all, desired, shifts, shift-progress, instances, demand, status, snapshots, parts, current, election or leader", kind)
+	return Perm{}, fmt.Errorf("unknown key kind %q; want all, desired, shifts, shift-progress, instances, demand, status, last-seen, snapshots, parts, current, lineage, election, leader or scheduler-status", kind)
 }

@@ -1,0 +1,108 @@
+package configwatch
+
+import (
+	"time"
+
+	"github.com/sluicelb/sluice/api/snapshot"
+)
+
+// Status is what the watcher has done so far.
+type Status struct {
+	// AppliedLineage and AppliedVersion identify the applied snapshot
+	// ("" lineage: unknown, a snapshot older than lineages).
+	AppliedLineage string
+	AppliedVersion uint64
+	AppliedHash    string
+	AppliedAt      time.Time
+	Source         string // SourceEtcd or SourceDiskCache
+	// RejectedVersion is the newest version refused, with the reason.
+	RejectedVersion uint64
+	RejectedReason  string
+	// LatestVersion is the newest pointer seen in the applied lineage.
+	LatestVersion uint64
+	// PointerLineage and PointerVersion are what the pointer named when last read.
+	PointerLineage string
+	PointerVersion uint64
+	// Ahead: the pointer names an older version of the applied lineage (it
+	// was moved back); the newer applied snapshot stays (I1).
+	Ahead bool
+	// LineageChanges counts the lineage changes followed; PreviousLineage is
+	// the lineage left last.
+	LineageChanges  uint64
+	PreviousLineage string
+	// Connected: the last etcd operation succeeded.
+	Connected bool
+	// LastSync is the last successful list, watch event or progress notification.
+	LastSync time.Time
+	// WatchRestarts counts restarts by reason.
+	WatchRestarts map[string]uint64
+}
+
+// StaleSeconds is how long the applied configuration may lag etcd: 0 while
+// connected, else the time since the last successful sync (or since the
+// snapshot was applied, when etcd was never reached).
+func (s Status) StaleSeconds(now time.Time) float64 {
+	switch {
+	case s.Connected:
+		return 0
+	case !s.LastSync.IsZero():
+		return max(0, now.Sub(s.LastSync).Seconds())
+	case !s.AppliedAt.IsZero():
+		return max(0, now.Sub(s.AppliedAt).Seconds())
+	}
+	return 0
+}
+
+// Status returns a copy of the current status.
+func (w *Watcher) Status() Status {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := w.st
+	s.WatchRestarts = make(map[string]uint64, len(w.st.WatchRestarts))
+	for k, v := range w.st.WatchRestarts {
+		s.WatchRestarts[k] = v
+	}
+	return s
+}
+
+func (w *Watcher) reject(p snapshot.Pointer, reason string) {
+	w.mu.Lock()
+	w.st.RejectedVersion, w.st.RejectedReason, w.rejected = p.Version, reason, p
+	w.mu.Unlock()
+	w.m.applies.WithLabelValues("rejected").Inc()
+	w.log.Error("snapshot rejected; keeping the last good one", "lineage", p.Lineage, "version", p.Version, "reason", reason)
+	w.changed()
+}
+
+func (w *Watcher) changed() {
+	if w.cfg.OnChange != nil {
+		w.cfg.OnChange()
+	}
+}
+
+func (w *Watcher) setSynced() {
+	w.mu.Lock()
+	flipped := !w.st.Connected
+	w.st.Connected, w.st.LastSync = true, w.cfg.Now()
+	w.mu.Unlock()
+	if flipped {
+		w.changed()
+	}
+}
+
+func (w *Watcher) setDisconnected() {
+	w.mu.Lock()
+	flipped := w.st.Connected
+	w.st.Connected = false
+	w.mu.Unlock()
+	if flipped {
+		w.changed()
+	}
+}
+
+func (w *Watcher) countRestart(reason string) {
+	w.mu.Lock()
+	w.st.WatchRestarts[reason]++
+	w.mu.Unlock()
+	w.m.restarts.WithLabelValues(reason).Inc()
+}
