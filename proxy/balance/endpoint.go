@@ -77,7 +77,9 @@ type Endpoint struct {
 	addr        netip.AddrPort
 	reg         *Registry
 	ewmaBits    atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
-	_           [8]byte
+	// The least-load trees of the current table's groups holding the
+	// address (nil: none); every in-flight change is written to them.
+	trees atomic.Pointer[[]loadSlot]
 
 	// The in-flight count, split over cache lines by stripe (see
 	// Cluster.Start): picks on different cores do not pass one line back
@@ -150,8 +152,22 @@ func (e *Endpoint) InFlight() int64 {
 	return n
 }
 
-// acquire counts one pick on stripe's cell; Pick.Done takes it back.
-func (e *Endpoint) acquire(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(1) }
+// acquire counts one pick on stripe's cell; Pick.Done takes it back with
+// release.
+func (e *Endpoint) acquire(stripe uint32) {
+	e.load[stripe&(inflightCells-1)].n.Add(1)
+	if ts := e.trees.Load(); ts != nil {
+		noteLoad(*ts)
+	}
+}
+
+// release takes back one pick counted on c (one of e.load).
+func (e *Endpoint) release(c *cell) {
+	c.n.Add(-1)
+	if ts := e.trees.Load(); ts != nil {
+		noteLoad(*ts)
+	}
+}
 
 // Health returns the current health state.
 func (e *Endpoint) Health() HealthState {
