@@ -28,13 +28,3 @@ func (s *smoothWRR) pick(weights []int, ok func(i int) bool) int {
 	return best
 }
 
-func sigOf(ids []int32, weights []int) uint64 {
-	h := uint64(14695981039346656037)
-	for i, id := range ids {
-		h ^= uint64(id)
-		h *= 1099511628211
-		h ^= uint64(weights[i])
-		h *= 1099511628211
-	}
-	return h
-}
