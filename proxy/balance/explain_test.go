@@ -127,7 +127,10 @@ func TestExplainDeterministicMatchesRealPick(t *testing.T) {
 // When each request draws its sub-cluster (request mode, or an empty key)
 // explain gives the shares and every candidate, and names nothing.
 func TestExplainDrawnSubCluster(t *testing.T) {
-	pol := policy(func(p *config.Policy) { p.Balance.SubclusterMode = config.SubclusterRequest; p.Balance.Instance = config.InstanceSticky })
+	pol := policy(func(p *config.Policy) {
+		p.Balance.SubclusterMode = config.SubclusterRequest
+		p.Balance.Instance = config.InstanceSticky
+	})
 	e := newEnv(t, snap(1, pol, 20, sc{name: "A", weight: 40, weights: []int{1, 1}}, sc{name: "B", weight: 40, weights: []int{1}}))
 	ex := e.cluster().Explain(nil, netip.MustParseAddr("192.0.2.1"))
 	if ex.Deterministic || ex.SubCluster != "" || ex.Instance != "" || ex.Blackhole {

@@ -27,4 +27,3 @@ func (s *smoothWRR) pick(weights []int, ok func(i int) bool) int {
 	}
 	return best
 }
-
