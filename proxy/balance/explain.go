@@ -36,6 +36,10 @@ type Explanation struct {
 	// Deterministic: Instance is where this request goes.
 	Deterministic bool   `json:"deterministic"`
 	Instance      string `json:"instance,omitempty"`
+	// InstanceBy says what decides Instance: "cookie" (a valid sticky
+	// cookie), "hash" (sticky, source), "first" (the first available) or
+	// "only-available" (the sub-cluster has one available instance).
+	InstanceBy string `json:"instance_by,omitempty"`
 	// Candidates are the available instances the pick chooses from (of
 	// SubCluster, or of every sub-cluster with a share when it is drawn).
 	Candidates []Candidate `json:"candidates,omitempty"`
@@ -80,7 +84,8 @@ func (c *Cluster) Explain(req *http.Request, clientIP netip.Addr) Explanation {
 		if c.stickyCookie && c.bhWeight == 0 {
 			// No blackhole share to draw first: a valid cookie decides.
 			if cg, i, ok := s.cookieTarget(); ok {
-				ex.SubCluster, ex.Instance, ex.Reason, ex.Deterministic = cg.name, cg.members[i].ep.addr.String(), reasonNames[reasonCookie], true
+				ex.SubCluster, ex.Instance, ex.Deterministic = cg.name, cg.members[i].ep.addr.String(), true
+				ex.Reason, ex.InstanceBy = reasonNames[reasonCookie], reasonNames[reasonCookie]
 				return ex
 			}
 		}
@@ -116,7 +121,8 @@ func (c *Cluster) Explain(req *http.Request, clientIP netip.Addr) Explanation {
 	ex.SubCluster = g.name
 	if c.stickyCookie {
 		if cg, i, ok := s.cookieTarget(); ok {
-			ex.SubCluster, ex.Instance, ex.Reason, ex.Deterministic = cg.name, cg.members[i].ep.addr.String(), reasonNames[reasonCookie], true
+			ex.SubCluster, ex.Instance, ex.Deterministic = cg.name, cg.members[i].ep.addr.String(), true
+			ex.Reason, ex.InstanceBy = reasonNames[reasonCookie], reasonNames[reasonCookie]
 			return ex
 		}
 	}
@@ -137,9 +143,19 @@ func (c *Cluster) explainInstance(s *Selection, g *group, ex *Explanation, decid
 		return
 	}
 	ok := func(i int) bool { return v.avail[i] }
-	fixed := -1
-	switch c.algo {
-	case algoSource:
+	fixed, by := -1, "hash"
+	if v.nAvail == 1 {
+		by = "only-available"
+		// One available instance: whatever the algorithm, it takes the pick.
+		for i := range v.avail {
+			if v.avail[i] {
+				fixed = i
+			}
+		}
+	}
+	switch {
+	case fixed >= 0:
+	case c.algo == algoSource:
 		if s.ip.IsValid() {
 			if h := hashAddr(s.ip); c.consistent {
 				fixed = g.ring.lookup(h, ok)
@@ -147,17 +163,17 @@ func (c *Cluster) explainInstance(s *Selection, g *group, ex *Explanation, decid
 				fixed = mapBased(v, h, ok)
 			}
 		}
-	case algoSticky:
+	case c.algo == algoSticky:
 		if h, keyed := s.key(); keyed && c.pol.Balance.BoundedLoadPercent <= 0 {
 			fixed = g.ring.lookup(h, ok)
 		}
-	case algoFirst:
+	case c.algo == algoFirst:
 		if c.pol.Pool.MaxConnsPerHost <= 0 {
-			fixed = firstAvail{}.next(g, v)
+			fixed, by = firstAvail{}.next(g, v), "first"
 		}
 	}
 	if fixed >= 0 && decide {
-		ex.Instance, ex.Deterministic = g.members[fixed].ep.addr.String(), true
+		ex.Instance, ex.InstanceBy, ex.Deterministic = g.members[fixed].ep.addr.String(), by, true
 		return
 	}
 	next := fixed
