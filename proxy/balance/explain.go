@@ -231,10 +231,11 @@ func (p firstAvail) next(g *group, v *view) int {
 // the schedule cursor or the rotation.
 func (leastLoad) next(c *Cluster, g *group, v *view) int {
 	ok := func(i int) bool { return v.avail[i] && v.weights[i] > 0 }
-	best, ties, isTie := leastScan(g, v, ok)
+	best, ties, bn, bw := leastScan(g, v, ok)
 	if ties <= 1 {
 		return best
 	}
+	isTie := func(i int) bool { return ok(i) && g.members[i].ep.InFlight()*bw == bn*int64(v.weights[i]) }
 	from := int((g.rr.Load() + 1) % uint64(len(g.members)))
 	if c.algo == algoWLC && len(v.sched.order) > 0 {
 		for k := range scheduleTries {

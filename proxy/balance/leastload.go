@@ -128,7 +128,13 @@ func (t *loadTree) setLoad(i int) {
 	k := t.size + i
 	t.node[k] = t.leaf(i)
 	for k >>= 1; k >= 1; k >>= 1 {
-		t.node[k] = t.combine(t.node[2*k], t.node[2*k+1])
+		nd := t.combine(t.node[2*k], t.node[2*k+1])
+		if nd == t.node[k] && nd.best != int32(i) {
+			// Same node, and its best is not the member whose load
+			// changed: nothing above can change either.
+			return
+		}
+		t.node[k] = nd
 	}
 }
 
@@ -328,10 +334,12 @@ func (p leastLoad) scheduled(s *Selection, v *view, best int32, isTie func(int) 
 // as the tree's, for a selection on a table that is no longer (or not yet)
 // the current one.
 func (p leastLoad) scan(s *Selection, g *group, v *view) int {
-	best, ties, isTie := leastScan(g, v, func(i int) bool { return v.avail[i] && v.weights[i] > 0 && !s.isTried(g.members[i].ep) })
+	ok := func(i int) bool { return v.avail[i] && v.weights[i] > 0 && !s.isTried(g.members[i].ep) }
+	best, ties, bn, bw := leastScan(g, v, ok)
 	if ties <= 1 {
 		return best
 	}
+	isTie := func(i int) bool { return ok(i) && g.members[i].ep.InFlight()*bw == bn*int64(v.weights[i]) }
 	after := func(from int) int { return firstFrom(len(g.members), from, isTie, best) }
 	switch {
 	case p.tie == tieRandom && s.nTried == 0:
@@ -354,10 +362,9 @@ func (p leastLoad) scan(s *Selection, g *group, v *view) int {
 }
 
 // leastScan finds, among the members ok accepts, the least loaded (the
-// first of equals), how many share its load, and the test for those.
-func leastScan(g *group, v *view, ok func(int) bool) (best, ties int, isTie func(int) bool) {
+// first of equals), how many share its load, and that load (bn / bw).
+func leastScan(g *group, v *view, ok func(int) bool) (best, ties int, bn, bw int64) {
 	best = -1
-	var bn, bw int64
 	for i := range g.members {
 		if !ok(i) {
 			continue
@@ -370,8 +377,7 @@ func leastScan(g *group, v *view, ok func(int) bool) (best, ties int, isTie func
 			ties++
 		}
 	}
-	isTie = func(i int) bool { return ok(i) && g.members[i].ep.InFlight()*bw == bn*int64(v.weights[i]) }
-	return best, ties, isTie
+	return best, ties, bn, bw
 }
 
 // firstFrom is the first i of 0..n-1 at or after from, wrapping around,
