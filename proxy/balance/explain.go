@@ -169,7 +169,7 @@ func (c *Cluster) explainInstance(s *Selection, g *group, ex *Explanation, decid
 		}
 	case c.algo == algoFirst:
 		if c.pol.Pool.MaxConnsPerHost <= 0 {
-			fixed, by = firstAvail{}.next(g, v), "first"
+			fixed, by = firstAvail{}.scan(g, ok), "first"
 		}
 	}
 	if fixed >= 0 && decide {
@@ -203,28 +203,11 @@ func (c *Cluster) nextPick(g *group, v *view) int {
 			}
 		}
 	case algoFirst:
-		return firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}.next(g, v)
+		return firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}.scan(g, func(i int) bool { return v.avail[i] })
 	case algoWLC, algoLeastConn:
 		return leastLoad{}.next(c, g, v)
 	}
 	return -1
-}
-
-// next is firstAvail's pick for a first attempt, by a scan.
-func (p firstAvail) next(g *group, v *view) int {
-	fallback := -1
-	for i := range g.members {
-		if !v.avail[i] || v.weights[i] <= 0 {
-			continue
-		}
-		if p.limit <= 0 || g.members[i].ep.InFlight() < p.limit {
-			return i
-		}
-		if fallback < 0 {
-			fallback = i
-		}
-	}
-	return fallback
 }
 
 // next is the wlc or leastconn first-attempt pick, read without advancing

@@ -400,19 +400,7 @@ func (p firstAvail) pick(s *Selection, g *group, v *view) int {
 	t := g.load
 	ok := func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
 	if t == nil || !t.live.Load() {
-		fallback := -1
-		for i := range g.members {
-			if !ok(i) {
-				continue
-			}
-			if p.limit <= 0 || g.members[i].ep.InFlight() < p.limit {
-				return i
-			}
-			if fallback < 0 {
-				fallback = i
-			}
-		}
-		return fallback
+		return p.scan(g, ok)
 	}
 	var okTree func(int) bool
 	if s.nTried > 0 {
@@ -427,6 +415,23 @@ func (p firstAvail) pick(s *Selection, g *group, v *view) int {
 		}
 	}
 	return t.firstBelow(1, math.MaxInt64, okTree)
+}
+
+// scan is firstAvail's pick among the members ok accepts, by a scan.
+func (p firstAvail) scan(g *group, ok func(int) bool) int {
+	fallback := -1
+	for i := range g.members {
+		if !ok(i) {
+			continue
+		}
+		if p.limit <= 0 || g.members[i].ep.InFlight() < p.limit {
+			return i
+		}
+		if fallback < 0 {
+			fallback = i
+		}
+	}
+	return fallback
 }
 
 // inFlightSum is Σ in-flight over v's available members: from the tree
