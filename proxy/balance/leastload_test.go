@@ -229,3 +229,70 @@ func bitsLen(n int) int {
 	}
 	return k
 }
+
+// Under concurrent picks, answers and table swaps, every tree converges:
+// once all requests are answered each live tree holds every member's true
+// in-flight count (zero), whatever order the updates ran in.
+func TestLoadTreeConvergesUnderConcurrency(t *testing.T) {
+	ws := make([]int, 64)
+	for i := range ws {
+		ws[i] = 1 + i%4
+	}
+	e := newEnv(t, snap(1, leastLoadPolicy(config.InstanceWLC), 0, sc{name: "A", weight: 60, weights: ws}, sc{name: "B", weight: 40, weights: ws[:40]}))
+	done := make(chan struct{})
+	errs := make(chan error, 8)
+	for w := range 4 {
+		go func() {
+			var held []Pick
+			for k := 0; ; k++ {
+				select {
+				case <-done:
+					for _, p := range held {
+						p.Done(Result{Status: 200})
+					}
+					errs <- nil
+					return
+				default:
+				}
+				s := e.h.Load().Cluster("demo").NewSelection(nil, netip.AddrFrom4([4]byte{10, 7, byte(w), byte(k)}))
+				p, err := s.Next()
+				s.Release()
+				if err != nil {
+					errs <- err
+					return
+				}
+				held = append(held, p)
+				if len(held) > 5 {
+					held[0].Done(Result{Status: 200})
+					held = held[1:]
+				}
+			}
+		}()
+	}
+	for v := uint64(2); v < 40; v++ {
+		// Swaps while picking: the same members, a new table (and new trees) each time.
+		e.apply(snap(v, leastLoadPolicy(config.InstanceWLC), 0, sc{name: "A", weight: 60, weights: ws}, sc{name: "B", weight: 40, weights: ws[:40]}))
+	}
+	close(done)
+	for range 4 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, g := range e.cluster().subs {
+		tr := g.load
+		v := g.currentView()
+		tr.mu.Lock()
+		for i := range g.members {
+			// Not re-synced: what the incremental updates left.
+			if n := g.members[i].ep.InFlight(); n != 0 || tr.n[i] != 0 {
+				t.Errorf("%s member %d: in flight %d, tree %d; want 0", g.name, i, n, tr.n[i])
+			}
+		}
+		tr.sync(v)
+		if root := tr.node[1]; root.ties != int32(len(g.members)) {
+			t.Errorf("%s: root %+v, want all %d members tied at zero", g.name, root, len(g.members))
+		}
+		tr.mu.Unlock()
+	}
+}
