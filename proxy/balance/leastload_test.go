@@ -123,6 +123,11 @@ func TestLoadTreeSeesOtherClustersLoad(t *testing.T) {
 			s.Clusters["other"] = other
 			e := newEnv(t, s)
 			oc := e.h.Load().Cluster("other")
+			// A first pick syncs the tree: what follows reaches it only
+			// through the endpoints' updates.
+			if _, err := e.pick(netip.AddrFrom4([4]byte{192, 0, 2, 1})); err != nil {
+				t.Fatal(err)
+			}
 			var held []Pick
 			for range 2 { // two held on instance 0, one on 1: 2 is the least loaded
 				for _, want := range []netip.AddrPort{inst(1, 0), inst(1, 1)} {
