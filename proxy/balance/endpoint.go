@@ -117,6 +117,7 @@ type cell struct {
 const (
 	cellReleased uint32 = 1 << iota // no table references the address
 	cellFailing                     // consecFails is not zero
+	cellTracked                     // trees is set: in-flight changes are written to load trees
 )
 
 // setFlags and clearFlags change f in every cell (rare: a release, the
@@ -154,18 +155,38 @@ func (e *Endpoint) InFlight() int64 {
 
 // acquire counts one pick on stripe's cell; Pick.Done takes it back with
 // release.
+// The flag is read from the cell just written: an address no load tree
+// tracks pays no second cache line.
 func (e *Endpoint) acquire(stripe uint32) {
-	e.load[stripe&(inflightCells-1)].n.Add(1)
-	if ts := e.trees.Load(); ts != nil {
-		noteLoad(*ts)
+	c := &e.load[stripe&(inflightCells-1)]
+	c.n.Add(1)
+	if c.flags.Load()&cellTracked != 0 {
+		e.noteLoad()
 	}
 }
 
 // release takes back one pick counted on c (one of e.load).
 func (e *Endpoint) release(c *cell) {
 	c.n.Add(-1)
+	if c.flags.Load()&cellTracked != 0 {
+		e.noteLoad()
+	}
+}
+
+// noteLoad writes the in-flight count to the trees tracking the address.
+func (e *Endpoint) noteLoad() {
 	if ts := e.trees.Load(); ts != nil {
 		noteLoad(*ts)
+	}
+}
+
+// track points the address at the load trees holding it (nil: none).
+func (e *Endpoint) track(ts *[]loadSlot) {
+	e.trees.Store(ts)
+	if ts != nil {
+		e.setFlags(cellTracked)
+	} else {
+		e.clearFlags(cellTracked)
 	}
 }
 

@@ -466,7 +466,7 @@ func installLoadTrees(old, t *Table) {
 			}
 		}
 		for _, e := range old.endpoints {
-			e.trees.Store(nil)
+			e.track(nil)
 		}
 	}
 	if t == nil {
@@ -485,7 +485,7 @@ func installLoadTrees(old, t *Table) {
 		}
 	}
 	for e, s := range slots {
-		e.trees.Store(&s)
+		e.track(&s)
 	}
 	for _, c := range t.clusters {
 		for _, g := range c.subs {
