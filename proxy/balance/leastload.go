@@ -44,10 +44,33 @@ type loadTree struct {
 var loadTreeMin = 32
 
 // loadNode is one range of members: the least loaded (leftmost of equals;
-// -1 when none is available) and how many share its load.
+// -1 when none is available), how many share its load, and that load
+// (n / w; w 0 when none) — carried in the node, so that fixing a path
+// compares nodes without reading the members.
 type loadNode struct {
 	best int32
 	ties int32
+	n, w int64
+}
+
+// cmp orders two loads (w 0 stands for no member, heavier than any).
+func (a loadNode) cmp(b loadNode) int {
+	switch {
+	case a.w == 0 && b.w == 0:
+		return 0
+	case a.w == 0:
+		return 1
+	case b.w == 0:
+		return -1
+	}
+	l, r := a.n*b.w, b.n*a.w
+	switch {
+	case l < r:
+		return -1
+	case l > r:
+		return 1
+	}
+	return 0
 }
 
 // loadSlot is one tree an endpoint's in-flight count is written to.
@@ -82,40 +105,25 @@ func newLoadTree(g *group, unit bool) *loadTree {
 }
 
 // cmp orders members a and b by load (-1 stands for no member, heavier than any).
-func (t *loadTree) cmp(a, b int32) int {
-	switch {
-	case a < 0 && b < 0:
-		return 0
-	case a < 0:
-		return 1
-	case b < 0:
-		return -1
-	}
-	l, r := t.n[a]*t.w[b], t.n[b]*t.w[a]
-	switch {
-	case l < r:
-		return -1
-	case l > r:
-		return 1
-	}
-	return 0
-}
+func (t *loadTree) cmp(a, b int32) int { return t.leaf(a).cmp(t.leaf(b)) }
 
-func (t *loadTree) combine(l, r loadNode) loadNode {
-	switch t.cmp(l.best, r.best) {
+func combine(l, r loadNode) loadNode {
+	switch l.cmp(r) {
 	case -1:
 		return l
 	case 1:
 		return r
 	}
-	return loadNode{l.best, l.ties + r.ties}
+	l.ties += r.ties
+	return l
 }
 
-func (t *loadTree) leaf(i int) loadNode {
-	if t.w[i] > 0 {
-		return loadNode{int32(i), 1}
+// leaf is member i alone (i < 0 or unavailable: the empty node).
+func (t *loadTree) leaf(i int32) loadNode {
+	if i >= 0 && t.w[i] > 0 {
+		return loadNode{i, 1, t.n[i], t.w[i]}
 	}
-	return loadNode{-1, 0}
+	return loadNode{best: -1}
 }
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
@@ -126,13 +134,11 @@ func (t *loadTree) setLoad(i int) {
 	}
 	t.n[i] = n
 	k := t.size + i
-	t.node[k] = t.leaf(i)
+	t.node[k] = t.leaf(int32(i))
 	for k >>= 1; k >= 1; k >>= 1 {
-		nd := t.combine(t.node[2*k], t.node[2*k+1])
-		if nd == t.node[k] && nd.best != int32(i) {
-			// Same node, and its best is not the member whose load
-			// changed: nothing above can change either.
-			return
+		nd := combine(t.node[2*k], t.node[2*k+1])
+		if nd == t.node[k] {
+			return // a node carries its load: nothing above can change
 		}
 		t.node[k] = nd
 	}
@@ -156,21 +162,21 @@ func (t *loadTree) sync(v *view) {
 		if w > 0 {
 			t.sum += t.n[i]
 		}
-		t.node[t.size+i] = t.leaf(i)
+		t.node[t.size+i] = t.leaf(int32(i))
 	}
 	for k := t.size - 1; k >= 1; k-- {
-		t.node[k] = t.combine(t.node[2*k], t.node[2*k+1])
+		t.node[k] = combine(t.node[2*k], t.node[2*k+1])
 	}
 }
 
 // kthTie is the k-th (0-based, member order) of the root's least-loaded members.
 func (t *loadTree) kthTie(k int) int {
-	target := t.node[1].best
+	target := t.node[1]
 	j := 1
 	for j < t.size {
 		l := t.node[2*j]
 		lt := 0
-		if l.best >= 0 && t.cmp(l.best, target) == 0 {
+		if l.best >= 0 && l.cmp(target) == 0 {
 			lt = int(l.ties)
 		}
 		if k < lt {
@@ -186,18 +192,20 @@ func (t *loadTree) kthTie(k int) int {
 // firstTie is the first member at or after from, wrapping around, whose load
 // equals target's and for which ok holds (nil: any); -1 if none.
 func (t *loadTree) firstTie(from int, target int32, ok func(int) bool) int {
-	if i := t.find(1, 0, t.size, from, target, ok); i >= 0 || from == 0 {
+	tk := t.leaf(target)
+	if i := t.find(1, 0, t.size, from, tk, ok); i >= 0 || from == 0 {
 		return i
 	}
-	return t.find(1, 0, t.size, 0, target, ok)
+	return t.find(1, 0, t.size, 0, tk, ok)
 }
 
-func (t *loadTree) find(k, lo, hi, from int, target int32, ok func(int) bool) int {
-	if hi <= from || t.node[k].best < 0 || t.cmp(t.node[k].best, target) > 0 {
+func (t *loadTree) find(k, lo, hi, from int, target loadNode, ok func(int) bool) int {
+	nd := t.node[k]
+	if hi <= from || nd.best < 0 || nd.cmp(target) > 0 {
 		return -1
 	}
 	if k >= t.size {
-		if i := k - t.size; t.cmp(int32(i), target) == 0 && (ok == nil || ok(i)) {
+		if i := k - t.size; nd.cmp(target) == 0 && (ok == nil || ok(i)) {
 			return i
 		}
 		return -1
@@ -232,8 +240,9 @@ func (t *loadTree) leastOK(k int, ok func(int) bool) int32 {
 // firstBelow is the first member (in member order) with fewer than limit in
 // flight for which ok holds (nil: any); -1 if none. For unit trees only.
 func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
-	b := t.node[k].best
-	if b < 0 || t.n[b] >= limit {
+	nd := t.node[k]
+	b := nd.best
+	if b < 0 || nd.n >= limit {
 		return -1
 	}
 	if k >= t.size {
@@ -292,7 +301,7 @@ func (p leastLoad) pick(s *Selection, g *group, v *view) int {
 		case p.tie == tieRotate:
 			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
 		}
-		return p.scheduled(s, v, root.best, func(i int) bool { return t.cmp(int32(i), root.best) == 0 },
+		return p.scheduled(s, v, root.best, func(i int) bool { return t.leaf(int32(i)).cmp(root) == 0 },
 			func(from int) int { return t.firstTie(from, root.best, nil) })
 	}
 	ok := func(i int) bool { return !s.isTried(g.members[i].ep) }
