@@ -13,8 +13,8 @@ import (
 // (inflight + 1) / weight.
 //
 // It is a segment tree over the members: each node holds the least-loaded
-// member of its range (the leftmost of equals) and how many members of the
-// range share that load. Every change of an address's in-flight count
+// member of its range (the leftmost of equals), its load, and how many
+// members of the range share that load. Every change of an address's in-flight count
 // (Endpoint.acquire and release, from any cluster) re-reads the count and
 // fixes the path to the root, under the tree's own mutex: a config update
 // never holds it. The weights are those of the view the tree last synced
@@ -26,16 +26,17 @@ import (
 // table until the next one. A selection still running on an older table
 // falls back to the scan (the reference the tree is tested against).
 type loadTree struct {
-	mu   sync.Mutex
-	live atomic.Bool
-	unit bool // every available member weighs 1 (first: order by in-flight alone)
-	size int  // leaves: a power of two ≥ len(eps)
-	eps  []*Endpoint
-	v    *view      // the view whose weights w holds; nil: none yet
-	n    []int64    // in-flight per member, as last read
-	w    []int64    // weight per member in v; 0: not available
-	sum  int64      // Σ n over available members
-	node []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
+	mu     sync.Mutex
+	live   atomic.Bool
+	resync atomic.Bool // set by installLoadTrees: the next sync re-reads everything
+	unit   bool        // every available member weighs 1 (first: order by in-flight alone)
+	size   int         // leaves: a power of two ≥ len(eps)
+	eps    []*Endpoint
+	v      *view      // the view whose weights w holds; nil: none yet
+	n      []int64    // in-flight per member, as last read
+	w      []int64    // weight per member in v; 0: not available
+	sum    int64      // Σ n over available members
+	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
 }
 
 // loadTreeMin is the smallest group that gets a loadTree: below it a scan
@@ -146,6 +147,10 @@ func (t *loadTree) setLoad(i int) {
 
 // sync makes the tree hold v's weights and the current in-flight counts (t.mu held).
 func (t *loadTree) sync(v *view) {
+	if t.resync.Load() {
+		t.resync.Store(false)
+		t.v = nil
+	}
 	if t.v == v {
 		return
 	}
@@ -499,9 +504,9 @@ func installLoadTrees(old, t *Table) {
 	for _, c := range t.clusters {
 		for _, g := range c.subs {
 			if g.load != nil {
-				g.load.mu.Lock()
-				g.load.v = nil // the next pick re-reads every count
-				g.load.mu.Unlock()
+				// No lock: the request path takes the tree's mutex, a
+				// config update never does. The next pick re-reads every count.
+				g.load.resync.Store(true)
 				g.load.live.Store(true)
 			}
 		}
