@@ -301,3 +301,21 @@ func TestLoadTreeConvergesUnderConcurrency(t *testing.T) {
 		tr.mu.Unlock()
 	}
 }
+
+// Storing the same table again (a re-apply) keeps the trees right: a
+// request held across the store still steers the picks.
+func TestLoadTreeRestoredTable(t *testing.T) {
+	treesForAll(t)
+	e := newEnv(t, snap(1, leastLoadPolicy(config.InstanceWLC), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	held := pickAt(t, e.cluster(), inst(1, 0))
+	e.h.Store(e.h.Load())
+	if !e.cluster().subs[0].load.live.Load() {
+		t.Fatal("the re-stored table's tree is not live")
+	}
+	for range 5 {
+		if p, err := e.pick(netip.Addr{}); err != nil || p.Endpoint().Addr() != inst(1, 1) {
+			t.Fatalf("%s %v, want %s: instance 0 has one in flight", addrOf(p), err, inst(1, 1))
+		}
+	}
+	held.Done(Result{Status: 200})
+}
