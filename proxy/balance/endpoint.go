@@ -154,23 +154,21 @@ func (e *Endpoint) InFlight() int64 {
 }
 
 // acquire counts one pick on stripe's cell; Pick.Done takes it back with
-// release.
+// release. Both report whether load trees track the address: the caller
+// then calls noteLoad. (Calling it here would keep them from being
+// inlined into the pick and Done: a call costs most of the inlining budget.)
 // The flag is read from the cell just written: an address no load tree
 // tracks pays no second cache line.
-func (e *Endpoint) acquire(stripe uint32) {
+func (e *Endpoint) acquire(stripe uint32) (tracked bool) {
 	c := &e.load[stripe&(inflightCells-1)]
 	c.n.Add(1)
-	if c.flags.Load()&cellTracked != 0 {
-		e.noteLoad()
-	}
+	return c.flags.Load()&cellTracked != 0
 }
 
-// release takes back one pick counted on c (one of e.load).
-func (e *Endpoint) release(c *cell) {
+// release takes back one pick counted on c (one of e.load); see acquire.
+func (e *Endpoint) release(c *cell) (tracked bool) {
 	c.n.Add(-1)
-	if c.flags.Load()&cellTracked != 0 {
-		e.noteLoad()
-	}
+	return c.flags.Load()&cellTracked != 0
 }
 
 // noteLoad writes the in-flight count to the trees tracking the address.

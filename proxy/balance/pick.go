@@ -139,7 +139,9 @@ func (p Pick) Done(res Result) {
 	if c.latency && res.Kind != KindLocalLimit {
 		e.observeLatency(res.Latency)
 	}
-	e.release(cl)
+	if e.release(cl) {
+		e.noteLoad()
+	}
 	if cl.flags.Load()&cellReleased != 0 && e.InFlight() == 0 {
 		r.maybeSweep(e)
 	}

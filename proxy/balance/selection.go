@@ -344,7 +344,9 @@ func (s *Selection) fastFirst() (Pick, bool) {
 		return Pick{}, false
 	}
 	e := v.order[v.sched.nextPos(s.stripe)]
-	e.acquire(s.stripe)
+	if e.acquire(s.stripe) {
+		e.noteLoad()
+	}
 	s.triedArr[0] = e
 	s.nTried = 1
 	s.attempt, s.primary, s.primUsed = 1, gi, 1
@@ -354,7 +356,9 @@ func (s *Selection) fastFirst() (Pick, bool) {
 // take records the pick and builds it.
 func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
 	e := g.members[i].ep
-	e.acquire(s.stripe)
+	if e.acquire(s.stripe) {
+		e.noteLoad()
+	}
 	s.addTried(e)
 	s.attempt++
 	return Pick{ep: e, g: g, meta: newMeta(s.attempt, why, cross, s.stripe)}
