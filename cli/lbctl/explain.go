@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"sort"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -13,9 +15,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/admin"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/proxy/explain"
 )
 
 func explainCommand() *cli.Command {
@@ -51,7 +51,7 @@ func explainCommand() *cli.Command {
 				q.Add("cookie", c)
 			}
 			var (
-				ex  server.Explanation
+				ex  explain.Explanation
 				err error
 			)
 			switch live, file := e.c.String("proxy"), e.c.String("config"); {
@@ -72,8 +72,8 @@ func explainCommand() *cli.Command {
 	}
 }
 
-func explainLive(e *env, addr string, q url.Values) (server.Explanation, error) {
-	var ex server.Explanation
+func explainLive(e *env, addr string, q url.Values) (explain.Explanation, error) {
+	var ex explain.Explanation
 	ctx, cancel := e.ctx()
 	defer cancel()
 	u := withScheme(addr) + "/v1/explain?" + q.Encode()
@@ -84,28 +84,27 @@ func explainLive(e *env, addr string, q url.Values) (server.Explanation, error) 
 	return ex, err
 }
 
-// explainOffline compiles the file into the proxy's own request path and asks it.
-func explainOffline(e *env, path string, q url.Values) (server.Explanation, error) {
+// explainOffline compiles the file with the pure evaluator lbproxy's admin
+// API uses (package explain): routes, trusted proxies and the balancing
+// table, every instance healthy; no server, no sockets.
+func explainOffline(e *env, path string, q url.Values) (explain.Explanation, error) {
 	raw, err := readInput(path, e.c.App.Reader)
 	if err != nil {
-		return server.Explanation{}, err
+		return explain.Explanation{}, err
 	}
 	s, err := loadSnapshotOrState(raw, e.c.String("proxy-cluster"))
 	if err != nil {
-		return server.Explanation{}, fmt.Errorf("%s: %w", path, err)
+		return explain.Explanation{}, fmt.Errorf("%s: %w", path, err)
 	}
-	srv, err := server.New(server.Options{Registry: balance.NewRegistry(balance.RegistryOptions{})})
+	ev, err := explain.Compile(s, nil)
 	if err != nil {
-		return server.Explanation{}, err
+		return explain.Explanation{}, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := srv.Apply(s); err != nil {
-		return server.Explanation{}, fmt.Errorf("%s: %w", path, err)
-	}
-	req, peer, err := admin.ExplainRequest(q)
+	req, peer, err := explain.Request(q)
 	if err != nil {
-		return server.Explanation{}, usageErr("%v", err)
+		return explain.Explanation{}, usageErr("%v", err)
 	}
-	ex, err := srv.Explain(req, peer)
+	ex, err := ev.Explain(req, peer)
 	if err != nil {
 		return ex, fmt.Errorf("explain: %w", err)
 	}
@@ -144,7 +143,7 @@ func loadSnapshotOrState(raw []byte, proxyCluster string) (*snapshot.Snapshot, e
 	return snapshot.FromState(&st, proxyCluster, snapshot.Meta{Version: 1, Author: "lbctl explain"})
 }
 
-func explainTable(w io.Writer, e *env, ex server.Explanation) error {
+func explainTable(w io.Writer, e *env, ex explain.Explanation) error {
 	fmt.Fprintf(w, "Request\t%s %s (client %s)\n", e.c.String("method"), e.c.String("url"), ex.ClientIP)
 	fmt.Fprintf(w, "Snapshot\tv%d\n", ex.Version)
 	fmt.Fprintf(w, "Route\tproduct %s, rule %q (#%d) → cluster %s\n", ex.Product, ex.Rule, ex.RuleIdx, ex.Cluster)
@@ -157,15 +156,49 @@ func explainTable(w io.Writer, e *env, ex server.Explanation) error {
 	switch {
 	case b.Blackhole:
 		fmt.Fprintf(w, "Result\tBLACKHOLE: answered by the proxy (503 + Retry-After), never forwarded\n")
+		return nil
 	case b.Error != "":
 		fmt.Fprintf(w, "Result\tno instance: %s\n", b.Error)
+		return nil
+	case b.Cross:
+		fmt.Fprintf(w, "Sub-cluster\tnone of the weighted sub-clusters has an available instance: a cross-sub-cluster retry, drawn by the row\n")
+	case b.SubCluster == "":
+		fmt.Fprintf(w, "Sub-cluster\tdrawn per request (%s): %s\n", b.Reason, shares(b.Shares))
 	default:
-		cross := ""
-		if b.Cross {
-			cross = " (cross-sub-cluster: the primary has nothing available)"
+		fmt.Fprintf(w, "Sub-cluster\t%s (reason %s)\n", b.SubCluster, b.Reason)
+	}
+	if b.Deterministic {
+		fmt.Fprintf(w, "Instance\t%s (algorithm %s, decided by %s): every such request goes there\n", b.Instance, b.Algorithm, decidedBy[b.InstanceBy])
+		return nil
+	}
+	fmt.Fprintf(w, "Instance\tnot fixed by the request: algorithm %s chooses per request among\n", b.Algorithm)
+	fmt.Fprintf(w, "\tSUB-CLUSTER\tINSTANCE\tWEIGHT\tIN-FLIGHT\tNEXT\n")
+	for _, c := range b.Candidates {
+		next := ""
+		if c.Next {
+			next = fmt.Sprintf("next pick (cursor 1 of %d)", b.Cursors)
 		}
-		fmt.Fprintf(w, "Sub-cluster\t%s%s\n", b.SubCluster, cross)
-		fmt.Fprintf(w, "Instance\t%s (algorithm %s, reason %s)\n", b.Instance, b.Algorithm, b.Reason)
+		fmt.Fprintf(w, "\t%s\t%s\t%d\t%d\t%s\n", c.SubCluster, c.Addr, c.Weight, c.InFlight, next)
 	}
 	return nil
+}
+
+// decidedBy words balance.Explanation.InstanceBy.
+var decidedBy = map[string]string{
+	"cookie": "its sticky cookie", "hash": "the request's hash", "first": "the first available instance",
+	"only-available": "the only available instance",
+}
+
+// shares prints an effective row: "GSLB_BLACKHOLE 10.0%, SC1 45.0%, SC2 45.0%".
+func shares(m map[string]float64) string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %.1f%%", n, m[n])
+	}
+	return strings.Join(parts, ", ")
 }

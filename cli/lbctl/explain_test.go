@@ -53,6 +53,44 @@ func TestExplainOffline(t *testing.T) {
 	}
 }
 
+// explain never names one instance for wrr when the sub-cluster has two:
+// it lists both with their weights and the next pick (issue 15 item 8).
+func TestExplainOfflineWRRListsCandidates(t *testing.T) {
+	h := newHarness(t)
+	args := []string{"explain", "--config", "testdata/static.yaml", "--proxy-cluster", "BFE2", "--url", "http://other.example/x", "--client-ip", "10.1.2.5"}
+	var ex server.Explanation
+	if err := json.Unmarshal([]byte(h.mustRun(append([]string{"-o", "json"}, args...)...)), &ex); err != nil {
+		t.Fatal(err)
+	}
+	b := ex.Balance
+	if b.SubCluster != "SC1" || b.Deterministic || b.Instance != "" || len(b.Candidates) != 2 {
+		t.Fatalf("10.1.2.5 → %+v; want SC1 with two candidates and no instance", b)
+	}
+	next := 0
+	for _, c := range b.Candidates {
+		if c.Weight != 10 {
+			t.Errorf("candidate %+v: want effective weight 10", c)
+		}
+		if c.Next {
+			next++
+		}
+	}
+	if next != 1 {
+		t.Errorf("%d candidates marked next, want 1: %+v", next, b.Candidates)
+	}
+	out := h.mustRun(args...)
+	for _, want := range []string{"Sub-cluster       SC1 (reason hash)", "not fixed by the request: algorithm wrr chooses per request among",
+		"127.0.0.1:18101  10      0          next pick (cursor 1 of", "127.0.0.1:18102  10      0"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table output lacks %q:\n%s", want, out)
+		}
+	}
+	out = h.mustRun("explain", "--config", "testdata/static.yaml", "--proxy-cluster", "BFE2", "--url", "http://demo.local/static/x")
+	if !strings.Contains(out, "127.0.0.1:18301 (algorithm wrr, decided by the only available instance): every such request goes there") {
+		t.Errorf("single instance:\n%s", out)
+	}
+}
+
 func TestPlanScenarioOffline(t *testing.T) {
 	h := newHarness(t)
 	example := filepath.Join("..", "..", "scheduler", "scenario", "testdata", "example.yaml")

@@ -19,8 +19,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
-	"net/url"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -28,6 +26,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/explain"
 	"github.com/sluicelb/sluice/proxy/server"
 )
 
@@ -158,7 +157,7 @@ func (a *api) table(w http.ResponseWriter, r *http.Request) {
 
 // explain answers GET /v1/explain?url=...&method=...&client_ip=...&header=K:V&cookie=K=V.
 func (a *api) explain(w http.ResponseWriter, r *http.Request) {
-	req, peer, err := ExplainRequest(r.URL.Query())
+	req, peer, err := explain.Request(r.URL.Query())
 	if err != nil {
 		writeError(w, http.StatusBadRequest, err.Error())
 		return
@@ -174,51 +173,6 @@ func (a *api) explain(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeJSON(w, http.StatusOK, e)
 	}
-}
-
-// ExplainRequest builds the request that /v1/explain (and lbctl explain
-// --config, offline) describes from its query: url, method, client_ip (the
-// peer address; X-Forwarded-For in a header= counts only from trusted
-// proxies), header=NAME:VALUE and cookie=NAME=VALUE (repeatable).
-func ExplainRequest(q url.Values) (*http.Request, netip.Addr, error) {
-	raw := q.Get("url")
-	if raw == "" {
-		return nil, netip.Addr{}, errors.New("query parameter url is required (e.g. url=http://example.test/path)")
-	}
-	u, err := url.Parse(raw)
-	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, netip.Addr{}, fmt.Errorf("url %q: want an absolute http or https URL", raw)
-	}
-	method := q.Get("method")
-	if method == "" {
-		method = http.MethodGet
-	}
-	if strings.IndexFunc(method, func(r rune) bool { return r < 'A' || r > 'Z' }) >= 0 {
-		return nil, netip.Addr{}, fmt.Errorf("method %q: want an upper-case HTTP method", method)
-	}
-	peer := netip.MustParseAddr("127.0.0.1")
-	if ip := q.Get("client_ip"); ip != "" {
-		if peer, err = netip.ParseAddr(ip); err != nil {
-			return nil, netip.Addr{}, fmt.Errorf("client_ip %q: not an IP address", ip)
-		}
-	}
-	req := &http.Request{Method: method, URL: u, Host: u.Host, Header: make(http.Header),
-		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, RemoteAddr: netip.AddrPortFrom(peer, 1).String()}
-	for _, h := range q["header"] {
-		k, v, ok := strings.Cut(h, ":")
-		if !ok || strings.TrimSpace(k) == "" {
-			return nil, netip.Addr{}, fmt.Errorf("header %q: want NAME:VALUE", h)
-		}
-		req.Header.Add(strings.TrimSpace(k), strings.TrimSpace(v))
-	}
-	for _, c := range q["cookie"] {
-		k, v, ok := strings.Cut(c, "=")
-		if !ok || k == "" {
-			return nil, netip.Addr{}, fmt.Errorf("cookie %q: want NAME=VALUE", c)
-		}
-		req.AddCookie(&http.Cookie{Name: k, Value: v, Quoted: false})
-	}
-	return req, peer, nil
 }
 
 // overrideRequest is the body of POST /v1/overrides.

@@ -37,7 +37,8 @@ func benchEnv(b *testing.B, mode string, n int) *env {
 // IP hash) then instance, Start+Next+Done+Release on a Selection the caller
 // owns — the server's path (the Selection lives in its per-request state).
 func BenchmarkPick(b *testing.B) {
-	for _, mode := range []string{config.InstanceWRR, config.InstanceWLC, config.InstanceP2CEWMA, config.InstanceSticky, config.InstanceRandom, config.InstanceStaticRR} {
+	for _, mode := range []string{config.InstanceWRR, config.InstanceWLC, config.InstanceLeastConn, config.InstanceWLCRandom,
+		config.InstanceP2CEWMA, config.InstanceSticky, config.InstanceRandom, config.InstanceStaticRR} {
 		for _, n := range []int{4, 100, 1000, 10000} {
 			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
 				e := benchEnv(b, mode, n)

@@ -1,10 +1,6 @@
 package balance
 
 import (
-	"errors"
-	"net/http"
-	"net/netip"
-
 	"github.com/sluicelb/sluice/api/config"
 )
 
@@ -58,13 +54,9 @@ func (t *Table) Describe() TableView {
 		if c.bhWeight > 0 {
 			cv.Row[config.Blackhole] = c.bhWeight
 		}
-		spreadable := 0
 		for _, g := range c.subs {
 			cv.Row[g.name] = g.weight
 			v := g.currentView()
-			if v.nAvail > 0 {
-				spreadable += g.weight
-			}
 			sv := SubClusterView{Name: g.name, Weight: g.weight, Available: v.nAvail, Panic: v.panic}
 			for i, m := range g.members {
 				iv := InstanceView{Addr: m.ep.addr.String(), Weight: m.weight, EffectiveWeight: v.weights[i],
@@ -80,64 +72,8 @@ func (t *Table) Describe() TableView {
 			}
 			cv.SubClusters = append(cv.SubClusters, sv)
 		}
-		if c.rowTotal > 0 {
-			bh := float64(c.bhWeight) * 100 / float64(c.rowTotal)
-			if c.bhWeight > 0 {
-				cv.EffectiveRow[config.Blackhole] = bh
-			}
-			for _, g := range c.subs {
-				share := 0.0
-				if g.currentView().nAvail > 0 && spreadable > 0 {
-					if c.pol.Balance.FailFast {
-						share = float64(g.weight) * 100 / float64(c.rowTotal)
-					} else {
-						share = (100 - bh) * float64(g.weight) / float64(spreadable)
-					}
-				}
-				cv.EffectiveRow[g.name] = share
-			}
-		}
+		cv.EffectiveRow = c.effectiveRow()
 		tv.Clusters[name] = cv
 	}
 	return tv
-}
-
-// Explanation says what Selection.Next would pick first for a request and why.
-type Explanation struct {
-	Cluster    string `json:"cluster"`
-	Version    uint64 `json:"version"`
-	Mode       string `json:"subcluster_mode"`
-	HashKey    string `json:"hash_key"`
-	KeyHash    uint64 `json:"key_hash,omitempty"`
-	KeyRandom  bool   `json:"key_random,omitempty"` // empty key: a random draw
-	SubCluster string `json:"subcluster,omitempty"`
-	Blackhole  bool   `json:"blackhole,omitempty"`
-	Instance   string `json:"instance,omitempty"`
-	Reason     string `json:"reason,omitempty"`
-	Algorithm  string `json:"algorithm"`
-	Cross      bool   `json:"cross,omitempty"`
-	Error      string `json:"error,omitempty"`
-}
-
-// Explain reports what the first Next() would pick and why, without
-// acquiring anything (no in-flight change, no schedule advance; random draws
-// are still drawn, so random modes may differ from the real pick).
-func (c *Cluster) Explain(req *http.Request, clientIP netip.Addr) Explanation {
-	s := &Selection{c: c, req: req, ip: clientIP, primary: -1, dry: true, live: true}
-	ex := Explanation{Cluster: c.name, Version: c.table.Version(), Mode: c.mode, HashKey: c.key.kind, Algorithm: c.algoName}
-	if c.key.header != "" {
-		ex.HashKey += ":" + c.key.header
-	}
-	h, ok := s.key()
-	ex.KeyHash, ex.KeyRandom = h, !ok
-	p, err := s.Next()
-	switch {
-	case errors.Is(err, ErrBlackhole):
-		ex.Blackhole, ex.SubCluster, ex.Reason = true, config.Blackhole, "blackhole"
-	case err != nil:
-		ex.Error = err.Error()
-	default:
-		ex.SubCluster, ex.Instance, ex.Reason, ex.Cross = p.SubCluster(), p.ep.addr.String(), p.Reason(), p.Cross()
-	}
-	return ex
 }

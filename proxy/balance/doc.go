@@ -35,6 +35,36 @@
 // members in slow start gets a schedule of its current weights, rebuilt as
 // the ramp progresses.
 //
+// # Instance algorithms
+//
+// compileCluster turns policy.balance.instance into one instancePicker per
+// cluster (instance.go, leastload.go): the pick makes one indirect call,
+// never a switch on the algorithm. The sub-cluster pick (gslb.go) returns
+// the group or ErrBlackhole, ErrNoAvailable or errSpill (no weighted
+// sub-cluster has anything: a cross retry at once). No pick scans a
+// sub-cluster: schedules and prefix sums are read in O(1) or O(log n); the
+// least-loaded algorithms (wlc, leastconn, wlc-random, first, and sticky's
+// bounded load) read a loadTree, a segment tree of the members by
+// in-flight / weight that Endpoint.acquire and release update (under the
+// tree's own mutex, which no config update takes) for every cluster
+// referencing the address. A table's trees serve from its Holder.Store
+// until the next; a selection still on a replaced table scans (the same
+// answers, tested pick for pick). Groups under loadTreeMin members scan.
+//
+// wlc ties go to the first tied member the view's smooth-WRR schedule
+// yields from the stripe's cursor (scheduleTries positions, then the next
+// tied member after the last one looked at): an idle group walks the
+// smooth-WRR sequence exactly. leastconn rotates, wlc-random draws.
+//
+// # Explain
+//
+// Cluster.Explain (explain.go) reads the table without changing anything a
+// request sees — no acquire, no cursor, rotation or random draw — and
+// names an instance only when the request decides it; otherwise it lists
+// the candidates with their effective weights and the next pick where the
+// algorithm's state determines it. Package proxy/explain wraps it with
+// routing for lbproxy's admin API and lbctl.
+//
 // # Stripes
 //
 // Counters written by every request — the schedule cursor, the

@@ -77,7 +77,9 @@ type Endpoint struct {
 	addr        netip.AddrPort
 	reg         *Registry
 	ewmaBits    atomic.Uint64 // float64 EWMA of latency in ns; 0 = no sample
-	_           [8]byte
+	// The least-load trees of the current table's groups holding the
+	// address (nil: none); every in-flight change is written to them.
+	trees atomic.Pointer[[]loadSlot]
 
 	// The in-flight count, split over cache lines by stripe (see
 	// Cluster.Start): picks on different cores do not pass one line back
@@ -115,6 +117,7 @@ type cell struct {
 const (
 	cellReleased uint32 = 1 << iota // no table references the address
 	cellFailing                     // consecFails is not zero
+	cellTracked                     // trees is set: in-flight changes are written to load trees
 )
 
 // setFlags and clearFlags change f in every cell (rare: a release, the
@@ -150,8 +153,40 @@ func (e *Endpoint) InFlight() int64 {
 	return n
 }
 
-// acquire counts one pick on stripe's cell; Pick.Done takes it back.
-func (e *Endpoint) acquire(stripe uint32) { e.load[stripe&(inflightCells-1)].n.Add(1) }
+// acquire counts one pick on stripe's cell; Pick.Done takes it back with
+// release. Both report whether load trees track the address: the caller
+// then calls noteLoad. (Calling it here would keep them from being
+// inlined into the pick and Done: a call costs most of the inlining budget.)
+// The flag is read from the cell just written: an address no load tree
+// tracks pays no second cache line.
+func (e *Endpoint) acquire(stripe uint32) (tracked bool) {
+	c := &e.load[stripe&(inflightCells-1)]
+	c.n.Add(1)
+	return c.flags.Load()&cellTracked != 0
+}
+
+// release takes back one pick counted on c (one of e.load); see acquire.
+func (e *Endpoint) release(c *cell) (tracked bool) {
+	c.n.Add(-1)
+	return c.flags.Load()&cellTracked != 0
+}
+
+// noteLoad writes the in-flight count to the trees tracking the address.
+func (e *Endpoint) noteLoad() {
+	if ts := e.trees.Load(); ts != nil {
+		noteLoad(*ts)
+	}
+}
+
+// track points the address at the load trees holding it (nil: none).
+func (e *Endpoint) track(ts *[]loadSlot) {
+	e.trees.Store(ts)
+	if ts != nil {
+		e.setFlags(cellTracked)
+	} else {
+		e.clearFlags(cellTracked)
+	}
+}
 
 // Health returns the current health state.
 func (e *Endpoint) Health() HealthState {

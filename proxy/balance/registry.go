@@ -235,6 +235,7 @@ func (r *Registry) setCurrent(t *Table) {
 			e.mu.Unlock()
 		}
 	}
+	installLoadTrees(old, t)
 	r.sweepLocked()
 	r.mu.Unlock()
 	r.bump()

@@ -1,77 +1,20 @@
 package server
 
 import (
-	"fmt"
 	"net/netip"
-	"strings"
+
+	"github.com/sluicelb/sluice/proxy/clientip"
 )
 
-// ParseTrusted parses trusted-proxy CIDRs ("10.0.0.0/8", or a bare address
-// meaning a single host).
-func ParseTrusted(cidrs []string) ([]netip.Prefix, error) {
-	out := make([]netip.Prefix, 0, len(cidrs))
-	for i, c := range cidrs {
-		c = strings.TrimSpace(c)
-		if !strings.Contains(c, "/") {
-			a, err := netip.ParseAddr(c)
-			if err != nil {
-				return nil, fmt.Errorf("trusted proxy [%d] %q: not a CIDR or an IP address", i, c)
-			}
-			out = append(out, netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()))
-			continue
-		}
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			return nil, fmt.Errorf("trusted proxy [%d] %q: %w", i, c, err)
-		}
-		out = append(out, p.Masked())
-	}
-	return out, nil
-}
+// The client-address rule lives in proxy/clientip, shared with the explain
+// evaluator; these names keep the request path's call sites as they are.
 
-func trusted(a netip.Addr, ps []netip.Prefix) bool {
-	for _, p := range ps {
-		if p.Contains(a) {
-			return true
-		}
-	}
-	return false
-}
+// ParseTrusted parses trusted-proxy CIDRs (see clientip.ParseTrusted).
+func ParseTrusted(cidrs []string) ([]netip.Prefix, error) { return clientip.ParseTrusted(cidrs) }
 
-// ClientIP returns the client address of a request: the peer, unless the
-// peer is a trusted proxy, in which case it is the right-most entry of
-// X-Forwarded-For that is not itself trusted. A client therefore cannot
-// choose its own address (and hash key) by sending X-Forwarded-For: only
-// entries appended by trusted hops are believed. An unparsable entry stops
-// the walk at the last trusted hop.
+func trusted(a netip.Addr, ps []netip.Prefix) bool { return clientip.Trusted(a, ps) }
+
+// ClientIP is the request's client address (see clientip.Resolve).
 func ClientIP(peer netip.Addr, xff []string, ps []netip.Prefix) netip.Addr {
-	peer = peer.Unmap()
-	if len(ps) == 0 || !trusted(peer, ps) {
-		return peer
-	}
-	ip := peer
-	for i := len(xff) - 1; i >= 0; i-- {
-		line := xff[i]
-		for line != "" {
-			var part string
-			if j := strings.LastIndexByte(line, ','); j >= 0 {
-				part, line = line[j+1:], line[:j]
-			} else {
-				part, line = line, ""
-			}
-			part = strings.TrimSpace(part)
-			if part == "" {
-				continue
-			}
-			a, err := netip.ParseAddr(part)
-			if err != nil {
-				return ip
-			}
-			ip = a.Unmap()
-			if !trusted(ip, ps) {
-				return ip
-			}
-		}
-	}
-	return ip
+	return clientip.Resolve(peer, xff, ps)
 }

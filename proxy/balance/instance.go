@@ -1,0 +1,229 @@
+package balance
+
+import "sort"
+
+// instancePicker is one instance algorithm (policy.balance.instance). Build
+// chooses it once per cluster, as gRPC-Go's weighted round robin chooses
+// its scheduler once in newScheduler: a pick makes one indirect call, with
+// no switch on the algorithm's name.
+type instancePicker interface {
+	// pick returns the index in g.members of the instance to try: available
+	// in v and not tried yet by s; -1 when there is none.
+	pick(s *Selection, g *group, v *view) int
+}
+
+// newPicker returns the picker for the cluster's compiled algorithm.
+func newPicker(c *Cluster) instancePicker {
+	switch c.algo {
+	case algoStaticRR:
+		return staticRR{}
+	case algoWLC:
+		return leastLoad{tieSchedule}
+	case algoLeastConn:
+		return leastLoad{tieRotate}
+	case algoWLCRandom:
+		return leastLoad{tieRandom}
+	case algoP2C:
+		return p2c{}
+	case algoRandom:
+		return randomN{max(1, c.randomN)}
+	case algoFirst:
+		return firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}
+	case algoSource:
+		return source{c.consistent}
+	case algoSticky:
+		return sticky{c.pol.Balance.BoundedLoadPercent}
+	}
+	return smooth{} // wrr, roundrobin, sticky-cookie
+}
+
+// needsLoadTree says whether the algorithm reads a group's loadTree.
+func (c *Cluster) needsLoadTree() bool {
+	switch c.algo {
+	case algoWLC, algoLeastConn, algoWLCRandom, algoFirst:
+		return true
+	case algoSticky:
+		return c.pol.Balance.BoundedLoadPercent > 0
+	}
+	return false
+}
+
+// smooth is nginx's smooth WRR over the view's dynamic weights, read from
+// the view's precomputed schedule (wrr, roundrobin, and sticky-cookie
+// without a valid cookie).
+type smooth struct{}
+
+func (smooth) pick(s *Selection, g *group, v *view) int {
+	if s.nTried == 0 && len(v.sched.order) > 0 {
+		// The view's schedule holds only available members.
+		return int(v.sched.next(s.stripe))
+	}
+	return s.fromSchedule(v.sched, func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) })
+}
+
+// staticRR is HAProxy's static-rr: the configured weights' schedule,
+// whatever slow start or effective weights say.
+type staticRR struct{}
+
+func (staticRR) pick(s *Selection, g *group, v *view) int {
+	return s.fromSchedule(g.base, func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) })
+}
+
+func (s *Selection) fromSchedule(sc *schedule, ok func(int) bool) int {
+	for range len(sc.order) {
+		if i := int(sc.next(s.stripe)); ok(i) {
+			return i
+		}
+	}
+	return -1
+}
+
+// randomN is HAProxy random(N): N weighted draws, the least loaded
+// (inflight/weight) wins; N = 1 is a plain weighted random pick.
+type randomN struct{ n int }
+
+func (p randomN) pick(s *Selection, g *group, v *view) int {
+	ok := s.untried(g, v)
+	best := -1
+	for range p.n {
+		i := s.weighted(v, ok)
+		if i < 0 {
+			return best
+		}
+		if best < 0 || g.members[i].ep.InFlight()*int64(v.weights[best]) < g.members[best].ep.InFlight()*int64(v.weights[i]) {
+			best = i
+		}
+	}
+	return best
+}
+
+// p2c is power of two choices on EWMA latency × (in-flight + 1) / weight.
+type p2c struct{}
+
+func (p2c) pick(s *Selection, g *group, v *view) int {
+	ok := s.untried(g, v)
+	a := s.weighted(v, ok)
+	b := s.weighted(v, ok)
+	if a < 0 || b < 0 || a == b {
+		return max(a, b)
+	}
+	cost := func(i int) float64 {
+		e := g.members[i].ep
+		l := float64(e.EWMALatency())
+		if l <= 0 {
+			l = 1
+		}
+		return l * float64(e.InFlight()+1) / float64(v.weights[i])
+	}
+	if cost(b) < cost(a) {
+		return b
+	}
+	return a
+}
+
+// source is HAProxy's balance source: the client address hashed onto the
+// members, map-based (hash modulo the total weight) or consistent (the ring).
+type source struct{ consistent bool }
+
+func (p source) pick(s *Selection, g *group, v *view) int {
+	ok := s.untried(g, v)
+	h := uint64(0)
+	if s.ip.IsValid() {
+		h = hashAddr(s.ip)
+	} else {
+		h = s.c.reg.rand()
+	}
+	if p.consistent {
+		return g.ring.lookup(h, ok)
+	}
+	return mapBased(v, h, ok)
+}
+
+// sticky is consistent hashing of the request key onto the ring, with
+// bounded load (percent > 0): an instance already at ⌈percent × (load+1) /
+// n⌉ in flight passes the key on along the ring.
+type sticky struct{ boundPercent int }
+
+func (p sticky) pick(s *Selection, g *group, v *view) int {
+	ok := s.untried(g, v)
+	h, kok := s.key()
+	if !kok {
+		h = s.c.reg.rand()
+	}
+	if p.boundPercent > 0 {
+		// ceil(c × (load+1) / n): the new request counted in.
+		bound := ((g.inFlightSum(v)+1)*int64(p.boundPercent) + int64(v.nAvail)*100 - 1) / (int64(v.nAvail) * 100)
+		if i := g.ring.lookup(h, func(i int) bool { return ok(i) && g.members[i].ep.InFlight() < bound }); i >= 0 {
+			return i
+		}
+	}
+	return g.ring.lookup(h, ok)
+}
+
+// untried is the filter of the pickers: available in v, not tried by s.
+func (s *Selection) untried(g *group, v *view) func(int) bool {
+	return func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
+}
+
+// drawWeighted returns a weighted random available member (by the view's
+// prefix sums), or -1 if it is excluded by ok.
+func (s *Selection) drawWeighted(v *view, ok func(int) bool) int {
+	if v.total <= 0 {
+		return -1
+	}
+	x := int64(s.c.reg.rand() % uint64(v.total))
+	i := sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	if i < len(v.prefix) && ok(i) {
+		return i
+	}
+	return -1
+}
+
+// scanWeighted is the slow path of drawWeighted when tried instances must be skipped.
+func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
+	var total int64
+	for i, w := range v.weights {
+		if ok(i) {
+			total += int64(w)
+		}
+	}
+	if total <= 0 {
+		return -1
+	}
+	x := int64(s.c.reg.rand() % uint64(total))
+	for i, w := range v.weights {
+		if ok(i) {
+			if x < int64(w) {
+				return i
+			}
+			x -= int64(w)
+		}
+	}
+	return -1
+}
+
+func (s *Selection) weighted(v *view, ok func(int) bool) int {
+	if i := s.drawWeighted(v, ok); i >= 0 {
+		return i
+	}
+	return s.scanWeighted(v, ok)
+}
+
+// mapBased is HAProxy's map-based source hashing: hash modulo the total
+// weight of the available members (keys move whenever membership changes).
+func mapBased(v *view, h uint64, ok func(int) bool) int {
+	if v.total <= 0 {
+		return -1
+	}
+	x := int64(h % uint64(v.total))
+	i := sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	if i < len(v.prefix) && ok(i) {
+		return i
+	}
+	for k := 1; k <= len(v.prefix); k++ {
+		if j := (i + k) % len(v.prefix); ok(j) {
+			return j
+		}
+	}
+	return -1
+}

@@ -1,0 +1,514 @@
+package balance
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+)
+
+// loadTree keeps a group's members ordered by load — in-flight / weight —
+// so that the least-loaded pickers (wlc, wlc-random, leastconn, first and
+// sticky's bounded load) find their instance in O(log n) rather than by a
+// scan, as HAProxy's leastconn keeps its servers in a tree keyed by
+// (inflight + 1) / weight.
+//
+// It is a segment tree over the members: each node holds the least-loaded
+// member of its range (the leftmost of equals), its load, and how many
+// members of the range share that load. Every change of an address's in-flight count
+// (Endpoint.acquire and release, from any cluster) re-reads the count and
+// fixes the path to the root, under the tree's own mutex: a config update
+// never holds it. The weights are those of the view the tree last synced
+// with; a pick first syncs the tree with the view it uses (O(n), only when
+// the view changed). Loads are compared by cross-multiplying, as the scan
+// did: the order is exact.
+//
+// A tree serves requests only while live: from the Holder.Store of its
+// table until the next one. A selection still running on an older table
+// falls back to the scan (the reference the tree is tested against).
+type loadTree struct {
+	mu     sync.Mutex
+	live   atomic.Bool
+	resync atomic.Bool // set by installLoadTrees: the next sync re-reads everything
+	unit   bool        // every available member weighs 1 (first: order by in-flight alone)
+	size   int         // leaves: a power of two ≥ len(eps)
+	eps    []*Endpoint
+	v      *view      // the view whose weights w holds; nil: none yet
+	n      []int64    // in-flight per member, as last read
+	w      []int64    // weight per member in v; 0: not available
+	sum    int64      // Σ n over available members
+	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
+}
+
+// loadTreeMin is the smallest group that gets a loadTree: below it a scan
+// costs less than the tree's locking and upkeep (measured: a 2-member
+// group's wlc pick takes 140 ns by scan, 250 ns by tree).
+var loadTreeMin = 32
+
+// loadNode is one range of members: the least loaded (leftmost of equals;
+// -1 when none is available), how many share its load, and that load
+// (n / w; w 0 when none) — carried in the node, so that fixing a path
+// compares nodes without reading the members.
+type loadNode struct {
+	best int32
+	ties int32
+	n, w int64
+}
+
+// cmp orders two loads (w 0 stands for no member, heavier than any).
+func (a loadNode) cmp(b loadNode) int {
+	switch {
+	case a.w == 0 && b.w == 0:
+		return 0
+	case a.w == 0:
+		return 1
+	case b.w == 0:
+		return -1
+	}
+	l, r := a.n*b.w, b.n*a.w
+	switch {
+	case l < r:
+		return -1
+	case l > r:
+		return 1
+	}
+	return 0
+}
+
+// loadSlot is one tree an endpoint's in-flight count is written to.
+type loadSlot struct {
+	t *loadTree
+	i int32
+}
+
+// noteLoad writes an endpoint's new in-flight count to its trees.
+func noteLoad(ts []loadSlot) {
+	for _, s := range ts {
+		s.t.mu.Lock()
+		s.t.setLoad(int(s.i))
+		s.t.mu.Unlock()
+	}
+}
+
+func newLoadTree(g *group, unit bool) *loadTree {
+	size := 1
+	for size < len(g.members) {
+		size <<= 1
+	}
+	t := &loadTree{unit: unit, size: size, eps: make([]*Endpoint, len(g.members)),
+		n: make([]int64, len(g.members)), w: make([]int64, len(g.members)), node: make([]loadNode, 2*size)}
+	for i := range t.node {
+		t.node[i].best = -1
+	}
+	for i := range g.members {
+		t.eps[i] = g.members[i].ep
+	}
+	return t
+}
+
+// cmp orders members a and b by load (-1 stands for no member, heavier than any).
+func (t *loadTree) cmp(a, b int32) int { return t.leaf(a).cmp(t.leaf(b)) }
+
+func combine(l, r loadNode) loadNode {
+	switch l.cmp(r) {
+	case -1:
+		return l
+	case 1:
+		return r
+	}
+	l.ties += r.ties
+	return l
+}
+
+// leaf is member i alone (i < 0 or unavailable: the empty node).
+func (t *loadTree) leaf(i int32) loadNode {
+	if i >= 0 && t.w[i] > 0 {
+		return loadNode{i, 1, t.n[i], t.w[i]}
+	}
+	return loadNode{best: -1}
+}
+
+// setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
+func (t *loadTree) setLoad(i int) {
+	n := t.eps[i].InFlight()
+	if t.w[i] > 0 {
+		t.sum += n - t.n[i]
+	}
+	t.n[i] = n
+	k := t.size + i
+	t.node[k] = t.leaf(int32(i))
+	for k >>= 1; k >= 1; k >>= 1 {
+		nd := combine(t.node[2*k], t.node[2*k+1])
+		if nd == t.node[k] {
+			return // a node carries its load: nothing above can change
+		}
+		t.node[k] = nd
+	}
+}
+
+// sync makes the tree hold v's weights and the current in-flight counts (t.mu held).
+func (t *loadTree) sync(v *view) {
+	if t.resync.Load() {
+		t.resync.Store(false)
+		t.v = nil
+	}
+	if t.v == v {
+		return
+	}
+	t.v, t.sum = v, 0
+	for i, e := range t.eps {
+		w := int64(0)
+		if v.avail[i] && v.weights[i] > 0 {
+			w = int64(v.weights[i])
+			if t.unit {
+				w = 1
+			}
+		}
+		t.w[i], t.n[i] = w, e.InFlight()
+		if w > 0 {
+			t.sum += t.n[i]
+		}
+		t.node[t.size+i] = t.leaf(int32(i))
+	}
+	for k := t.size - 1; k >= 1; k-- {
+		t.node[k] = combine(t.node[2*k], t.node[2*k+1])
+	}
+}
+
+// kthTie is the k-th (0-based, member order) of the root's least-loaded members.
+func (t *loadTree) kthTie(k int) int {
+	target := t.node[1]
+	j := 1
+	for j < t.size {
+		l := t.node[2*j]
+		lt := 0
+		if l.best >= 0 && l.cmp(target) == 0 {
+			lt = int(l.ties)
+		}
+		if k < lt {
+			j = 2 * j
+		} else {
+			k -= lt
+			j = 2*j + 1
+		}
+	}
+	return j - t.size
+}
+
+// firstTie is the first member at or after from, wrapping around, whose load
+// equals target's and for which ok holds (nil: any); -1 if none.
+func (t *loadTree) firstTie(from int, target int32, ok func(int) bool) int {
+	tk := t.leaf(target)
+	if i := t.find(1, 0, t.size, from, tk, ok); i >= 0 || from == 0 {
+		return i
+	}
+	return t.find(1, 0, t.size, 0, tk, ok)
+}
+
+func (t *loadTree) find(k, lo, hi, from int, target loadNode, ok func(int) bool) int {
+	nd := t.node[k]
+	if hi <= from || nd.best < 0 || nd.cmp(target) > 0 {
+		return -1
+	}
+	if k >= t.size {
+		if i := k - t.size; nd.cmp(target) == 0 && (ok == nil || ok(i)) {
+			return i
+		}
+		return -1
+	}
+	mid := (lo + hi) / 2
+	if i := t.find(2*k, lo, mid, from, target, ok); i >= 0 {
+		return i
+	}
+	return t.find(2*k+1, mid, hi, from, target, ok)
+}
+
+// leastOK is the least-loaded member of node k's range for which ok holds
+// (leftmost of equals); -1 if none. It descends only below members ok
+// rejects: O(rejected × log n).
+func (t *loadTree) leastOK(k int, ok func(int) bool) int32 {
+	b := t.node[k].best
+	switch {
+	case b < 0:
+		return -1
+	case ok(int(b)):
+		return b
+	case k >= t.size:
+		return -1
+	}
+	l, r := t.leastOK(2*k, ok), t.leastOK(2*k+1, ok)
+	if t.cmp(r, l) < 0 {
+		return r
+	}
+	return l
+}
+
+// firstBelow is the first member (in member order) with fewer than limit in
+// flight for which ok holds (nil: any); -1 if none. For unit trees only.
+func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
+	nd := t.node[k]
+	b := nd.best
+	if b < 0 || nd.n >= limit {
+		return -1
+	}
+	if k >= t.size {
+		if ok == nil || ok(int(b)) {
+			return int(b)
+		}
+		return -1
+	}
+	if i := t.firstBelow(2*k, limit, ok); i >= 0 {
+		return i
+	}
+	return t.firstBelow(2*k+1, limit, ok)
+}
+
+// tieRule is how the least-loaded pickers choose among equally loaded members.
+type tieRule uint8
+
+const (
+	// tieSchedule (wlc): the first tied member the view's smooth-WRR
+	// schedule yields from the stripe's cursor, tried scheduleTries
+	// positions; then the first tied member after the last one looked at.
+	tieSchedule tieRule = iota
+	// tieRotate (leastconn): the first tied member from a rotating start.
+	tieRotate
+	// tieRandom (wlc-random): a uniformly random tied member (on retries:
+	// the first tied member from a random start).
+	tieRandom
+)
+
+// scheduleTries bounds how many schedule positions a wlc tie-break reads.
+// With every member tied (an idle cluster) the first one is taken: wlc then
+// walks the smooth-WRR sequence exactly.
+const scheduleTries = 8
+
+// leastLoad is wlc, wlc-random and leastconn: the available, untried member
+// with the least in-flight / weight, ties broken by the rule.
+type leastLoad struct{ tie tieRule }
+
+func (p leastLoad) pick(s *Selection, g *group, v *view) int {
+	t := g.load
+	if t == nil || !t.live.Load() {
+		return p.scan(s, g, v)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sync(v)
+	if s.nTried == 0 {
+		root := t.node[1]
+		switch {
+		case root.best < 0:
+			return -1
+		case root.ties == 1:
+			return int(root.best)
+		case p.tie == tieRandom:
+			return t.kthTie(int(s.c.reg.rand() % uint64(root.ties)))
+		case p.tie == tieRotate:
+			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
+		}
+		return p.scheduled(s, v, root.best, func(i int) bool { return t.leaf(int32(i)).cmp(root) == 0 },
+			func(from int) int { return t.firstTie(from, root.best, nil) })
+	}
+	ok := func(i int) bool { return !s.isTried(g.members[i].ep) }
+	best := t.leastOK(1, ok)
+	if best < 0 {
+		return -1
+	}
+	if j := t.firstTie(int(best)+1, best, ok); j < 0 || j == int(best) {
+		return int(best) // the only one at that load: no tie-break state moves
+	}
+	switch p.tie {
+	case tieRandom:
+		return t.firstTie(int(s.c.reg.rand()%uint64(len(g.members))), best, ok)
+	case tieRotate:
+		return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), best, ok)
+	}
+	return p.scheduled(s, v, best, func(i int) bool { return ok(i) && t.cmp(int32(i), best) == 0 },
+		func(from int) int { return t.firstTie(from, best, ok) })
+}
+
+// scheduled is the wlc tie-break: the first tied member (isTie) among the
+// next scheduleTries positions of the view's schedule, else after(member
+// at the last position).
+func (p leastLoad) scheduled(s *Selection, v *view, best int32, isTie func(int) bool, after func(int) int) int {
+	sc := v.sched
+	if len(sc.order) == 0 {
+		return int(best)
+	}
+	var i int
+	for range scheduleTries {
+		if i = int(sc.next(s.stripe)); isTie(i) {
+			return i
+		}
+	}
+	return after(i)
+}
+
+// scan is the least-loaded pick by a scan of every member: the same choice
+// as the tree's, for a selection on a table that is no longer (or not yet)
+// the current one.
+func (p leastLoad) scan(s *Selection, g *group, v *view) int {
+	ok := func(i int) bool { return v.avail[i] && v.weights[i] > 0 && !s.isTried(g.members[i].ep) }
+	best, ties, bn, bw := leastScan(g, v, ok)
+	if ties <= 1 {
+		return best
+	}
+	isTie := func(i int) bool { return ok(i) && g.members[i].ep.InFlight()*bw == bn*int64(v.weights[i]) }
+	after := func(from int) int { return firstFrom(len(g.members), from, isTie, best) }
+	switch {
+	case p.tie == tieRandom && s.nTried == 0:
+		k := int(s.c.reg.rand() % uint64(ties))
+		for i := range g.members {
+			if isTie(i) {
+				if k == 0 {
+					return i
+				}
+				k--
+			}
+		}
+		return best
+	case p.tie == tieRandom:
+		return after(int(s.c.reg.rand() % uint64(len(g.members))))
+	case p.tie == tieRotate:
+		return after(int(g.rr.Add(1) % uint64(len(g.members))))
+	}
+	return p.scheduled(s, v, int32(best), isTie, after)
+}
+
+// leastScan finds, among the members ok accepts, the least loaded (the
+// first of equals), how many share its load, and that load (bn / bw).
+func leastScan(g *group, v *view, ok func(int) bool) (best, ties int, bn, bw int64) {
+	best = -1
+	for i := range g.members {
+		if !ok(i) {
+			continue
+		}
+		n, w := g.members[i].ep.InFlight(), int64(v.weights[i])
+		switch {
+		case best < 0 || n*bw < bn*w:
+			best, bn, bw, ties = i, n, w, 1
+		case n*bw == bn*w:
+			ties++
+		}
+	}
+	return best, ties, bn, bw
+}
+
+// firstFrom is the first i of 0..n-1 at or after from, wrapping around,
+// for which want holds; otherwise.
+func firstFrom(n, from int, want func(int) bool, otherwise int) int {
+	for k := range n {
+		if i := (from + k) % n; want(i) {
+			return i
+		}
+	}
+	return otherwise
+}
+
+// firstAvail is HAProxy's "first": the first available member (in
+// configuration order) below max_conns_per_host in flight, else the first
+// available one.
+type firstAvail struct{ limit int64 }
+
+func (p firstAvail) pick(s *Selection, g *group, v *view) int {
+	t := g.load
+	ok := func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
+	if t == nil || !t.live.Load() {
+		return p.scan(g, ok)
+	}
+	var okTree func(int) bool
+	if s.nTried > 0 {
+		okTree = ok
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sync(v)
+	if p.limit > 0 {
+		if i := t.firstBelow(1, p.limit, okTree); i >= 0 {
+			return i
+		}
+	}
+	return t.firstBelow(1, math.MaxInt64, okTree)
+}
+
+// scan is firstAvail's pick among the members ok accepts, by a scan.
+func (p firstAvail) scan(g *group, ok func(int) bool) int {
+	fallback := -1
+	for i := range g.members {
+		if !ok(i) {
+			continue
+		}
+		if p.limit <= 0 || g.members[i].ep.InFlight() < p.limit {
+			return i
+		}
+		if fallback < 0 {
+			fallback = i
+		}
+	}
+	return fallback
+}
+
+// inFlightSum is Σ in-flight over v's available members: from the tree
+// when it is live, else by a scan.
+func (g *group) inFlightSum(v *view) int64 {
+	if t := g.load; t != nil && t.live.Load() {
+		t.mu.Lock()
+		t.sync(v)
+		n := t.sum
+		t.mu.Unlock()
+		return n
+	}
+	var sum int64
+	for i := range g.members {
+		if v.avail[i] {
+			sum += g.members[i].ep.InFlight()
+		}
+	}
+	return sum
+}
+
+// installLoadTrees makes t's trees live and points every endpoint at the
+// trees holding it; the trees of the table it replaces (old, may be nil)
+// stop being written and serving. r.mu held.
+func installLoadTrees(old, t *Table) {
+	if old != nil {
+		for _, c := range old.clusters {
+			for _, g := range c.subs {
+				if g.load != nil {
+					g.load.live.Store(false)
+				}
+			}
+		}
+		for _, e := range old.endpoints {
+			e.track(nil)
+		}
+	}
+	if t == nil {
+		return
+	}
+	slots := map[*Endpoint][]loadSlot{}
+	for _, c := range t.clusters {
+		for _, g := range c.subs {
+			if g.load == nil {
+				continue
+			}
+			for i := range g.members {
+				e := g.members[i].ep
+				slots[e] = append(slots[e], loadSlot{g.load, int32(i)})
+			}
+		}
+	}
+	for e, s := range slots {
+		e.track(&s)
+	}
+	for _, c := range t.clusters {
+		for _, g := range c.subs {
+			if g.load != nil {
+				// No lock: the request path takes the tree's mutex, a
+				// config update never does. The next pick re-reads every count.
+				g.load.resync.Store(true)
+				g.load.live.Store(true)
+			}
+		}
+	}
+}
