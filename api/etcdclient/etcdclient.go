@@ -66,7 +66,9 @@ type Config struct {
 	TLS               *tls.Config
 	// DialTimeout bounds one connection attempt (default DefaultDialTimeout).
 	DialTimeout time.Duration
-	// Logger receives the etcd client's own errors at warn; nil drops them.
+	// Logger receives, at warn, the first failure of every kind (said for
+	// a person) and the etcd client's own errors, and "etcd usable again"
+	// after a failure; nil logs nothing.
 	Logger *slog.Logger
 }
 
@@ -99,7 +101,8 @@ func New(cfg Config) (*Client, error) {
 	if dt <= 0 {
 		dt = DefaultDialTimeout
 	}
-	c := &Client{endpoints: hostPorts(cfg.Endpoints), user: cfg.Username, health: newHealth()}
+	c := &Client{endpoints: hostPorts(cfg.Endpoints), user: cfg.Username}
+	c.health = newHealth(cfg.Logger, func(err error) error { return explain(err, nil, c.endpoints, c.user, "") })
 	c.auth = newAuth(cfg.Username, cfg.Password)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.Endpoints, TLS: tc, DialTimeout: dt,
@@ -146,7 +149,8 @@ func (c *Client) Connected() bool {
 type State struct {
 	Connected bool `json:"connected"`
 	// LastErrorClass, LastError and LastErrorAt describe the last failed
-	// call (Explain's sentence); empty when none failed yet.
+	// call; LastError is Explain's sentence ("etcd 127.0.0.1:2379:
+	// authentication failed … for user sluice"). Empty when none failed.
 	LastErrorClass Class     `json:"last_error_class,omitempty"`
 	LastError      string    `json:"last_error,omitempty"`
 	LastErrorAt    time.Time `json:"last_error_at,omitzero"`

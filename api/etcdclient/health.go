@@ -1,6 +1,7 @@
 package etcdclient
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 
@@ -17,33 +18,59 @@ type health struct {
 	// error where the attempt saw "connection refused").
 	specific error
 	counts   map[Class]uint64
+	// failing is set from the first failure to the next success; logged
+	// is the class last logged (a change of cause is logged again).
+	failing      bool
+	failingSince time.Time
+	logged       Class
+	// log and say: transitions are logged with the error said for a person.
+	log *slog.Logger
+	say func(error) error
 }
 
-func newHealth() *health { return &health{counts: map[Class]uint64{}} }
+func newHealth(log *slog.Logger, say func(error) error) *health {
+	return &health{counts: map[Class]uint64{}, log: log, say: say}
+}
 
 // observe records one call's outcome (nil: success). A cancelled context
 // says nothing about etcd and is ignored.
 func (h *health) observe(err error) {
-	var cause string
 	var class Class
 	if err != nil {
-		if cause, class = classify(err); class == "" {
+		if _, class = classify(err); class == "" {
 			return
 		}
 	}
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if err == nil {
 		h.authFail, h.specific = false, nil
+		recovered, since := h.failing, h.failingSince
+		h.failing, h.logged = false, ""
+		h.mu.Unlock()
+		if recovered && h.log != nil {
+			h.log.Info("etcd usable again", "failing_for", time.Since(since).Round(time.Millisecond).String())
+		}
 		return
 	}
 	h.counts[class]++
 	if class == ClassTimeout && h.specific != nil && !dialAddr.MatchString(err.Error()) {
+		h.mu.Unlock()
 		return // a bare timeout: keep the cause already known
 	}
 	h.specific = err
 	h.authFail = class == ClassAuth
-	h.last = State{LastErrorClass: class, LastError: cause, LastErrorAt: time.Now()}
+	now := time.Now()
+	said := h.say(err).Error()
+	h.last = State{LastErrorClass: class, LastError: said, LastErrorAt: now}
+	if !h.failing {
+		h.failing, h.failingSince = true, now
+	}
+	logIt := h.logged != class
+	h.logged = class
+	h.mu.Unlock()
+	if logIt && h.log != nil {
+		h.log.Warn("etcd call failed", "class", string(class), "err", said)
+	}
 }
 
 // cause returns the last specific error since the last success, or nil.

@@ -95,7 +95,7 @@ func (s *Server) Revoke(ctx context.Context, role, prefix string) error {
 // ClientAs returns a client authenticated as user ("" for none), trusting
 // the server's CA when it serves TLS; the caller closes it.
 func (s *Server) ClientAs(user, password string) (*clientv3.Client, error) {
-	cfg := clientv3.Config{Endpoints: s.Endpoints, DialTimeout: 5 * time.Second,
+	cfg := clientv3.Config{Endpoints: s.Endpoints, DialTimeout: 15 * time.Second,
 		Username: user, Password: password, Logger: zap.NewNop()}
 	if s.CAFile != "" {
 		tc, err := s.ClientTLS()

@@ -98,6 +98,7 @@ func start(o Options) (*Server, error) {
 		scheme, caFile = "https", ca
 		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: cert, KeyFile: key}
 	}
+	cfg.BcryptCost = 4 // bcrypt's minimum: passwords in tests need no strength, and -race makes the default cost slow
 	if o.AuthTokenTTL > 0 {
 		cfg.AuthTokenTTL = o.AuthTokenTTL
 	}

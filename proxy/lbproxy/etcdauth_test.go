@@ -1,0 +1,161 @@
+package lbproxy
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/etcdclient"
+	"github.com/sluicelb/sluice/integration/etcdtest"
+)
+
+// authEtcd starts etcd with auth on and user sluice (password "pw") allowed
+// on the test prefix only; it returns the server and a root client.
+func authEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client) {
+	t.Helper()
+	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.EnableAuth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddUser(ctx, "sluice", "pw", prefix+"/"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.ClientAs("root", etcdtest.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return s, root
+}
+
+func metricsText(t *testing.T, r *running) string {
+	_, body, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", "")
+	return body
+}
+
+// A wrong password at boot: the proxy starts anyway, from its disk cache
+// when it has one, and says why etcd is not used.
+func TestWrongPasswordAtBoot(t *testing.T) {
+	s, root := authEtcd(t)
+	b1 := backendServer(t, "b1", nil)
+	wantErr := "etcd " + strings.TrimPrefix(s.Endpoints[0], "http://") + ": authentication failed (wrong user or password) for user sluice"
+
+	t.Run("no cache", func(t *testing.T) {
+		r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "wrong"}, CacheDir: t.TempDir()})
+		eventually(t, 10*time.Second, "the auth failure in the status", func() bool {
+			st := adminStatus(t, r)
+			return st.Etcd != nil && st.Etcd.LastErrorClass == etcdclient.ClassAuth
+		})
+		st := adminStatus(t, r)
+		if st.Etcd.Connected || st.Etcd.LastError != wantErr || st.AppliedVersion != 0 {
+			t.Errorf("status %+v / etcd %+v: want not connected, last error %q, nothing applied", st, *st.Etcd, wantErr)
+		}
+		if code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/readyz", ""); code != 503 {
+			t.Errorf("readyz %d, want 503 with nothing to serve", code)
+		}
+		m := metricsText(t, r)
+		if !strings.Contains(m, "sluice_etcd_connected 0") || strings.Contains(m, `sluice_etcd_errors_total{class="auth"} 0`) {
+			t.Errorf("metrics: want sluice_etcd_connected 0 and auth errors counted:\n%s", grepLines(m, "sluice_etcd_"))
+		}
+	})
+
+	t.Run("cache", func(t *testing.T) {
+		dir := t.TempDir()
+		r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: dir})
+		publish(t, root, snapFor(4, b1.URL, map[string]int{"SC1": 100}))
+		eventually(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
+		r.shutdown(t)
+
+		r2 := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "wrong"}, CacheDir: dir, ID: "p2"})
+		eventually(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
+		if code, body, _ := httpGet(t, "http://"+r2.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
+			t.Fatalf("served %d %q, want 200 from b1 out of the disk cache", code, body)
+		}
+		eventually(t, 10*time.Second, "the auth failure in the status", func() bool {
+			st := adminStatus(t, r2)
+			return st.Etcd != nil && st.Etcd.LastError == wantErr && !st.Etcd.Connected
+		})
+		if st := adminStatus(t, r2); st.Source != "disk-cache" {
+			t.Errorf("source %q, want disk-cache", st.Source)
+		}
+	})
+}
+
+// A full etcd restart with auth on: the proxy applies what is published
+// afterwards and reports its status again, by itself, within 10 s.
+func TestFullEtcdRestartWithAuth(t *testing.T) {
+	s, root := authEtcd(t)
+	b1 := backendServer(t, "b1", nil)
+	b2 := backendServer(t, "b2", nil)
+	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir()})
+	publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+
+	s.Stop()
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	root2, err := s.ClientAs("root", etcdtest.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root2.Close()
+	publish(t, root2, snapFor(2, b2.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v2 applied after the restart", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
+	applied := time.Since(back)
+	sk, _ := layout.Status("BFE1", "p1")
+	eventually(t, 10*time.Second-applied, "status key at v2", func() bool {
+		res, err := root2.Get(context.Background(), sk)
+		return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":2`)
+	})
+	t.Logf("FIGURE lbproxy with auth: applies a new snapshot %s and reports status %s after etcd restarted",
+		applied.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+	if st := adminStatus(t, r); st.Etcd == nil || !st.Etcd.Connected {
+		t.Errorf("etcd state %+v: want connected", st.Etcd)
+	}
+}
+
+// Shutdown with etcd gone ends within the shutdown timeout.
+func TestShutdownWithEtcdAway(t *testing.T) {
+	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Stop()
+	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir(),
+		ShutdownTimeout: 2 * time.Second})
+	eventually(t, 10*time.Second, "etcd failure seen", func() bool {
+		st := adminStatus(t, r)
+		return st.Etcd != nil && st.Etcd.LastErrorClass == etcdclient.ClassUnreachable
+	})
+	t0 := time.Now()
+	r.shutdown(t)
+	took := time.Since(t0)
+	t.Logf("FIGURE lbproxy: shutdown with etcd away took %s", took.Round(time.Millisecond))
+	if took > 2*time.Second+revokeBudget {
+		t.Errorf("shutdown took %s, want within the 2s shutdown timeout (+%s to give up the lease)", took, revokeBudget)
+	}
+}
+
+// revokeBudget is what the status reporter may spend revoking its lease.
+const revokeBudget = 2 * time.Second
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
