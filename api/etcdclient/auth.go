@@ -25,6 +25,7 @@ const authRetryGap = time.Second
 // time authenticates; the others wait for its token (or their context).
 type auth struct {
 	user, password string
+	timeout        time.Duration // of one Authenticate call
 	// authenticate calls etcd's Authenticate (set once the client exists).
 	authenticate func(ctx context.Context, user, password string) (string, error)
 
@@ -37,8 +38,8 @@ type auth struct {
 	failedAt time.Time
 }
 
-func newAuth(user, password string) *auth {
-	return &auth{user: user, password: password, lock: make(chan struct{}, 1)}
+func newAuth(user, password string, timeout time.Duration) *auth {
+	return &auth{user: user, password: password, timeout: timeout, lock: make(chan struct{}, 1)}
 }
 
 func (a *auth) cached(now time.Time) (tok string, known bool, err error) {
@@ -72,7 +73,9 @@ func (a *auth) get(ctx context.Context) (string, error) {
 			<-a.lock
 			continue // another caller finished meanwhile
 		}
-		tok, err := a.authenticate(ctx, a.user, a.password)
+		actx, cancel := context.WithTimeout(ctx, a.timeout) // a caller without a deadline learns why
+		tok, err := a.authenticate(actx, a.user, a.password)
+		cancel()
 		a.mu.Lock()
 		switch {
 		case err == nil:

@@ -103,7 +103,7 @@ func New(cfg Config) (*Client, error) {
 	}
 	c := &Client{endpoints: hostPorts(cfg.Endpoints), user: cfg.Username}
 	c.health = newHealth(cfg.Logger, func(err error) error { return explain(err, nil, c.endpoints, c.user, "") })
-	c.auth = newAuth(cfg.Username, cfg.Password)
+	c.auth = newAuth(cfg.Username, cfg.Password, dt)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.Endpoints, TLS: tc, DialTimeout: dt,
 		DialKeepAliveTime: KeepAliveTime, DialKeepAliveTimeout: KeepAliveTimeout,
