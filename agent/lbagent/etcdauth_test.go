@@ -1,0 +1,131 @@
+package lbagent
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/integration/etcdtest"
+)
+
+// authEtcd starts etcd with auth on and user sluice ("pw") allowed on
+// /sluice/ only; it returns the server and a root client.
+func authEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client) {
+	t.Helper()
+	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.EnableAuth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddUser(ctx, "sluice", "pw", "/sluice/"); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.ClientAs("root", etcdtest.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return s, root
+}
+
+func readyz(t *testing.T, a *Agent) (int, string) {
+	t.Helper()
+	code, body := httpGet(t, "http://"+a.AdminAddr()+"/readyz")
+	var doc struct {
+		Reason string `json:"reason"`
+	}
+	_ = json.Unmarshal([]byte(body), &doc)
+	return code, doc.Reason
+}
+
+// After an etcd outage (auth on, a full restart), the agent registers again
+// within 10 s of etcd being back, and /readyz said why meanwhile.
+func TestReRegistersAfterOutageWithAuth(t *testing.T) {
+	srv, root := authEtcd(t)
+	b := newBackend(t)
+	cfg := baseConfig(t, srv, b)
+	cfg.EtcdUsername, cfg.EtcdPassword = "sluice", "pw"
+	r := startAgent(t, cfg)
+	key := r.a.Key()
+	var first clientv3.LeaseID
+	eventually(t, 10*time.Second, "registered", func() bool {
+		_, l, ok := getInstance(t, root, key)
+		first = l
+		code, _ := readyz(t, r.a)
+		return ok && code == 200
+	})
+	srv.Stop()
+	eventually(t, 20*time.Second, "lease loss noticed", func() bool { return r.a.reg.Load().Lease() == 0 })
+	want := "not registered: waiting for etcd: etcd " + strings.TrimPrefix(srv.Endpoints[0], "http://") + ": unreachable (connection refused)"
+	eventually(t, 10*time.Second, "readyz says why", func() bool {
+		code, reason := readyz(t, r.a)
+		return code == 503 && reason == want
+	})
+	// The outage lasts: long enough for every reconnect backoff to reach its cap.
+	time.Sleep(8 * time.Second)
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	root2, err := srv.ClientAs("root", etcdtest.RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root2.Close()
+	eventually(t, 10*time.Second, "re-registered under a new lease", func() bool {
+		_, l, ok := getInstance(t, root2, key)
+		return ok && l != first && l != 0
+	})
+	t.Logf("FIGURE lbagent with auth: re-registered %s after etcd came back (outage ~10s)", time.Since(back).Round(time.Millisecond))
+	eventually(t, 10*time.Second, "ready again", func() bool { code, _ := readyz(t, r.a); return code == 200 })
+}
+
+// A wrong password or etcd away at boot: the agent runs, says why, and
+// stops at once when told to.
+func TestStartsWithoutEtcdAndStopsPromptly(t *testing.T) {
+	srv, _ := authEtcd(t)
+	down, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	down.Stop()
+	b := newBackend(t)
+	for _, tc := range []struct {
+		name, password string
+		srv            *etcdtest.Server
+		want           string
+	}{
+		{"wrong password", "wrong", srv, "authentication failed (wrong user or password) for user sluice"},
+		{"etcd down", "pw", down, "unreachable (connection refused)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := baseConfig(t, tc.srv, b)
+			cfg.EtcdUsername, cfg.EtcdPassword = "sluice", tc.password
+			r := startAgent(t, cfg)
+			eventually(t, 10*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
+			want := "not registered: waiting for etcd: etcd " + strings.TrimPrefix(tc.srv.Endpoints[0], "http://") + ": " + tc.want
+			eventually(t, 10*time.Second, "readyz says why", func() bool {
+				code, reason := readyz(t, r.a)
+				return code == 503 && reason == want
+			})
+			t0 := time.Now()
+			if err := r.stop(t); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			took := time.Since(t0)
+			t.Logf("FIGURE lbagent (%s): stop took %s", tc.name, took.Round(time.Millisecond))
+			if took > 3*time.Second {
+				t.Errorf("stop took %s", took)
+			}
+		})
+	}
+}
