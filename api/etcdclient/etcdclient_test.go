@@ -73,8 +73,12 @@ func TestExplain(t *testing.T) {
 	if err := explain(context.Canceled, nil, eps, "", ""); err != context.Canceled {
 		t.Errorf("a cancelled call: %v", err)
 	}
-	wrapped := fmt.Errorf("read pointers: %w", rpctypes.ErrGRPCAuthFailed)
-	if ClassOf(wrapped) != ClassAuth {
-		t.Errorf("class of a wrapped auth error: %s", ClassOf(wrapped))
+	wrapped := fmt.Errorf("read snapshot pointers: %w", context.DeadlineExceeded)
+	want := "read snapshot pointers: etcd 10.0.0.7:2379: unreachable (connection refused)"
+	if got := explain(wrapped, refused, eps, "", ""); got.Error() != want || ClassOf(got) != ClassUnreachable {
+		t.Errorf("wrapped:\n got %v\nwant %s", got, want)
+	}
+	if ClassOf(fmt.Errorf("read pointers: %w", rpctypes.ErrGRPCAuthFailed)) != ClassAuth {
+		t.Error("class of a wrapped auth error")
 	}
 }

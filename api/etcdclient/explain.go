@@ -34,6 +34,10 @@ var Classes = []Class{ClassUnreachable, ClassDNS, ClassTLS, ClassAuth, ClassPerm
 // Error is an etcd failure said for a person: "etcd 127.0.0.1:2379:
 // authentication failed for user sluice".
 type Error struct {
+	// Op is what the caller was doing when err is wrapped ("read snapshot
+	// pointers" of "read snapshot pointers: context deadline exceeded"),
+	// said first.
+	Op string
 	// Endpoint is the endpoint the failure names (the dialled address when
 	// the error says, else the configured endpoints).
 	Endpoint string
@@ -43,7 +47,13 @@ type Error struct {
 	Err   error
 }
 
-func (e *Error) Error() string { return "etcd " + e.Endpoint + ": " + e.Cause }
+func (e *Error) Error() string {
+	s := "etcd " + e.Endpoint + ": " + e.Cause
+	if e.Op != "" {
+		s = e.Op + ": " + s
+	}
+	return s
+}
 func (e *Error) Unwrap() error { return e.Err }
 
 // ClassOf returns err's class ("" for nil or a cancelled context).
@@ -103,7 +113,20 @@ func explain(err, known error, endpoints []string, user, key string) error {
 	if m := dialAddr.FindStringSubmatch(detail.Error()); m != nil {
 		ep = m[1]
 	}
-	return &Error{Endpoint: ep, Class: class, Cause: cause, Err: err}
+	return &Error{Op: op(err), Endpoint: ep, Class: class, Cause: cause, Err: err}
+}
+
+// op is the text the wrappers of err put before its innermost error.
+func op(err error) string {
+	inner := err
+	for u := errors.Unwrap(inner); u != nil; u = errors.Unwrap(inner) {
+		inner = u
+	}
+	outer, in := err.Error(), inner.Error()
+	if inner == err || !strings.HasSuffix(outer, ": "+in) {
+		return ""
+	}
+	return strings.TrimSuffix(outer, ": "+in)
 }
 
 // classify names the cause and class of err; class "" means the caller's
