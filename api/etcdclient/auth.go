@@ -6,6 +6,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -131,7 +132,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 	if method == authenticateMethod {
 		// Never with a token: etcd before 3.4.28 rejects a stale one here.
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		c.health.observe(err)
+		c.health.observe(err, "")
 		return err
 	}
 	for attempt := 0; ; attempt++ {
@@ -143,7 +144,7 @@ func (c *Client) unary(ctx context.Context, method string, req, reply any, cc *g
 		if c.auth.rejected(err, tok) && attempt == 0 {
 			continue
 		}
-		c.health.observe(err)
+		c.health.observe(err, requestKey(req))
 		return err
 	}
 }
@@ -159,7 +160,7 @@ func (c *Client) stream(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.Cli
 	s, err := streamer(withToken(ctx, tok), desc, cc, method, opts...)
 	if err != nil {
 		c.auth.rejected(err, tok)
-		c.health.observe(err)
+		c.health.observe(err, "")
 		return nil, err
 	}
 	return &checkedStream{ClientStream: s, c: c, tok: tok}, nil
@@ -169,6 +170,50 @@ type checkedStream struct {
 	grpc.ClientStream
 	c   *Client
 	tok string
+	key atomic.Value // string: the key of the last watch created
+}
+
+func (s *checkedStream) SendMsg(m any) error {
+	if wr, ok := m.(*pb.WatchRequest); ok {
+		if cr := wr.GetCreateRequest(); cr != nil {
+			s.key.Store(string(cr.Key))
+		}
+	}
+	return s.ClientStream.SendMsg(m)
+}
+
+func (s *checkedStream) lastKey() string {
+	k, _ := s.key.Load().(string)
+	return k
+}
+
+// requestKey is the key a KV request is about ("" when none).
+func requestKey(req any) string {
+	switch r := req.(type) {
+	case *pb.RangeRequest:
+		return string(r.Key)
+	case *pb.PutRequest:
+		return string(r.Key)
+	case *pb.DeleteRangeRequest:
+		return string(r.Key)
+	case *pb.TxnRequest:
+		for _, ops := range [][]*pb.RequestOp{r.Success, r.Failure} {
+			for _, op := range ops {
+				switch o := op.Request.(type) {
+				case *pb.RequestOp_RequestPut:
+					return string(o.RequestPut.Key)
+				case *pb.RequestOp_RequestRange:
+					return string(o.RequestRange.Key)
+				case *pb.RequestOp_RequestDeleteRange:
+					return string(o.RequestDeleteRange.Key)
+				}
+			}
+		}
+		for _, cmp := range r.Compare {
+			return string(cmp.Key)
+		}
+	}
+	return ""
 }
 
 func (s *checkedStream) RecvMsg(m any) error {
@@ -176,7 +221,7 @@ func (s *checkedStream) RecvMsg(m any) error {
 	if err != nil {
 		if !errors.Is(err, io.EOF) {
 			s.c.auth.rejected(err, s.tok)
-			s.c.health.observe(err)
+			s.c.health.observe(err, "")
 		}
 		return err
 	}
@@ -185,10 +230,10 @@ func (s *checkedStream) RecvMsg(m any) error {
 		if i := strings.Index(wr.CancelReason, "etcdserver: "); i >= 0 {
 			werr := rpctypes.Error(errors.New(wr.CancelReason[i:]))
 			s.c.auth.rejected(werr, s.tok)
-			s.c.health.observe(werr)
+			s.c.health.observe(werr, s.lastKey())
 			return nil
 		}
 	}
-	s.c.health.observe(nil)
+	s.c.health.observe(nil, "")
 	return nil
 }

@@ -102,7 +102,7 @@ func New(cfg Config) (*Client, error) {
 		dt = DefaultDialTimeout
 	}
 	c := &Client{endpoints: hostPorts(cfg.Endpoints), user: cfg.Username}
-	c.health = newHealth(cfg.Logger, func(err error) error { return explain(err, nil, c.endpoints, c.user, "") })
+	c.health = newHealth(cfg.Logger, func(err error, key string) error { return explain(err, nil, c.endpoints, c.user, key) })
 	c.auth = newAuth(cfg.Username, cfg.Password, dt)
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints: cfg.Endpoints, TLS: tc, DialTimeout: dt,

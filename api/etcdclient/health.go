@@ -25,16 +25,17 @@ type health struct {
 	logged       Class
 	// log and say: transitions are logged with the error said for a person.
 	log *slog.Logger
-	say func(error) error
+	say func(err error, key string) error
 }
 
-func newHealth(log *slog.Logger, say func(error) error) *health {
+func newHealth(log *slog.Logger, say func(err error, key string) error) *health {
 	return &health{counts: map[Class]uint64{}, log: log, say: say}
 }
 
-// observe records one call's outcome (nil: success). A cancelled context
-// says nothing about etcd and is ignored.
-func (h *health) observe(err error) {
+// observe records one call's outcome (nil: success); key is what the call
+// was about, named on permission denied. A cancelled context says nothing
+// about etcd and is ignored.
+func (h *health) observe(err error, key string) {
 	var class Class
 	if err != nil {
 		if _, class = classify(err); class == "" {
@@ -60,7 +61,7 @@ func (h *health) observe(err error) {
 	h.specific = err
 	h.authFail = class == ClassAuth
 	now := time.Now()
-	said := h.say(err).Error()
+	said := h.say(err, key).Error()
 	h.last = State{LastErrorClass: class, LastError: said, LastErrorAt: now}
 	if !h.failing {
 		h.failing, h.failingSince = true, now

@@ -190,8 +190,8 @@ func TestPermissionRevokedAndGranted(t *testing.T) {
 	if cl := etcdclient.ClassOf(err); cl != etcdclient.ClassPermission {
 		t.Errorf("class %q, want permission", cl)
 	}
-	if st := c.State(); !st.Connected || st.LastErrorClass != etcdclient.ClassPermission {
-		t.Errorf("state %+v: want connected with last error class permission", st)
+	if st := c.State(); !st.Connected || st.LastErrorClass != etcdclient.ClassPermission || st.LastError != want {
+		t.Errorf("state %+v: want connected with last error %q", st, want)
 	}
 	if err := s.Grant(ctx, "sluice", "/sluice/"); err != nil {
 		t.Fatal(err)

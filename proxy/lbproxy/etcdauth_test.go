@@ -159,3 +159,44 @@ func grepLines(s, sub string) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+// Permission revoked while running: the proxy keeps serving its last good
+// snapshot, says which key it may not use, and recovers by itself once the
+// permission is granted again.
+func TestPermissionRevokedWhileRunning(t *testing.T) {
+	s, root := authEtcd(t)
+	b1 := backendServer(t, "b1", nil)
+	b2 := backendServer(t, "b2", nil)
+	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir()})
+	publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+	eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.Revoke(ctx, "sluice", prefix+"/"); err != nil {
+		t.Fatal(err)
+	}
+	sk, _ := layout.Status("BFE1", "p1")
+	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "http://") + ": permission denied on " + sk + " for user sluice"
+	eventually(t, 10*time.Second, "the refused status write in the status", func() bool {
+		st := adminStatus(t, r)
+		return st.Etcd != nil && st.Etcd.LastError == want
+	})
+	publish(t, root, snapFor(2, b2.URL, map[string]int{"SC1": 100}))
+	// For 2s (the open watch may still report v2's pointer; reading its
+	// snapshot is refused) the proxy keeps v1 and serves it.
+	for end := time.Now().Add(2 * time.Second); time.Now().Before(end); time.Sleep(100 * time.Millisecond) {
+		if code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
+			t.Fatalf("while refused: %d %q, want 200 from b1 (last good)", code, body)
+		}
+		if st := adminStatus(t, r); st.AppliedVersion != 1 {
+			t.Fatalf("applied v%d while the snapshot keys are refused, want v1 kept", st.AppliedVersion)
+		}
+	}
+	if err := s.Grant(ctx, "sluice", prefix+"/"); err != nil {
+		t.Fatal(err)
+	}
+	granted := time.Now()
+	eventually(t, 10*time.Second, "v2 applied once granted again", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
+	t.Logf("FIGURE lbproxy: applies v2 %s after the permission was granted again", time.Since(granted).Round(time.Millisecond))
+}
