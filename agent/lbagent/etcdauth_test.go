@@ -1,7 +1,6 @@
 package lbagent
 
 import (
-	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -15,26 +14,7 @@ import (
 // authEtcd starts etcd with auth on and user sluice ("pw") allowed on
 // /sluice/ only; it returns the server and a root client.
 func authEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client) {
-	t.Helper()
-	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.EnableAuth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddUser(ctx, "sluice", "pw", "/sluice/"); err != nil {
-		t.Fatal(err)
-	}
-	root, err := s.ClientAs("root", etcdtest.RootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	return s, root
+	return etcdtest.NewWithAuth(t, etcdtest.Options{}, "sluice", "pw", "/sluice/")
 }
 
 func readyz(t *testing.T, a *Agent) (int, string) {

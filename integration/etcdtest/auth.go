@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -164,4 +165,32 @@ func WriteCA(dir string) (ca, cert, key string, err error) {
 		}
 	}
 	return ca, cert, key, nil
+}
+
+// NewWithAuth starts a server for one test (o's Dir is a fresh temporary
+// one) with auth on: root, and user with password allowed readwrite on
+// prefix only. It returns the server and a root client, both stopped or
+// closed at cleanup.
+func NewWithAuth(t testing.TB, o Options, user, password, prefix string) (*Server, *clientv3.Client) {
+	t.Helper()
+	o.Dir = t.TempDir()
+	s, err := Start(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.EnableAuth(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddUser(ctx, user, password, prefix); err != nil {
+		t.Fatal(err)
+	}
+	root, err := s.ClientAs("root", RootPassword)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return s, root
 }

@@ -16,21 +16,7 @@ import (
 // authServer starts etcd with auth on: root, and user sluice with
 // readwrite on /sluice/ only.
 func authServer(t *testing.T, o etcdtest.Options) *etcdtest.Server {
-	t.Helper()
-	o.Dir = t.TempDir()
-	s, err := etcdtest.Start(o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.EnableAuth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddUser(ctx, "sluice", "pw", "/sluice/"); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := etcdtest.NewWithAuth(t, o, "sluice", "pw", "/sluice/")
 	return s
 }
 

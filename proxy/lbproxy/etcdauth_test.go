@@ -15,26 +15,7 @@ import (
 // authEtcd starts etcd with auth on and user sluice (password "pw") allowed
 // on the test prefix only; it returns the server and a root client.
 func authEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client) {
-	t.Helper()
-	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.EnableAuth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddUser(ctx, "sluice", "pw", prefix+"/"); err != nil {
-		t.Fatal(err)
-	}
-	root, err := s.ClientAs("root", etcdtest.RootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { root.Close() })
-	return s, root
+	return etcdtest.NewWithAuth(t, etcdtest.Options{}, "sluice", "pw", prefix+"/")
 }
 
 func metricsText(t *testing.T, r *running) string {

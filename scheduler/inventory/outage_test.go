@@ -16,24 +16,9 @@ import (
 // An instance gone before an etcd outage is not removed during the first
 // instance_grace after the outage ends: its agent is still registering.
 func TestNoRemovalDuringGraceAfterOutage(t *testing.T) {
-	srv, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Stop)
+	srv, root := etcdtest.NewWithAuth(t, etcdtest.Options{}, "sched", "pw", "/sluice/")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.EnableAuth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.AddUser(ctx, "sched", "pw", "/sluice/"); err != nil {
-		t.Fatal(err)
-	}
-	root, err := srv.ClientAs("root", etcdtest.RootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
 	cli, err := etcdclient.New(etcdclient.Config{Endpoints: srv.Endpoints, Username: "sched", Password: "pw"})
 	if err != nil {
 		t.Fatal(err)

@@ -12,20 +12,7 @@ import (
 // authEtcd starts etcd with auth on and user sluice ("pw") allowed on
 // /sluice/ only.
 func authEtcd(t *testing.T) *etcdtest.Server {
-	t.Helper()
-	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if err := s.EnableAuth(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.AddUser(ctx, "sluice", "pw", "/sluice/"); err != nil {
-		t.Fatal(err)
-	}
+	s, _ := etcdtest.NewWithAuth(t, etcdtest.Options{}, "sluice", "pw", "/sluice/")
 	return s
 }
 
