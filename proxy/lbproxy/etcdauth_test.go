@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/proxy/faultproxy"
 )
 
 // authEtcd starts etcd with auth on and user sluice (password "pw") allowed
@@ -180,4 +181,36 @@ func TestPermissionRevokedWhileRunning(t *testing.T) {
 	granted := time.Now()
 	eventually(t, 10*time.Second, "v2 applied once granted again", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
 	t.Logf("FIGURE lbproxy: applies v2 %s after the permission was granted again", time.Since(granted).Round(time.Millisecond))
+}
+
+// A connection whose peer stops answering (a silent network partition) is
+// noticed by the keepalive within ~KeepAliveTime+KeepAliveTimeout.
+func TestDeadEtcdConnectionDetected(t *testing.T) {
+	srv, _ := etcdtest.New(t)
+	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fp.Close()
+	c, err := etcdclient.New(etcdclient.Config{Endpoints: []string{fp.URL()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	wch := c.Watch(ctx, "/k") // a stream: keepalive pings only with one open
+	if _, err := c.Put(ctx, "/k", "v"); err != nil {
+		t.Fatal(err)
+	}
+	<-wch
+	if !c.Connected() {
+		t.Fatal("not connected after a put")
+	}
+	fp.Pause()
+	defer fp.Resume()
+	t0 := time.Now()
+	limit := etcdclient.KeepAliveTime + etcdclient.KeepAliveTimeout + 2*time.Second
+	eventually(t, limit, "the dead connection noticed", func() bool { return !c.Connected() })
+	t.Logf("FIGURE keepalive: a silent etcd connection noticed after %s", time.Since(t0).Round(100*time.Millisecond))
 }
