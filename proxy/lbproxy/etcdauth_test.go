@@ -214,3 +214,26 @@ func TestDeadEtcdConnectionDetected(t *testing.T) {
 	eventually(t, limit, "the dead connection noticed", func() bool { return !c.Connected() })
 	t.Logf("FIGURE keepalive: a silent etcd connection noticed after %s", time.Since(t0).Round(100*time.Millisecond))
 }
+
+// An etcd whose certificate the proxy does not trust: the proxy starts,
+// and its status says so.
+func TestUntrustedEtcdCertificateAtBoot(t *testing.T) {
+	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir(), TLSDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	otherCA, _, _, err := etcdtest.WriteCA(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, CACert: otherCA}, CacheDir: t.TempDir()})
+	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "https://") + ": TLS: x509: certificate signed by unknown authority"
+	eventually(t, 10*time.Second, "the TLS failure in the status", func() bool {
+		st := adminStatus(t, r)
+		return st.Etcd != nil && st.Etcd.LastError == want && !st.Etcd.Connected
+	})
+	if code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/readyz", ""); code != 503 {
+		t.Errorf("readyz %d, want 503 with nothing to serve", code)
+	}
+}
