@@ -2,6 +2,7 @@ package lbagent
 
 import (
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -50,8 +51,17 @@ func TestReRegistersAfterOutageWithAuth(t *testing.T) {
 		code, reason := readyz(t, r.a)
 		return code == 503 && reason == want
 	})
-	// The outage lasts: long enough for every reconnect backoff to reach its cap.
-	time.Sleep(8 * time.Second)
+	// The outage lasts: long enough for every reconnect backoff to reach its
+	// cap (SLUICE_TEST_OUTAGE=5m measures the five minutes).
+	outage := 8 * time.Second
+	if v := os.Getenv("SLUICE_TEST_OUTAGE"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("SLUICE_TEST_OUTAGE=%q: %v", v, err)
+		}
+		outage = d
+	}
+	time.Sleep(outage)
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +75,7 @@ func TestReRegistersAfterOutageWithAuth(t *testing.T) {
 		_, l, ok := getInstance(t, root2, key)
 		return ok && l != first && l != 0
 	})
-	t.Logf("FIGURE lbagent with auth: re-registered %s after etcd came back (outage ~10s)", time.Since(back).Round(time.Millisecond))
+	t.Logf("FIGURE lbagent with auth: re-registered %s after etcd came back (outage %s + lease loss)", time.Since(back).Round(time.Millisecond), outage)
 	eventually(t, 10*time.Second, "ready again", func() bool { code, _ := readyz(t, r.a); return code == 200 })
 }
 

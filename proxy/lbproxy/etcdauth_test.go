@@ -72,38 +72,52 @@ func TestWrongPasswordAtBoot(t *testing.T) {
 	})
 }
 
-// A full etcd restart with auth on: the proxy applies what is published
-// afterwards and reports its status again, by itself, within 10 s.
-func TestFullEtcdRestartWithAuth(t *testing.T) {
-	s, root := authEtcd(t)
-	b1 := backendServer(t, "b1", nil)
-	b2 := backendServer(t, "b2", nil)
-	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir()})
-	publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+// A full etcd restart, with auth on and off: the proxy applies what is
+// published afterwards and reports its status again, by itself, within 10 s.
+func TestFullEtcdRestart(t *testing.T) {
+	for _, withAuth := range []bool{true, false} {
+		name := map[bool]string{true: "auth", false: "no auth"}[withAuth]
+		t.Run(name, func(t *testing.T) {
+			var s *etcdtest.Server
+			var root *clientv3.Client
+			e := Etcd{}
+			if withAuth {
+				s, root = authEtcd(t)
+				e.Username, e.Password = "sluice", "pw"
+			} else {
+				s, root = etcdtest.New(t)
+			}
+			e.Endpoints = s.Endpoints
+			b1 := backendServer(t, "b1", nil)
+			b2 := backendServer(t, "b2", nil)
+			r := start(t, Config{Etcd: e, CacheDir: t.TempDir()})
+			publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
+			eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
 
-	s.Stop()
-	if err := s.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	back := time.Now()
-	root2, err := s.ClientAs("root", etcdtest.RootPassword)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root2.Close()
-	publish(t, root2, snapFor(2, b2.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v2 applied after the restart", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
-	applied := time.Since(back)
-	sk, _ := layout.Status("BFE1", "p1")
-	eventually(t, 10*time.Second-applied, "status key at v2", func() bool {
-		res, err := root2.Get(context.Background(), sk)
-		return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":2`)
-	})
-	t.Logf("FIGURE lbproxy with auth: applies a new snapshot %s and reports status %s after etcd restarted",
-		applied.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
-	if st := adminStatus(t, r); st.Etcd == nil || !st.Etcd.Connected {
-		t.Errorf("etcd state %+v: want connected", st.Etcd)
+			s.Stop()
+			if err := s.Restart(); err != nil {
+				t.Fatal(err)
+			}
+			back := time.Now()
+			root2, err := s.ClientAs(map[bool]string{true: "root"}[withAuth], map[bool]string{true: etcdtest.RootPassword}[withAuth])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer root2.Close()
+			publish(t, root2, snapFor(2, b2.URL, map[string]int{"SC1": 100}))
+			eventually(t, 10*time.Second, "v2 applied after the restart", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
+			applied := time.Since(back)
+			sk, _ := layout.Status("BFE1", "p1")
+			eventually(t, 10*time.Second-applied, "status key at v2", func() bool {
+				res, err := root2.Get(context.Background(), sk)
+				return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":2`)
+			})
+			t.Logf("FIGURE lbproxy (%s): applies a new snapshot %s and reports status %s after etcd restarted",
+				name, applied.Round(time.Millisecond), time.Since(back).Round(time.Millisecond))
+			if st := adminStatus(t, r); st.Etcd == nil || !st.Etcd.Connected {
+				t.Errorf("etcd state %+v: want connected", st.Etcd)
+			}
+		})
 	}
 }
 
