@@ -1,10 +1,13 @@
 # Sluice — every target works from a clean clone. See README.md.
 SHELL := /bin/bash
-MODULES := api proxy scheduler agent cli integration
+MODULES := api probe proxy scheduler agent cli integration testkit
 BINARIES := ./proxy/cmd/lbproxy ./scheduler/cmd/lbscheduler ./agent/cmd/lbagent ./cli/cmd/lbctl
 GO ?= go
 FUZZTIME ?= 10s
 TEST_FLAGS ?= -race -count=1 -timeout 15m
+# staticcheck for make lint; .ci/run installs this version (it supports Go 1.26)
+STATICCHECK ?= staticcheck
+STATICCHECK_VERSION := v0.8.2
 
 .PHONY: all build devtools test unit e2e lint fuzz run bench chaos images deploy-up deploy-down clean tidy
 
@@ -31,10 +34,17 @@ devtools:
 e2e: build devtools
 	cd integration && SLUICE_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 25m -tags e2e -v ./e2e/...
 
-## lint: go vet on every module and a gofmt check
+## lint: go vet, staticcheck and a go mod tidy check on every module (integration's e2e suite too) and a gofmt check
 lint:
-	@set -e; for m in $(MODULES); do (cd $$m && $(GO) vet ./...); done
+	@command -v $(STATICCHECK) >/dev/null || { echo "lint: $(STATICCHECK) not found: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; exit 1; }
+	@set -e; for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && \
+	  if ! $(GO) mod tidy -diff >/dev/null; then echo "$$m: go.mod/go.sum not tidy (make tidy)"; exit 1; fi); done
+	@cd integration && $(STATICCHECK) -tags e2e ./e2e/...
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## tidy: go mod tidy in every module
+tidy:
+	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:

@@ -6,7 +6,8 @@ require (
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/prometheus/client_golang v1.25.0
 	github.com/sluicelb/sluice/api v0.0.0
-	github.com/sluicelb/sluice/integration v0.0.0
+	github.com/sluicelb/sluice/probe v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	github.com/urfave/cli/v2 v2.27.7
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -81,6 +82,8 @@ replace (
 	github.com/sluicelb/sluice/api => ../api
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/integration => ../integration
+	github.com/sluicelb/sluice/probe => ../probe
 	github.com/sluicelb/sluice/proxy => ../proxy
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

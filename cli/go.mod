@@ -4,19 +4,19 @@ go 1.26.0
 
 require (
 	github.com/sluicelb/sluice/api v0.0.0
-	github.com/sluicelb/sluice/integration v0.0.0
 	github.com/sluicelb/sluice/scheduler v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
+	go.yaml.in/yaml/v3 v3.0.5
 )
 
 require (
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/molecule-man/go-brrr v1.3.1 // indirect
-	github.com/sluicelb/sluice/agent v0.0.0 // indirect
+	github.com/sluicelb/sluice/probe v0.0.0-00010101000000-000000000000 // indirect
 	github.com/valyala/bytebufferpool v1.0.0 // indirect
 	github.com/valyala/fasthttp v1.78.0 // indirect
 	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
 	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0 // indirect
-	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )
 
 require (
@@ -93,6 +93,8 @@ replace (
 	github.com/sluicelb/sluice/agent => ../agent
 	github.com/sluicelb/sluice/api => ../api
 	github.com/sluicelb/sluice/integration => ../integration
+	github.com/sluicelb/sluice/probe => ../probe
 	github.com/sluicelb/sluice/proxy => ../proxy
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

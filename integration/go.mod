@@ -4,8 +4,8 @@ go 1.26.0
 
 require (
 	github.com/sluicelb/sluice/api v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
-	go.etcd.io/etcd/client/pkg/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.etcd.io/etcd/server/v3 v3.7.3
 	go.opentelemetry.io/proto/otlp v1.11.0
@@ -45,6 +45,7 @@ require (
 	github.com/tmc/grpc-websocket-proxy v0.0.0-20220101234140-673ab2c3ae75 // indirect
 	github.com/xiang90/probing v0.0.0-20221125231312-a49e3df8f510 // indirect
 	go.etcd.io/bbolt v1.5.0 // indirect
+	go.etcd.io/etcd/client/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/etcd/pkg/v3 v3.7.3 // indirect
 	go.etcd.io/raft/v3 v3.7.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
@@ -78,4 +79,5 @@ replace (
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/proxy => ../proxy
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

@@ -4,7 +4,8 @@ go 1.26.0
 
 require (
 	github.com/sluicelb/sluice/api v0.0.0
-	github.com/sluicelb/sluice/integration v0.0.0
+	github.com/sluicelb/sluice/probe v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	github.com/valyala/fasthttp v1.78.0
 )
 
@@ -42,7 +43,6 @@ require (
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
-	github.com/sluicelb/sluice/agent v0.0.0
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spaolacci/murmur3 v1.1.0
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -89,9 +89,10 @@ require (
 )
 
 replace (
-	github.com/sluicelb/sluice/agent => ../agent
 	github.com/sluicelb/sluice/api => ../api
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/integration => ../integration
+	github.com/sluicelb/sluice/probe => ../probe
 	github.com/sluicelb/sluice/scheduler => ../scheduler
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

@@ -6,7 +6,7 @@ require (
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/sluicelb/sluice/api v0.0.0
-	github.com/sluicelb/sluice/integration v0.0.0
+	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	github.com/urfave/cli/v2 v2.27.7
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -83,4 +83,5 @@ replace (
 	github.com/sluicelb/sluice/cli => ../cli
 	github.com/sluicelb/sluice/integration => ../integration
 	github.com/sluicelb/sluice/proxy => ../proxy
+	github.com/sluicelb/sluice/testkit => ../testkit
 )

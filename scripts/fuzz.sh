@@ -3,7 +3,7 @@
 set -euo pipefail
 t=${1:-10s}
 cd "$(dirname "$0")/.."
-grep -rl --include='*_test.go' '^func Fuzz' api proxy scheduler agent cli integration 2>/dev/null | sort | while read -r f; do
+grep -rl --include='*_test.go' '^func Fuzz' api probe proxy scheduler agent cli integration testkit 2>/dev/null | sort | while read -r f; do
   dir=$(dirname "$f"); mod=${dir%%/*}
   for target in $(grep -o '^func Fuzz[A-Za-z0-9_]*' "$f" | sed 's/^func //'); do
     echo "== fuzz $dir $target ($t)"

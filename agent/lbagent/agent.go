@@ -18,11 +18,11 @@ import (
 
 	"github.com/sluicelb/sluice/agent/internal/load"
 	"github.com/sluicelb/sluice/agent/internal/register"
-	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/probe"
 )
 
 // Agent is one running lbagent. Create it with New, start it with Run;
@@ -187,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				log.Error("admin server", "err", err)
 			}
 		}()
-		log.Info("admin listening", "addr", addr)
+		log.Info("admin listening", "admin_addr", addr)
 	}
 
 	workCtx, stopWork := context.WithCancel(ctx)

@@ -20,21 +20,11 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for state
-	}
-}
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
@@ -174,7 +164,7 @@ func TestRegistrationContentAndCleanStop(t *testing.T) {
 	}
 	var got report.Instance
 	var lease clientv3.LeaseID
-	eventually(t, 10*time.Second, "registration with load", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "registration with load", func() bool {
 		var ok bool
 		got, lease, ok = getInstance(t, cli, key)
 		return ok && got.InFlight == 4
@@ -219,13 +209,13 @@ func TestKilledAgentVanishesAfterTTL(t *testing.T) {
 	cfg.KeepLeaseOnExit = true
 	r := startAgent(t, cfg)
 	key := r.a.Key()
-	eventually(t, 10*time.Second, "registration", func() bool { _, _, ok := getInstance(t, cli, key); return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool { _, _, ok := getInstance(t, cli, key); return ok })
 	r.stop(t)
 	killed := time.Now()
 	if _, _, ok := getInstance(t, cli, key); !ok {
 		t.Fatal("key gone at once; a killed agent cannot revoke")
 	}
-	eventually(t, 15*time.Second, "key vanishes after the 2s TTL", func() bool { _, _, ok := getInstance(t, cli, key); return !ok })
+	poll.EventuallyTrue(t, 15*time.Second, "key vanishes after the 2s TTL", func() bool { _, _, ok := getInstance(t, cli, key); return !ok })
 	if d := time.Since(killed); d < time.Second {
 		t.Fatalf("key vanished %s after the kill, before the TTL", d)
 	}
@@ -293,7 +283,7 @@ func TestFallThenRise(t *testing.T) {
 	ev, stopWatch := watchStates(t, cli, "/sluice/instances/demo-main/SC1/"+b.addr(t).String(), b)
 	defer stopWatch()
 	startAgent(t, cfg)
-	eventually(t, 20*time.Second, "healthy → unhealthy → healthy", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "healthy → unhealthy → healthy", func() bool {
 		s, _, _, _ := ev.snapshot()
 		return len(s) >= 3
 	})
@@ -316,7 +306,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	cfg.MetricsURL = b.srv.URL + "/metrics"
 	r := startAgent(t, cfg)
 	key := r.a.Key()
-	eventually(t, 10*time.Second, "registered healthy", func() bool { rec, _, ok := getInstance(t, cli, key); return ok && rec.State == "healthy" })
+	poll.EventuallyTrue(t, 10*time.Second, "registered healthy", func() bool { rec, _, ok := getInstance(t, cli, key); return ok && rec.State == "healthy" })
 	ev, stopWatch := watchStates(t, cli, key, b)
 	defer stopWatch()
 
@@ -330,7 +320,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 		}
 		reqDone <- err
 	}()
-	eventually(t, 5*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
+	poll.EventuallyTrue(t, 5*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 
 	// Drain through the admin API, as `lbagent drain` does.
 	resp, err := http.Post("http://"+r.a.AdminAddr()+"/drain", "", nil)
@@ -339,7 +329,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	}
 	resp.Body.Close()
 	drainAt := time.Now()
-	eventually(t, 5*time.Second, "draining written", func() bool { s, _, _, _ := ev.snapshot(); return len(s) > 0 && s[0] == "draining" })
+	poll.EventuallyTrue(t, 5*time.Second, "draining written", func() bool { s, _, _, _ := ev.snapshot(); return len(s) > 0 && s[0] == "draining" })
 	rec, _, _ := getInstance(t, cli, key)
 	if rec.Reason != "drain requested on the admin API" {
 		t.Fatalf("reason %q", rec.Reason)
@@ -347,7 +337,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	// Well past drain-min, with in-flight read as 1 many times, the
 	// registration must still be there.
 	m0 := b.metrics.Load()
-	eventually(t, 10*time.Second, "agent polled in-flight past drain-min", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "agent polled in-flight past drain-min", func() bool {
 		return b.metrics.Load() >= m0+10 && time.Since(drainAt) > 5*cfg.DrainMin
 	})
 	if _, _, _, gone := ev.snapshot(); gone {
@@ -370,7 +360,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not exit after the drain")
 	}
-	eventually(t, 5*time.Second, "delete event seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
+	poll.EventuallyTrue(t, 5*time.Second, "delete event seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
 	states, _, _, _ := ev.snapshot()
 	if fmt.Sprint(states) != "[draining gone]" {
 		t.Fatalf("sequence %v; want [draining gone]", states)
@@ -388,7 +378,7 @@ func TestDrainWithoutMetricsEndsAfterDrainMin(t *testing.T) {
 	cfg.DrainMin = 300 * time.Millisecond
 	r := startAgent(t, cfg)
 	key := r.a.Key()
-	eventually(t, 10*time.Second, "registered", func() bool { _, _, ok := getInstance(t, cli, key); return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool { _, _, ok := getInstance(t, cli, key); return ok })
 	start := time.Now()
 	r.a.Drain("SIGTERM")
 	select {
@@ -415,7 +405,7 @@ func TestEtcdRestartReRegisters(t *testing.T) {
 	r := startAgent(t, cfg)
 	key := r.a.Key()
 	var first clientv3.LeaseID
-	eventually(t, 10*time.Second, "registered", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool {
 		rec, l, ok := getInstance(t, cli, key)
 		first = l
 		return ok && rec.State == "healthy"
@@ -424,13 +414,13 @@ func TestEtcdRestartReRegisters(t *testing.T) {
 	// The backend fails during the outage; the agent cannot write it yet.
 	b.healthy.Store(false)
 	t0 := time.Now()
-	eventually(t, 20*time.Second, "agent notices the lost lease", func() bool { return r.a.reg.Load().Lease() == 0 })
+	poll.EventuallyTrue(t, 20*time.Second, "agent notices the lost lease", func() bool { return r.a.reg.Load().Lease() == 0 })
 	t.Logf("lease loss noticed after %s", time.Since(t0).Round(time.Millisecond))
 	t0 = time.Now()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "re-registered with a new lease and the state learned during the outage", func() bool {
+	poll.EventuallyTrue(t, 30*time.Second, "re-registered with a new lease and the state learned during the outage", func() bool {
 		rec, l, ok := getInstance(t, cli, key)
 		if !ok || l == first || rec.State != "unhealthy" {
 			return false
@@ -458,10 +448,10 @@ func TestFlappingBackendBoundedWrites(t *testing.T) {
 	defer stopWatch()
 	start := time.Now()
 	r := startAgent(t, cfg)
-	eventually(t, 20*time.Second, "60 flapping probes", func() bool { return b.probes.Load() >= 60 })
+	poll.EventuallyTrue(t, 20*time.Second, "60 flapping probes", func() bool { return b.probes.Load() >= 60 })
 	r.stop(t)
 	elapsed := time.Since(start)
-	eventually(t, 5*time.Second, "delete seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
+	poll.EventuallyTrue(t, 5*time.Second, "delete seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
 	_, _, puts, _ := ev.snapshot()
 	bound := int(elapsed/cfg.MinWriteGap) + 2
 	t.Logf("%d probes (each a state change) in %s → %d writes; bound %d", b.probes.Load(), elapsed.Round(time.Millisecond), puts, bound)
@@ -481,7 +471,7 @@ func TestAdminTokenAndConfigErrors(t *testing.T) {
 	cfg := baseConfig(t, srv, b)
 	cfg.AdminToken = "s3cret"
 	r := startAgent(t, cfg)
-	eventually(t, 5*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
+	poll.EventuallyTrue(t, 5*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
 	admin := "http://" + r.a.AdminAddr()
 	resp, err := http.Post(admin+"/drain", "", nil)
 	if err != nil || resp.StatusCode != http.StatusUnauthorized {

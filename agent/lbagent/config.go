@@ -15,9 +15,9 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/probe"
 )
 
 // Version is the agent version reported in registrations; set at build

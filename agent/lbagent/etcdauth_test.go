@@ -9,7 +9,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // authEtcd starts etcd with auth on and user sluice ("pw") allowed on
@@ -38,16 +39,16 @@ func TestReRegistersAfterOutageWithAuth(t *testing.T) {
 	r := startAgent(t, cfg)
 	key := r.a.Key()
 	var first clientv3.LeaseID
-	eventually(t, 10*time.Second, "registered", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool {
 		_, l, ok := getInstance(t, root, key)
 		first = l
 		code, _ := readyz(t, r.a)
 		return ok && code == 200
 	})
 	srv.Stop()
-	eventually(t, 20*time.Second, "lease loss noticed", func() bool { return r.a.reg.Load().Lease() == 0 })
+	poll.EventuallyTrue(t, 20*time.Second, "lease loss noticed", func() bool { return r.a.reg.Load().Lease() == 0 })
 	want := "not registered: waiting for etcd: etcd " + strings.TrimPrefix(srv.Endpoints[0], "http://") + ": unreachable (connection refused)"
-	eventually(t, 10*time.Second, "readyz says why", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "readyz says why", func() bool {
 		code, reason := readyz(t, r.a)
 		return code == 503 && reason == want
 	})
@@ -71,12 +72,12 @@ func TestReRegistersAfterOutageWithAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer root2.Close()
-	eventually(t, 10*time.Second, "re-registered under a new lease", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "re-registered under a new lease", func() bool {
 		_, l, ok := getInstance(t, root2, key)
 		return ok && l != first && l != 0
 	})
 	t.Logf("FIGURE lbagent with auth: re-registered %s after etcd came back (outage %s + lease loss)", time.Since(back).Round(time.Millisecond), outage)
-	eventually(t, 10*time.Second, "ready again", func() bool { code, _ := readyz(t, r.a); return code == 200 })
+	poll.EventuallyTrue(t, 10*time.Second, "ready again", func() bool { code, _ := readyz(t, r.a); return code == 200 })
 }
 
 // A wrong password or etcd away at boot: the agent runs, says why, and
@@ -101,9 +102,9 @@ func TestStartsWithoutEtcdAndStopsPromptly(t *testing.T) {
 			cfg := baseConfig(t, tc.srv, b)
 			cfg.EtcdUsername, cfg.EtcdPassword = "sluice", tc.password
 			r := startAgent(t, cfg)
-			eventually(t, 10*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
+			poll.EventuallyTrue(t, 10*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
 			want := "not registered: waiting for etcd: etcd " + strings.TrimPrefix(tc.srv.Endpoints[0], "http://") + ": " + tc.want
-			eventually(t, 10*time.Second, "readyz says why", func() bool {
+			poll.EventuallyTrue(t, 10*time.Second, "readyz says why", func() bool {
 				code, reason := readyz(t, r.a)
 				return code == 503 && reason == want
 			})

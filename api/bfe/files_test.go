@@ -10,29 +10,16 @@ import (
 	"testing"
 )
 
-// sharedTestdata finds ../shared/bfe-testdata beside the repository root (the
-// directory holding go.work), as CI lays it out.
-func sharedTestdata(t *testing.T) string {
+// testdata is the repository's own BFE-format fixtures (testdata/bfe at the
+// repository root): conf/ is a complete BFE conf directory, files/ holds one
+// file per case for each loader, valid and invalid (testdata/bfe/README.md).
+func testdata(t *testing.T) string {
 	t.Helper()
-	dir, err := filepath.Abs(".")
-	if err != nil {
-		t.Fatal(err)
+	dir := filepath.Join("..", "..", "testdata", "bfe")
+	if _, err := os.Stat(filepath.Join(dir, "README.md")); err != nil {
+		t.Fatalf("BFE fixtures missing at %s (testdata/bfe in the repository): %v", dir, err)
 	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			break
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("cannot find the repository root (a directory with go.work) above the package directory")
-		}
-		dir = parent
-	}
-	shared := filepath.Join(dir, "..", "shared", "bfe-testdata")
-	if _, err := os.Stat(filepath.Join(shared, "README.md")); err != nil {
-		t.Fatalf("BFE test data missing: want %s (the shared/ folder beside the repository root): %v", shared, err)
-	}
-	return shared
+	return dir
 }
 
 type loader func(path string) error
@@ -50,11 +37,12 @@ var (
 	loadSessionSticky loader = func(p string) error { _, err := LoadSessionSticky(p); return err }
 )
 
-// TestEverySharedFile loads every file under shared/bfe-testdata with the
-// loader for its format and checks BFE's own verdict (from BFE's unit tests),
-// or ours where we are stricter. A file on disk missing from the table fails.
-func TestEverySharedFile(t *testing.T) {
-	root := sharedTestdata(t)
+// TestEveryFixture loads every file under testdata/bfe with the loader for
+// its format and checks the verdict BFE gives such a file (its own loaders
+// accept or reject the same constructs), or ours where we are stricter. A
+// file on disk missing from the table fails.
+func TestEveryFixture(t *testing.T) {
+	root := testdata(t)
 	const doc = "" // README: not a BFE file
 	table := map[string]struct {
 		load    loader
@@ -62,46 +50,42 @@ func TestEverySharedFile(t *testing.T) {
 	}{
 		"README.md": {nil, doc},
 
-		"bfe_balance/bal_gslb/testdata/cluster1": {loadBackends, ""},
-		"bfe_balance/bal_gslb/testdata/cluster2": {loadBackends, ""},
-		"bfe_balance/bal_gslb/testdata/g1":       {loadGSLBRow, ""},
-		"bfe_balance/bal_gslb/testdata/g2":       {loadGSLBRow, ""},
-		"bfe_balance/bal_gslb/testdata/gb1":      {loadGslbBasic, "invalid JSON near line 6"},
-		"bfe_balance/bal_gslb/testdata/gb2":      {loadGslbBasic, ""},
+		"files/gslb_parts/backends.data":            {loadBackends, ""},
+		"files/gslb_parts/weights_one_pool.data":    {loadGSLBRow, ""},
+		"files/gslb_parts/weights_split.data":       {loadGSLBRow, ""},
+		"files/gslb_parts/basic_colon_missing.data": {loadGslbBasic, "HashConf.SessionSticky: invalid JSON near line 7"},
+		"files/gslb_parts/basic.data":               {loadGslbBasic, ""},
 
-		"bfe_balance/testdata/bal_table/case1/cluster_table.data": {loadClusterTable, ""},
+		"files/cluster_table/lowercase_keys.data": {loadClusterTable, ""},
+		"files/cluster_table/shared_address.data": {loadClusterTable, ""},
 		// BFE keeps the last of the duplicated keys; we are stricter.
-		"bfe_balance/testdata/bal_table/case1/gslb.data":          {loadGSLB, `Clusters.cluster_c1.c1-example.a: duplicate key "c1-example.a": BFE silently keeps the last value; Sluice is stricter`},
-		"bfe_balance/testdata/bal_table/case2/cluster_table.data": {loadClusterTable, ""},
-		"bfe_balance/testdata/bal_table/case2/gslb.data":          {loadGSLB, `duplicate key "c1-example.a"`},
+		"files/gslb/duplicate_key.data":  {loadGSLB, `Clusters.cart.cart.pool.a: duplicate key "cart.pool.a": BFE silently keeps the last value; Sluice is stricter`},
+		"files/gslb/lowercase_keys.data": {loadGSLB, ""},
+		"files/gslb/missing_comma.data":  {loadGSLB, "invalid JSON near line 13"},
 
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_1.conf": {loadClusterConf, ""},
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_2.conf": {loadClusterConf, "the JSON is incomplete"},
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_3.conf": {loadClusterConf, ""},
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_4.conf": {loadClusterConf, `Config.p2.CheckConf.Schem: "udp" is not a health check scheme`},
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_5.conf": {loadClusterConf, ""},
-		"bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_6.conf": {loadClusterConf, "Config.p1.CheckConf.StatusCode: 1000 is not a status code"},
+		"files/cluster_conf/unknown_field_slow_start.conf": {loadClusterConf, ""},
+		"files/cluster_conf/truncated.conf":                {loadClusterConf, "the JSON is incomplete"},
+		"files/cluster_conf/tcp_check.conf":                {loadClusterConf, ""},
+		"files/cluster_conf/udp_scheme.conf":               {loadClusterConf, `Config.search.CheckConf.Schem: "udp" is not a health check scheme`},
+		"files/cluster_conf/http_check_without_uri.conf":   {loadClusterConf, ""},
+		"files/cluster_conf/status_code_out_of_range.conf": {loadClusterConf, "Config.orders.CheckConf.StatusCode: 1000 is not a status code"},
 
-		"bfe_config/bfe_cluster_conf/cluster_table_conf/testdata/cluster_table_1.conf": {loadClusterTable, ""},
-		"bfe_config/bfe_cluster_conf/gslb_conf/testdata/gslb_1.data":                   {loadGSLB, ""},
-		"bfe_config/bfe_cluster_conf/gslb_conf/testdata/gslb_2.data":                   {loadGSLB, "invalid JSON near line 66"},
+		"files/host_rule/two_products.data":   {loadHostRule, ""},
+		"files/host_rule/tag_not_a_list.data": {loadHostRule, `HostTags.orders: "ordersHosts" is not a list`},
 
-		"bfe_config/bfe_route_conf/host_rule_conf/testdata/host_table_1.conf": {loadHostRule, ""},
-		"bfe_config/bfe_route_conf/host_rule_conf/testdata/host_table_2.conf": {loadHostRule, `HostTags.C: "C" is not a list`},
+		"files/route_rule/basic_star_host_and_prefixes.data": {loadRouteRule, ""},
+		"files/route_rule/basic_rule_matches_nothing.data":   {loadRouteRule, "BasicRule.shop[0]: neither Hostname nor Path is set"},
+		"files/route_rule/basic_and_product_rules.data":      {loadRouteRule, ""},
+		"files/route_rule/wildcard_inside_label.data":        {loadRouteRule, `Hostname[0]: "*shop.example.com": a wildcard host must be * or start with *.`},
+		"files/route_rule/wildcard_after_label.data":         {loadRouteRule, `"shop*.example.com": a wildcard host must be`},
+		"files/route_rule/two_wildcards_in_host.data":        {loadRouteRule, `"*.*.example.com": only one * is allowed in a host name`},
+		"files/route_rule/two_wildcards_in_path.data":        {loadRouteRule, `Path[0]: "/cart/*/*": only one * is allowed in a path`},
+		"files/route_rule/product_rules.data":                {loadRouteRule, ""},
 
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule1.data": {loadRouteRule, ""},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule2.data": {loadRouteRule, "BasicRule.example_product[0]: neither Hostname nor Path is set"},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule3.data": {loadRouteRule, ""},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule4.data": {loadRouteRule, `Hostname[0]: "*abc.a.com": a wildcard host must be * or start with *.`},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule5.data": {loadRouteRule, `"abc*.a.com": a wildcard host must be`},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule6.data": {loadRouteRule, `"*.*.a.com": only one * is allowed in a host name`},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule7.data": {loadRouteRule, `Path[0]: "/a/*/*": only one * is allowed in a path`},
-		"bfe_config/bfe_route_conf/route_rule_conf/testdata/route_rule.data":        {loadRouteRule, ""},
-
-		"bfe_modules/mod_session_sticky/test_data/mod_session_sticky.data":       {loadSessionSticky, ""},
-		"bfe_modules/mod_session_sticky/test_data/mod_session_sticky_err.data":   {loadSessionSticky, `Config.unittest[0].MaskCode: "a11" is shorter than 4 characters`},
-		"bfe_modules/mod_session_sticky/test_data/mod_session_sticky_err_1.data": {loadSessionSticky, `Config.unittest[0].MaxAge: "abc" is not an integer`},
-		"bfe_modules/mod_session_sticky/test_data/mod_session_sticky_err_2.data": {loadSessionSticky, "invalid JSON near line 14"},
+		"files/session_sticky/ok.data":                   {loadSessionSticky, ""},
+		"files/session_sticky/mask_code_too_short.data":  {loadSessionSticky, `Config.checkout[0].MaskCode: "k7f" is shorter than 4 characters`},
+		"files/session_sticky/max_age_not_a_number.data": {loadSessionSticky, `Config.checkout[0].MaxAge: "forever" is not an integer`},
+		"files/session_sticky/missing_comma.data":        {loadSessionSticky, "invalid JSON near line 15"},
 
 		"conf/cluster_conf/cluster_table.data":    {loadClusterTable, ""},
 		"conf/cluster_conf/gslb.data":             {loadGSLB, ""},
@@ -185,12 +169,11 @@ func TestLoadErrorsNameFileAndPath(t *testing.T) {
 }
 
 func TestUnknownFieldsWarn(t *testing.T) {
-	root := sharedTestdata(t)
-	cc, err := LoadClusterConf(filepath.Join(root, "bfe_config/bfe_cluster_conf/cluster_conf/testdata/cluster_conf_1.conf"))
+	cc, err := LoadClusterConf(filepath.Join(testdata(t), "files/cluster_conf/unknown_field_slow_start.conf"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "Config.p1.CheckConf.Response: unknown field ignored (BFE ignores it too)"
+	want := "Config.orders.CheckConf.Response: unknown field ignored (BFE ignores it too)"
 	found := false
 	for _, w := range cc.Warnings {
 		found = found || strings.HasSuffix(w, want)
@@ -198,10 +181,10 @@ func TestUnknownFieldsWarn(t *testing.T) {
 	if !found {
 		t.Fatalf("warnings %q lack %q", cc.Warnings, want)
 	}
-	p1 := cc.Policies["p1"]
-	if p1.SlowStart.Window.D().Seconds() != 30 || p1.Timeouts.Connect.D().Milliseconds() != 1000 ||
-		p1.Health.FailNum != 3 || p1.Retry.RetryMax != 3 || p1.Retry.CrossRetry != 1 || p1.Health.Probe.Path != "/health" {
-		t.Fatalf("p1 policy: %+v", p1)
+	p := cc.Policies["orders"]
+	if p.SlowStart.Window.D().Seconds() != 30 || p.Timeouts.Connect.D().Milliseconds() != 1000 ||
+		p.Health.FailNum != 3 || p.Retry.RetryMax != 3 || p.Retry.CrossRetry != 1 || p.Health.Probe.Path != "/healthz" {
+		t.Fatalf("orders policy: %+v", p)
 	}
 }
 

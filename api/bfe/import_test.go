@@ -13,7 +13,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-func sampleConf(t *testing.T) string { return filepath.Join(sharedTestdata(t), "conf") }
+func sampleConf(t *testing.T) string { return filepath.Join(testdata(t), "conf") }
 
 func TestImportSampleConf(t *testing.T) {
 	st, warns, err := ImportDir(sampleConf(t), ImportOptions{})
@@ -27,25 +27,25 @@ func TestImportSampleConf(t *testing.T) {
 		t.Errorf("topology: %+v", st.Topology)
 	}
 	wantProducts := map[string]config.Product{
-		"example_product": {
-			Hosts: []string{"example.org", "www.example.org", "fcgi.example.org", "h2c.example.org"},
+		"shop": {
+			Hosts: []string{"shop.example.com", "www.shop.example.com", "fcgi.shop.example.com", "h2c.shop.example.com"},
 			Rules: []config.Rule{
-				{Cond: `req_host_in("example.org")`, Cluster: "cluster_example"},
-				{Cond: `req_host_in("www.example.org")`, Cluster: "https_cluster_example"},
-				{Cond: `req_host_in("fcgi.example.org")`, Cluster: "fcgi_cluster_example"},
-				{Cond: `req_host_in("h2c.example.org")`, Cluster: "h2c_cluster_example"},
-				{Cond: `default_t()`, Cluster: "cluster_example"},
+				{Cond: `req_host_in("shop.example.com")`, Cluster: "web_plain"},
+				{Cond: `req_host_in("www.shop.example.com")`, Cluster: "web_tls"},
+				{Cond: `req_host_in("fcgi.shop.example.com")`, Cluster: "web_fcgi"},
+				{Cond: `req_host_in("h2c.shop.example.com")`, Cluster: "web_h2c"},
+				{Cond: `default_t()`, Cluster: "web_plain"},
 			},
 		},
-		// No default rule in BFE's sample: one is appended to the last cluster.
-		"example_ai_product": {
-			Hosts: []string{"ai.example.org"},
+		// No default rule in the sample: one is appended to the last cluster.
+		"assist": {
+			Hosts: []string{"assist.shop.example.com"},
 			Rules: []config.Rule{
-				{Cond: `req_host_in("ai.example.org")`, Cluster: "ai_cluster_example"},
-				{Cond: `default_t()`, Cluster: "ai_cluster_example"},
+				{Cond: `req_host_in("assist.shop.example.com")`, Cluster: "assist"},
+				{Cond: `default_t()`, Cluster: "assist"},
 			},
 		},
-		// local_product has hosts but no rules: not imported.
+		// local has hosts but no rules: not imported.
 	}
 	if !reflect.DeepEqual(st.Products, wantProducts) {
 		t.Errorf("products:\n got %+v\nwant %+v", st.Products, wantProducts)
@@ -57,12 +57,12 @@ func TestImportSampleConf(t *testing.T) {
 		return config.Instance{Addr: addr, Port: port, Weight: 10, Labels: map[string]string{"name": name}}
 	}
 	wantSubs := map[string]map[string]config.SubCluster{
-		"cluster_example":       {"example.bfe.bj": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 8181, "example_hostname")}}},
-		"https_cluster_example": {"example.bfe.bj": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 9443, "https_example_hostname")}}},
-		"fcgi_cluster_example":  {"fcgi.example.bfe.bj": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 9000, "fcgi_example_hostname")}}},
-		"h2c_cluster_example":   {"h2c.example.bfe.bj": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 8735, "example_hostname")}}},
-		"ai_cluster_example": {"ai.pool.bj": {IDC: "IDC1", Instances: []config.Instance{
-			inst("172.27.152.27", 8083, "172.27.152.27_8083"), inst("172.27.152.27", 8081, "172.27.152.27_8081")}}},
+		"web_plain": {"web.pool.idc1": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 18081, "web-a")}}},
+		"web_tls":   {"web.pool.idc1": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 18443, "web-tls-a")}}},
+		"web_fcgi":  {"fcgi.pool.idc1": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 19000, "fcgi-a")}}},
+		"web_h2c":   {"h2c.pool.idc1": {IDC: "IDC1", Instances: []config.Instance{inst("127.0.0.1", 18735, "web-a")}}},
+		"assist": {"assist.pool.idc1": {IDC: "IDC1", Instances: []config.Instance{
+			inst("198.51.100.20", 8083, "assist-8083"), inst("198.51.100.20", 8081, "assist-8081")}}},
 	}
 	if len(st.Clusters) != len(wantSubs) {
 		t.Errorf("clusters: %d, want %d", len(st.Clusters), len(wantSubs))
@@ -73,34 +73,33 @@ func TestImportSampleConf(t *testing.T) {
 		}
 	}
 
-	// cluster_example's policy, field by field from cluster_conf.data.
+	// web_plain's policy, field by field from cluster_conf.data.
 	want := config.DefaultPolicy()
 	want.Balance.SubclusterMode = config.SubclusterBFE
-	want.Balance.Hash = config.Hash{Key: config.HashHeader, Header: "Cookie:UID"} // HashStrategy 0
+	want.Balance.Hash = config.Hash{Key: config.HashHeader, Header: "Cookie:SID"} // HashStrategy 0
 	want.Balance.Instance = config.InstanceWRR
 	want.Retry.RetryMax, want.Retry.CrossRetry = 2, 0
-	want.Health.FailNum, want.Health.SuccNum = 10, 1
-	want.Health.CheckInterval = config.Duration(time.Second)
-	want.Health.Probe = config.Probe{Scheme: "http", Path: "/healthcheck", Host: "example.org", Status: "200"}
+	want.Health.FailNum, want.Health.SuccNum = 5, 1
+	want.Health.CheckInterval = config.Duration(2 * time.Second)
+	want.Health.Probe = config.Probe{Scheme: "http", Path: "/healthz", Host: "shop.example.com", Status: "200"}
 	want.Pool.MaxIdleConnsPerHost = 0
-	want.Timeouts.Connect = config.Duration(2 * time.Second)
-	want.Timeouts.ResponseHeader = config.Duration(50 * time.Second)
+	want.Timeouts.Connect = config.Duration(1500 * time.Millisecond)
+	want.Timeouts.ResponseHeader = config.Duration(40 * time.Second)
 	want.Timeouts.ReadClient = config.Duration(30 * time.Second)
-	want.Timeouts.WriteClient = config.Duration(60 * time.Second)
-	if got := st.Clusters["cluster_example"].Policy; !reflect.DeepEqual(got, want) {
-		t.Errorf("cluster_example policy:\n got %+v\nwant %+v", got, want)
+	want.Timeouts.WriteClient = config.Duration(45 * time.Second)
+	if got := st.Clusters["web_plain"].Policy; !reflect.DeepEqual(got, want) {
+		t.Errorf("web_plain policy:\n got %+v\nwant %+v", got, want)
 	}
-	ai := st.Clusters["ai_cluster_example"].Policy
+	ai := st.Clusters["assist"].Policy
 	if ai.Health.Probe.Status != "100-599" || ai.Health.FailNum != 100 || ai.Health.CheckInterval.D() != 100*time.Second ||
 		ai.Timeouts.Connect.D() != 50*time.Second || ai.Timeouts.WriteClient.D() != 30*time.Second {
-		t.Errorf("ai_cluster_example policy (StatusCode 0 = any, CheckTimeout null): %+v", ai)
+		t.Errorf("assist policy (StatusCode 0 = any, CheckTimeout null): %+v", ai)
 	}
 
 	wantPins := []config.Pin{}
 	for _, c := range []struct{ cluster, sub string }{
-		{"ai_cluster_example", "ai.pool.bj"}, {"cluster_example", "example.bfe.bj"},
-		{"fcgi_cluster_example", "fcgi.example.bfe.bj"}, {"h2c_cluster_example", "h2c.example.bfe.bj"},
-		{"https_cluster_example", "example.bfe.bj"},
+		{"assist", "assist.pool.idc1"}, {"web_fcgi", "fcgi.pool.idc1"}, {"web_h2c", "h2c.pool.idc1"},
+		{"web_plain", "web.pool.idc1"}, {"web_tls", "web.pool.idc1"},
 	} {
 		wantPins = append(wantPins, config.Pin{ProxyCluster: "BFE", Cluster: c.cluster,
 			Weights: map[string]int{c.sub: 100, config.Blackhole: 0}, Reason: PinReason, Author: PinAuthor})
@@ -110,13 +109,13 @@ func TestImportSampleConf(t *testing.T) {
 	}
 
 	for _, w := range []string{
-		`product "example_ai_product": its rules do not end with default_t(); BFE answers unmatched requests with an error, Sluice requires a default rule: appended default_t() → "ai_cluster_example"`,
-		`product "local_product" has hosts but no route rules`,
-		`Config.fcgi_cluster_example.BackendConf.Protocol: "fcgi": Sluice forwards plain HTTP/1.1 to backends; imported as http`,
-		`Config.https_cluster_example.HTTPSConf: ignored`,
-		`Config.ai_cluster_example.AIConf: ignored`,
+		`product "assist": its rules do not end with default_t(); BFE answers unmatched requests with an error, Sluice requires a default rule: appended default_t() → "assist"`,
+		`product "local" has hosts but no route rules`,
+		`Config.web_fcgi.BackendConf.Protocol: "fcgi": Sluice forwards plain HTTP/1.1 to backends; imported as http`,
+		`Config.web_tls.HTTPSConf: ignored`,
+		`Config.assist.AIConf: ignored`,
 		`name_conf.data: ignored`,
-		`Config.ai_cluster_example.CheckConf.FailNum: 1000 is outside Sluice's range 1..100: imported as 100`,
+		`Config.assist.CheckConf.FailNum: 1000 is outside Sluice's range 1..100: imported as 100`,
 	} {
 		if !containsWarning(warns, w) {
 			t.Errorf("no warning containing %q in\n%s", w, strings.Join(warns, "\n"))
@@ -304,46 +303,49 @@ func TestImportRejects(t *testing.T) {
 }
 
 func TestBasicRulesBecomeConditions(t *testing.T) {
-	root := sharedTestdata(t)
-	rr, err := LoadRouteRule(filepath.Join(root, "bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule3.data"))
+	root := filepath.Join(testdata(t), "files", "route_rule")
+	rr, err := LoadRouteRule(filepath.Join(root, "basic_and_product_rules.data"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	wild := `req_host_regmatch("(?i)^[^.:]+[.]foo[.]com(:[0-9]+)?$")`
+	wild := `req_host_regmatch("(?i)^[^.:]+[.]img[.]example[.]com(:[0-9]+)?$")`
 	want := []config.Rule{
 		// Basic rules first (BFE matches them before ProductRule): exact hosts…
-		{Cond: `req_host_in("www.a.com") && req_path_in("/a", false)`, Cluster: "cluster_example_1"},
-		{Cond: `req_host_in("www.a.com") && req_path_in("/b", false)`, Cluster: "cluster_example_1"},
-		{Cond: `req_host_in("www.b.com") && req_path_in("/a", false)`, Cluster: "cluster_example_1"},
-		{Cond: `req_host_in("www.b.com") && req_path_in("/b", false)`, Cluster: "cluster_example_1"},
-		{Cond: `req_host_in("www.bar.com") && req_path_in("/a", false)`, Cluster: "cluster_example_2"},
-		{Cond: `req_host_in("www.bar.com") && req_path_in("/b", false)`, Cluster: "cluster_example_2"},
-		// www.ddd.com → ADVANCED_MODE: no rule, the condition rules decide.
-		// …then one-label wildcards (*.ccc.com is ADVANCED_MODE too).
-		{Cond: wild + ` && req_path_in("/a", false)`, Cluster: "cluster_example_2"},
-		{Cond: wild + ` && req_path_in("/b", false)`, Cluster: "cluster_example_2"},
+		{Cond: `req_host_in("www.shop.example.com") && req_path_in("/cart", false)`, Cluster: "shop_exact"},
+		{Cond: `req_host_in("www.shop.example.com") && req_path_in("/pay", false)`, Cluster: "shop_exact"},
+		{Cond: `req_host_in("m.shop.example.com") && req_path_in("/cart", false)`, Cluster: "shop_exact"},
+		{Cond: `req_host_in("m.shop.example.com") && req_path_in("/pay", false)`, Cluster: "shop_exact"},
+		{Cond: `req_host_in("static.shop.example.com") && req_path_in("/cart", false)`, Cluster: "shop_assets"},
+		{Cond: `req_host_in("static.shop.example.com") && req_path_in("/pay", false)`, Cluster: "shop_assets"},
+		// beta.shop.example.com → ADVANCED_MODE: no rule, the condition rules decide.
+		// …then one-label wildcards (*.beta.example.com is ADVANCED_MODE too).
+		{Cond: wild + ` && req_path_in("/cart", false)`, Cluster: "shop_assets"},
+		{Cond: wild + ` && req_path_in("/pay", false)`, Cluster: "shop_assets"},
 		// Then ProductRule in order.
-		{Cond: `default_t()`, Cluster: "cluster_example"},
+		{Cond: `default_t()`, Cluster: "shop_main"},
 	}
-	if got := rr.Products["example_product"]; !reflect.DeepEqual(got, want) {
-		t.Errorf("example_product rules:\n got %q\nwant %q", got, want)
+	if got := rr.Products["shop"]; !reflect.DeepEqual(got, want) {
+		t.Errorf("shop rules:\n got %q\nwant %q", got, want)
+	}
+	if got := rr.Products["search"]; len(got) != 2 || got[0].Cond != `req_header_key_in("X-Search-Canary")` || got[0].Cluster != "search_canary" {
+		t.Errorf("search rules: %q", got)
 	}
 
-	rr, err = LoadRouteRule(filepath.Join(root, "bfe_config/bfe_route_conf/route_rule_conf/testdata/basic_route_rule1.data"))
+	rr, err = LoadRouteRule(filepath.Join(root, "basic_star_host_and_prefixes.data"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := rr.Products["example_product"]
+	got := rr.Products["shop"]
 	if len(got) != 8 {
-		t.Fatalf("rule1: %d rules, want 8: %q", len(got), got)
+		t.Fatalf("star host: %d rules, want 8: %q", len(got), got)
 	}
 	// "*" host: every other host and wildcard excluded, exact paths before
-	// the "/a*" prefixes, which match "/a" and "/a/…" but not "/ab".
-	if got[4].Cond != `!req_host_in("www.a.com") && !req_host_regmatch("(?i)^[^.:]+[.]foo[.]com(:[0-9]+)?$") && !req_host_regmatch("(?i)^[^.:]+[.]bar[.]com(:[0-9]+)?$") && req_path_in("/a", false)` {
-		t.Errorf("rule1[4]: %s", got[4].Cond)
+	// the "/cart*" prefixes, which match "/cart" and "/cart/…" but not "/carts".
+	if got[4].Cond != `!req_host_in("www.shop.example.com") && !req_host_regmatch("(?i)^[^.:]+[.]img[.]example[.]com(:[0-9]+)?$") && !req_host_regmatch("(?i)^[^.:]+[.]cdn[.]example[.]com(:[0-9]+)?$") && req_path_in("/cart", false)` {
+		t.Errorf("star host [4]: %s", got[4].Cond)
 	}
-	if !strings.HasSuffix(got[6].Cond, `&& req_path_in("/a", false) || req_path_prefix_in("/a/", false)`) {
-		t.Errorf("rule1[6]: %s", got[6].Cond)
+	if !strings.HasSuffix(got[6].Cond, `&& req_path_in("/cart", false) || req_path_prefix_in("/cart/", false)`) {
+		t.Errorf("star host [6]: %s", got[6].Cond)
 	}
 }
 

@@ -291,6 +291,7 @@ func checkBasicHost(h string) error {
 	case n > 1:
 		return fmt.Errorf("only one * is allowed in a host name")
 	case n == 1 && h != "*" && !strings.HasPrefix(h, "*."):
+		//lint:ignore ST1005 the message ends with the prefix "*.", not with punctuation
 		return fmt.Errorf("a wildcard host must be * or start with *.")
 	}
 	return nil

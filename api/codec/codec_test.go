@@ -8,7 +8,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 )
 
-// TestRejects covers RELIABILITY.md's bad inputs that are structural.
+// TestRejects covers the bad inputs of docs/INVARIANTS.md that are structural.
 func TestRejects(t *testing.T) {
 	tests := []struct{ doc, want string }{
 		{`{"pins":[{"weights":{"SC1":1.5}}]}`, `pins[0].weights.SC1: 1.5 is not an integer`},

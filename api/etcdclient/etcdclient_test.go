@@ -78,6 +78,9 @@ func TestExplain(t *testing.T) {
 	if got := explain(wrapped, refused, eps, "", ""); got.Error() != want || ClassOf(got) != ClassUnreachable {
 		t.Errorf("wrapped:\n got %v\nwant %s", got, want)
 	}
+	if mine := errors.New("row BFE1: SC3 is not a sub-cluster"); explain(mine, refused, eps, "", "") != mine || ClassOf(mine) != "" {
+		t.Error("an error that is not etcd's was reworded")
+	}
 	if ClassOf(fmt.Errorf("read pointers: %w", rpctypes.ErrGRPCAuthFailed)) != ClassAuth {
 		t.Error("class of a wrapped auth error")
 	}

@@ -3,7 +3,6 @@ package etcdclient
 import (
 	"context"
 	"errors"
-	"fmt"
 	"regexp"
 	"strings"
 
@@ -56,7 +55,8 @@ func (e *Error) Error() string {
 }
 func (e *Error) Unwrap() error { return e.Err }
 
-// ClassOf returns err's class ("" for nil or a cancelled context).
+// ClassOf returns err's class ("" for nil, a cancelled context or an error
+// that is not an etcd failure).
 func ClassOf(err error) Class {
 	var e *Error
 	if errors.As(err, &e) {
@@ -129,8 +129,9 @@ func op(err error) string {
 	return strings.TrimSuffix(outer, ": "+in)
 }
 
-// classify names the cause and class of err; class "" means the caller's
-// own context was cancelled (not etcd's failure).
+// classify names the cause and class of err; class "" means err is not
+// etcd's failure (the caller's own context was cancelled, or err is the
+// caller's own error).
 func classify(err error) (string, Class) {
 	if err == nil || errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
 		return "", ""
@@ -174,7 +175,12 @@ func classify(err error) (string, Class) {
 	case status.Code(err) == codes.Unavailable:
 		return "unreachable (" + statusDesc(err) + ")", ClassUnreachable
 	}
-	return fmt.Sprint(statusDesc(err)), ClassOther
+	var se interface{ GRPCStatus() *status.Status }
+	var ee rpctypes.EtcdError
+	if errors.As(err, &se) || errors.As(err, &ee) {
+		return statusDesc(err), ClassOther
+	}
+	return "", "" // not an etcd failure (the caller's own error)
 }
 
 // isEtcd reports whether err is, wraps, or wraps the gRPC status of the

@@ -29,7 +29,7 @@ type Instance struct {
 	RPS        float64   `json:"rps,omitempty"`
 	CPUPercent float64   `json:"cpu_percent,omitempty"`
 	MemPercent float64   `json:"mem_percent,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	UpdatedAt  time.Time `json:"updated_at,omitzero"`
 }
 
 // ProxyStatus is what one lbproxy applied. Key: keys.Layout.Status.
@@ -39,7 +39,7 @@ type ProxyStatus struct {
 	// AppliedVersion and AppliedHash identify the snapshot in service.
 	AppliedVersion uint64    `json:"applied_version"`
 	AppliedHash    string    `json:"applied_hash,omitempty"`
-	AppliedAt      time.Time `json:"applied_at,omitempty"`
+	AppliedAt      time.Time `json:"applied_at,omitzero"`
 	// RejectedVersion is the newest version refused, with the reason.
 	RejectedVersion uint64 `json:"rejected_version,omitempty"`
 	RejectedReason  string `json:"rejected_reason,omitempty"`
@@ -54,8 +54,8 @@ type ProxyStatus struct {
 	AdminAddr     string    `json:"admin_addr,omitempty"`
 	ListenAddr    string    `json:"listen_addr,omitempty"`
 	BinaryVersion string    `json:"binary_version,omitempty"`
-	StartedAt     time.Time `json:"started_at"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	StartedAt     time.Time `json:"started_at,omitzero"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
 
 // Demand is one proxy's observed demand per backend cluster.
@@ -66,7 +66,7 @@ type Demand struct {
 	Clusters     map[string]ClusterDemand `json:"clusters"`
 	// WindowSeconds is the averaging window of the rates.
 	WindowSeconds float64   `json:"window_seconds"`
-	UpdatedAt     time.Time `json:"updated_at"`
+	UpdatedAt     time.Time `json:"updated_at,omitzero"`
 }
 
 // ClusterDemand is the request rate one proxy sends to a cluster.
@@ -81,5 +81,5 @@ type ClusterDemand struct {
 type Leader struct {
 	ID      string    `json:"id"`
 	APIAddr string    `json:"api_addr"`
-	Since   time.Time `json:"since"`
+	Since   time.Time `json:"since,omitzero"`
 }

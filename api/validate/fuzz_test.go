@@ -11,7 +11,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-// badInputs are RELIABILITY.md's bad inputs for documents, as seeds.
+// badInputs are the bad inputs for documents of docs/INVARIANTS.md, as seeds.
 var badInputs = []string{
 	`{"topology":{"idcs":["IDC1"],"proxy_clusters":{"BFE1":{"idc":"IDC1"}}},"clusters":{"c":{"subclusters":{"SC1":{"idc":"IDC1"}}}},"pins":[{"proxy_cluster":"BFE1","cluster":"c","weights":{"SC1":-10,"GSLB_BLACKHOLE":110}}]}`,
 	`{"pins":[{"weights":{"SC1":1.5}}]}`,

@@ -102,6 +102,7 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "timeout of each etcd or API call", EnvVars: []string{"SLUICE_TIMEOUT"}},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "output format: table, json or yaml", EnvVars: []string{"SLUICE_OUTPUT"}},
 			&cli.StringFlag{Name: "scheduler", Usage: "scheduler API URL (default: the leader's address from etcd)", EnvVars: []string{"SLUICE_SCHEDULER"}},
+			&cli.BoolFlag{Name: "version", Usage: "print lbctl's version (as lbctl version does)"},
 			&cli.StringFlag{Name: "token", Usage: "bearer token for the scheduler and proxy admin APIs", EnvVars: []string{"SLUICE_TOKEN"}},
 		},
 		Before: func(c *cli.Context) error {
@@ -115,13 +116,16 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 			applyCommand(), getCommand(), validateCommand(),
 			weightsCommand(), shiftCommand(), drainCommand(true), drainCommand(false),
 			rolloutCommand(), historyCommand(), diffCommand(), rollbackCommand(),
-			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(),
+			planCommand(), explainCommand(), healthCommand(), proxiesCommand(), bfeCommand(), overrideCommand(), completionCommand(),
 			{
 				Name:  "version",
 				Usage: "print lbctl's version",
 				Action: func(c *cli.Context) error {
-					fmt.Fprintf(c.App.Writer, "lbctl %s\n", Version)
-					return nil
+					e, err := newEnv(c)
+					if err != nil {
+						return err
+					}
+					return e.wrote(map[string]string{"version": Version}, versionLine())
 				},
 			},
 		},
@@ -137,31 +141,25 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 
 // Main runs lbctl with args and returns the exit code.
 func Main(args []string, stdout, stderr io.Writer, stdin io.Reader) int {
+	return MainContext(context.Background(), args, stdout, stderr, stdin)
+}
+
+// MainContext is Main bounded by ctx: a command (a --watch) ends when ctx
+// does.
+func MainContext(ctx context.Context, args []string, stdout, stderr io.Writer, stdin io.Reader) int {
 	app := App(stdout, stderr, stdin)
-	err := app.Run(interspersed(app, args))
+	p, err := arrange(app, args)
+	if err == nil && p.version {
+		fmt.Fprint(stdout, versionLine())
+		return ExitOK
+	}
+	if err == nil {
+		err = app.RunContext(ctx, p.args)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "lbctl:", err)
 	}
-	if err == nil && len(args) > 1 && !knownCommand(app, args[1:]) {
-		return ExitUsage
-	}
 	return ExitCode(err)
-}
-
-// knownCommand reports whether the first non-flag argument names a command
-// (urfave/cli prints help and returns nil for unknown commands).
-func knownCommand(app *cli.App, args []string) bool {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		if strings.HasPrefix(a, "-") {
-			if !strings.Contains(a, "=") && takesValue(app.Flags, strings.TrimLeft(a, "-")) {
-				i++
-			}
-			continue
-		}
-		return app.Command(a) != nil
-	}
-	return true
 }
 
 // env is what every command needs: an etcd client, the key layout and the
@@ -174,6 +172,7 @@ type env struct {
 	format  string
 	client  *clientv3.Client
 	etcdc   *etcdclient.Client // the client of client, for error wording
+	base    context.Context    // bounds every call when set (a --watch); else the command's context
 }
 
 func newEnv(c *cli.Context) (*env, error) {
@@ -192,7 +191,11 @@ func (e *env) close() {
 
 // ctx returns a context bounded by --timeout.
 func (e *env) ctx() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(e.c.Context, e.timeout)
+	base := e.c.Context
+	if e.base != nil {
+		base = e.base
+	}
+	return context.WithTimeout(base, e.timeout)
 }
 
 // action wraps a command body with env setup and teardown.
@@ -205,85 +208,4 @@ func action(f func(e *env) error) cli.ActionFunc {
 		defer e.close()
 		return e.explain(f(e))
 	}
-}
-
-// interspersed moves a command's positional arguments after its flags, so
-// that `lbctl weights set --cluster C SC1=45 SC2=55 --reason R` works
-// (urfave/cli stops reading flags at the first positional argument).
-func interspersed(app *cli.App, args []string) []string {
-	if len(args) < 2 {
-		return args
-	}
-	out := []string{args[0]}
-	rest := args[1:]
-	// Global flags, then the command path.
-	flags := app.Flags
-	cmds := app.Commands
-	var cmd *cli.Command
-	for len(rest) > 0 {
-		a := rest[0]
-		if a == "--" {
-			break
-		}
-		if strings.HasPrefix(a, "-") {
-			out = append(out, a)
-			rest = rest[1:]
-			if !strings.Contains(a, "=") && takesValue(flags, strings.TrimLeft(a, "-")) && len(rest) > 0 {
-				out = append(out, rest[0])
-				rest = rest[1:]
-			}
-			continue
-		}
-		var next *cli.Command
-		for _, c := range cmds {
-			if c.HasName(a) {
-				next = c
-			}
-		}
-		if next == nil {
-			break
-		}
-		cmd = next
-		out = append(out, a)
-		rest = rest[1:]
-		flags, cmds = cmd.Flags, cmd.Subcommands
-	}
-	if cmd == nil {
-		return args
-	}
-	var pos []string
-	for len(rest) > 0 {
-		a := rest[0]
-		rest = rest[1:]
-		switch {
-		case a == "--":
-			pos = append(pos, rest...)
-			rest = nil
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			out = append(out, a)
-			if !strings.Contains(a, "=") && takesValue(flags, strings.TrimLeft(a, "-")) && len(rest) > 0 {
-				out = append(out, rest[0])
-				rest = rest[1:]
-			}
-		default:
-			pos = append(pos, a)
-		}
-	}
-	if len(pos) > 0 {
-		out = append(out, "--")
-		out = append(out, pos...)
-	}
-	return out
-}
-
-func takesValue(flags []cli.Flag, name string) bool {
-	for _, f := range flags {
-		for _, n := range f.Names() {
-			if n == name {
-				_, isBool := f.(*cli.BoolFlag)
-				return !isBool
-			}
-		}
-	}
-	return false
 }

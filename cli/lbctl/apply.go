@@ -33,7 +33,7 @@ func applyCommand() *cli.Command {
 		Action: action(func(e *env) error {
 			next, err := loadStateFile(e.c.String("file"), e.c.App.Reader)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w\nnothing was written", err)
 			}
 			ctx, cancel := e.ctx()
 			defer cancel()
@@ -52,10 +52,9 @@ func applyCommand() *cli.Command {
 			after, _ := yaml.Marshal(next)
 			d := lineDiff(string(before), string(after))
 			if d == "" && cur.Revision != 0 {
-				fmt.Fprintln(e.out, "No changes: the stored desired state is already this.")
-				return nil
+				return e.wrote(writeResult{Action: "unchanged", Revision: cur.Revision}, "No changes: the stored desired state is already this.\n")
 			}
-			fmt.Fprintf(e.out, "Changes to the desired state (revision %d):\n%s", cur.Revision, d)
+			fmt.Fprintf(e.info(), "Changes to the desired state (revision %d):\n%s", cur.Revision, d)
 			if !e.c.Bool("yes") {
 				if !confirm(e, "Apply these changes?") {
 					return withCode(ExitAborted, fmt.Errorf("not applied"))
@@ -65,14 +64,14 @@ func applyCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "Applied: desired state is now at revision %d.\n", newRev)
-			return nil
+			return e.wrote(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
+				fmt.Sprintf("Applied: desired state is now at revision %d.\n", newRev))
 		}),
 	}
 }
 
 func confirm(e *env, q string) bool {
-	fmt.Fprintf(e.out, "%s [y/N] ", q)
+	fmt.Fprintf(e.info(), "%s [y/N] ", q)
 	line, _ := bufio.NewReader(e.c.App.Reader).ReadString('\n')
 	a := strings.ToLower(strings.TrimSpace(line))
 	return a == "y" || a == "yes"
@@ -97,10 +96,10 @@ func loadStateFile(path string, stdin io.Reader) (*config.State, error) {
 	}
 	var s config.State
 	if err := codec.Unmarshal(raw, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+		return nil, inFile(path, raw, err)
 	}
 	if err := validate.State(&s); err != nil {
-		return nil, fmt.Errorf("%s is invalid; nothing was written:\n%w", path, err)
+		return nil, fmt.Errorf("%s is not a valid desired state:\n%w", path, inFile(path, raw, err))
 	}
 	return &s, nil
 }
@@ -109,18 +108,15 @@ func getCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "get",
 		Usage: "show stored objects",
-		Subcommands: []*cli.Command{{
+		Subcommands: append([]*cli.Command{{
 			Name:  "config",
 			Usage: "print the stored desired state (YAML unless -o json)",
 			Action: action(func(e *env) error {
 				ctx, cancel := e.ctx()
 				defer cancel()
-				st, err := e.readState(ctx)
+				st, err := e.storedState(ctx)
 				if err != nil {
 					return err
-				}
-				if st.Revision == 0 {
-					return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
 				}
 				if e.format == "json" {
 					return e.render(&st.State, nil)
@@ -129,10 +125,13 @@ func getCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(e.out, "# revision %d\n%s", st.Revision, b)
-				return nil
+				if e.format == "table" {
+					fmt.Fprintf(e.out, "# revision %d\n", st.Revision)
+				}
+				_, err = e.out.Write(b)
+				return err
 			}),
-		}},
+		}}, getSubcommands()...),
 	}
 }
 
@@ -141,6 +140,7 @@ func validateCommand() *cli.Command {
 		Name:      "validate",
 		Usage:     "check a desired state or snapshot file; exit 1 listing every error",
 		UsageText: "lbctl validate -f FILE   (or: lbctl validate FILE)",
+		ArgsUsage: "[FILE]",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Usage: "file to check (YAML or JSON; - for stdin)"},
 		},
@@ -158,26 +158,34 @@ func validateCommand() *cli.Command {
 			}
 			j, err := codec.ToJSON(raw)
 			if err != nil {
-				return fmt.Errorf("%s: %w", path, err)
+				return inFile(path, raw, err)
 			}
 			var probe map[string]json.RawMessage
 			_ = json.Unmarshal(j, &probe)
 			if _, isSnap := probe["meta"]; isSnap {
 				s, err := snapshot.Unmarshal(j)
 				if err != nil {
-					return fmt.Errorf("%s: %w", path, err)
+					return inFile(path, raw, err)
 				}
 				if err := validate.Snapshot(s); err != nil {
-					return fmt.Errorf("%s: snapshot is invalid:\n%w", path, err)
+					return fmt.Errorf("%s is not a valid snapshot:\n%w", path, inFile(path, raw, err))
 				}
-				fmt.Fprintf(e.out, "%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version)
-				return nil
+				return e.wrote(validResult{File: path, Valid: true, Kind: "snapshot", ProxyCluster: s.Meta.ProxyCluster, Version: s.Meta.Version},
+					fmt.Sprintf("%s: valid snapshot (%s v%d)\n", path, s.Meta.ProxyCluster, s.Meta.Version))
 			}
 			if _, err := loadStateFile(path, strings.NewReader(string(raw))); err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "%s: valid desired state\n", path)
-			return nil
+			return e.wrote(validResult{File: path, Valid: true, Kind: "desired_state"}, fmt.Sprintf("%s: valid desired state\n", path))
 		}),
 	}
+}
+
+// validResult is validate's answer in JSON/YAML (errors go to stderr, exit 1).
+type validResult struct {
+	File         string `json:"file"`
+	Valid        bool   `json:"valid"`
+	Kind         string `json:"kind"` // desired_state or snapshot
+	ProxyCluster string `json:"proxy_cluster,omitempty"`
+	Version      uint64 `json:"version,omitempty"`
 }

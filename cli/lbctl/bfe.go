@@ -19,8 +19,8 @@ func bfeCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name:      "import",
-				Usage:     "convert a BFE conf directory into a Sluice desired state (printed, or written with -o)",
-				UsageText: "lbctl bfe import --conf-dir DIR [--proxy-cluster BFE] [--idc IDC1] [--subcluster-idc SC=IDC ...] [-o FILE | --out FILE]",
+				Usage:     "convert a BFE conf directory into a Sluice desired state (printed, or written with --out)",
+				UsageText: "lbctl bfe import --conf-dir DIR [--proxy-cluster BFE] [--idc IDC1] [--subcluster-idc SC=IDC ...] [--out FILE] [-o yaml|json]",
 				Description: "Reads host_rule.data, route_rule.data, cluster_conf.data, gslb.data and cluster_table.data.\n" +
 					"gslb.data's rows become pins of --proxy-cluster. Warnings (conversions, dropped fields) go to stderr.\n" +
 					"Apply the result with lbctl apply -f FILE. See docs/bfe-migration.md.",
@@ -29,7 +29,7 @@ func bfeCommand() *cli.Command {
 					&cli.StringFlag{Name: "proxy-cluster", Value: bfe.DefaultProxyCluster, Usage: "proxy cluster that receives gslb.data's rows"},
 					&cli.StringFlag{Name: "idc", Value: bfe.DefaultIDC, Usage: "IDC of the proxy cluster and of every sub-cluster"},
 					&cli.StringSliceFlag{Name: "subcluster-idc", Usage: "SUBCLUSTER=IDC for sub-clusters in another IDC (repeatable)"},
-					&cli.StringFlag{Name: "out", Aliases: []string{"o"}, Usage: "write the state to this file instead of stdout"},
+					&cli.StringFlag{Name: "out", Usage: "write the state to this file instead of stdout"},
 				},
 				Action: action(func(e *env) error {
 					opts := bfe.ImportOptions{ProxyCluster: e.c.String("proxy-cluster"), IDC: e.c.String("idc"), SubClusterIDC: map[string]string{}}
@@ -47,21 +47,28 @@ func bfeCommand() *cli.Command {
 					for _, w := range warns {
 						e.progressf("warning: %s", w)
 					}
-					b, err := yaml.Marshal(s)
-					if err != nil {
-						return err
-					}
 					out := e.c.String("out")
 					if out == "" {
+						if e.format == "json" {
+							return e.render(s, nil)
+						}
+						b, err := yaml.Marshal(s)
+						if err != nil {
+							return err
+						}
 						_, err = e.out.Write(b)
+						return err
+					}
+					b, err := yaml.Marshal(s)
+					if err != nil {
 						return err
 					}
 					if err := writeFileAtomic(out, b); err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Imported %d clusters and %d products from %s into %s (%d warnings). Next: lbctl apply -f %s\n",
-						len(s.Clusters), len(s.Products), e.c.String("conf-dir"), out, len(warns), out)
-					return nil
+					res := bfeImportResult{Action: "imported", ConfDir: e.c.String("conf-dir"), File: out, Clusters: len(s.Clusters), Products: len(s.Products), Warnings: warns}
+					return e.wrote(res, fmt.Sprintf("Imported %d clusters and %d products from %s into %s (%d warnings). Next: lbctl apply -f %s\n",
+						res.Clusters, res.Products, res.ConfDir, out, len(warns), out))
 				}),
 			},
 			{
@@ -75,22 +82,35 @@ func bfeCommand() *cli.Command {
 				Action: action(func(e *env) error {
 					ctx, cancel := e.ctx()
 					defer cancel()
-					st, err := e.readState(ctx)
+					st, err := e.storedState(ctx)
 					if err != nil {
 						return err
-					}
-					if st.Revision == 0 {
-						return fmt.Errorf("no desired state stored at %s", e.layout.Desired())
 					}
 					if err := bfe.ExportDir(&st.State, e.c.String("proxy-cluster"), e.c.String("out")); err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Exported revision %d for %s into %s\n", st.Revision, e.c.String("proxy-cluster"), e.c.String("out"))
-					return nil
+					res := bfeExportResult{Action: "exported", Revision: st.Revision, ProxyCluster: e.c.String("proxy-cluster"), Dir: e.c.String("out")}
+					return e.wrote(res, fmt.Sprintf("Exported revision %d for %s into %s\n", res.Revision, res.ProxyCluster, res.Dir))
 				}),
 			},
 		},
 	}
+}
+
+type bfeImportResult struct {
+	Action   string   `json:"action"`
+	ConfDir  string   `json:"conf_dir"`
+	File     string   `json:"file"`
+	Clusters int      `json:"clusters"`
+	Products int      `json:"products"`
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+type bfeExportResult struct {
+	Action       string `json:"action"`
+	Revision     int64  `json:"revision"`
+	ProxyCluster string `json:"proxy_cluster"`
+	Dir          string `json:"dir"`
 }
 
 func writeFileAtomic(path string, b []byte) error {

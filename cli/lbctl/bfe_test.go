@@ -11,30 +11,14 @@ import (
 	"github.com/sluicelb/sluice/api/validate"
 )
 
-// sharedDir finds ../shared beside the repository root (the folder holding go.work).
-func sharedDir(t *testing.T) string {
-	t.Helper()
-	dir, _ := os.Getwd()
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
-			s := filepath.Join(dir, "..", "shared", "bfe-testdata")
-			if _, err := os.Stat(s); err != nil {
-				t.Fatalf("BFE test data missing: %v (shared/ must sit beside the repository)", err)
-			}
-			return s
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.work not found above the test directory")
-		}
-		dir = parent
-	}
-}
+// bfeSample is the repository's own BFE conf directory (testdata/bfe/conf at
+// the repository root; see testdata/bfe/README.md).
+const bfeSample = "../../testdata/bfe/conf"
 
 func TestBFEImportSampleAndApply(t *testing.T) {
 	h := newHarness(t)
 	out := filepath.Join(t.TempDir(), "state.yaml")
-	stdout, stderr, code := h.run("", "bfe", "import", "--conf-dir", filepath.Join(sharedDir(t), "conf"), "-o", out)
+	stdout, stderr, code := h.run("", "bfe", "import", "--conf-dir", bfeSample, "--out", out)
 	if code != 0 {
 		t.Fatalf("exit %d\n%s\n%s", code, stdout, stderr)
 	}
@@ -52,7 +36,7 @@ func TestBFEImportSampleAndApply(t *testing.T) {
 	if err := validate.State(&s); err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.Clusters["cluster_example"]; !ok || len(s.Pins) == 0 || s.Pins[0].ProxyCluster != "BFE" {
+	if _, ok := s.Clusters["web_plain"]; !ok || len(s.Pins) == 0 || s.Pins[0].ProxyCluster != "BFE" {
 		t.Fatalf("imported state: clusters %v pins %+v", len(s.Clusters), s.Pins)
 	}
 	h.mustRun("apply", "-f", out, "--yes")

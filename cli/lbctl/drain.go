@@ -3,6 +3,7 @@ package lbctl
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -26,16 +27,18 @@ func drainCommand(on bool) *cli.Command {
 		},
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
+			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()}
 			rev, err := e.updateState(func(s *config.State) error {
 				i := slices.IndexFunc(s.Drains, func(d config.Drain) bool { return d.Cluster == c && d.SubCluster == sc })
 				switch {
 				case on && i >= 0:
 					return fmt.Errorf("%s/%s is already drained", c, sc)
 				case on:
-					s.Drains = append(s.Drains, config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author()})
+					s.Drains = append(s.Drains, d)
 				case i < 0:
 					return fmt.Errorf("%s/%s is not drained", c, sc)
 				default:
+					d = s.Drains[i]
 					s.Drains = slices.Delete(s.Drains, i, i+1)
 				}
 				return nil
@@ -47,8 +50,8 @@ func drainCommand(on bool) *cli.Command {
 			if !on {
 				verb = "Undrained"
 			}
-			fmt.Fprintf(e.out, "%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait\n", verb, c, sc, rev)
-			return nil
+			return e.wrote(writeResult{Action: strings.ToLower(verb), Revision: rev, Drains: []config.Drain{d}},
+				fmt.Sprintf("%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait\n", verb, c, sc, rev))
 		}),
 	}
 }

@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/api/validate"
 )
 
 func historyCommand() *cli.Command {
@@ -65,6 +64,7 @@ func diffCommand() *cli.Command {
 		Name:      "diff",
 		Usage:     "compare two snapshot versions of a proxy cluster row by row",
 		UsageText: "lbctl diff --proxy-cluster B V1 V2",
+		ArgsUsage: "V1 V2",
 		Flags:     []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Required: true}},
 		Action: action(func(e *env) error {
 			if e.c.NArg() != 2 {
@@ -175,15 +175,17 @@ func rollbackCommand() *cli.Command {
 				return err
 			}
 			reason := fmt.Sprintf("rollback of %s to v%d", pc, v)
-			fmt.Fprintf(e.out, "Rows of %s at v%d:\n", pc, v)
+			fmt.Fprintf(e.info(), "Rows of %s at v%d:\n", pc, v)
 			for _, n := range sortedKeys(old.Clusters) {
 				r := old.Clusters[n].Row
-				fmt.Fprintf(e.out, "  %s: %s\n", n, formatRow(r.Weights, sortedSubclusters(r.Weights)))
+				fmt.Fprintf(e.info(), "  %s: %s\n", n, formatRow(r.Weights, sortedSubclusters(r.Weights)))
 			}
 			if !e.c.Bool("yes") && !confirm(e, "Pin these rows?") {
 				return withCode(ExitAborted, fmt.Errorf("not rolled back"))
 			}
+			var pinned []config.Pin
 			rev, err := e.updateState(func(s *config.State) error {
+				pinned = nil
 				for _, n := range sortedKeys(old.Clusters) {
 					r := old.Clusters[n].Row
 					if _, ok := s.Clusters[n]; !ok {
@@ -191,19 +193,20 @@ func rollbackCommand() *cli.Command {
 					}
 					w := percentRow(r)
 					pin := config.Pin{ProxyCluster: pc, Cluster: n, Weights: w, AllowFullDrop: r.AllowFullDrop, Reason: reason, Author: author()}
+					pinned = append(pinned, pin)
 					if i := slices.IndexFunc(s.Pins, func(p config.Pin) bool { return p.Cluster == n && p.ProxyCluster == pc }); i >= 0 {
 						s.Pins[i] = pin
 					} else {
 						s.Pins = append(s.Pins, pin)
 					}
 				}
-				return validate.State(s)
+				return nil
 			})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.out, "Pinned %s to v%d's rows (desired state revision %d); the scheduler publishes them as a new version.\n", pc, v, rev)
-			return nil
+			return e.wrote(writeResult{Action: "rolled_back", Revision: rev, Pins: pinned},
+				fmt.Sprintf("Pinned %s to v%d's rows (desired state revision %d); the scheduler publishes them as a new version.\n", pc, v, rev))
 		}),
 	}
 }

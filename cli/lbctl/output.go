@@ -6,6 +6,8 @@ import (
 	"io"
 	"text/tabwriter"
 
+	"github.com/sluicelb/sluice/api/config"
+
 	"sigs.k8s.io/yaml"
 )
 
@@ -29,6 +31,36 @@ func (e *env) render(v any, table func(w io.Writer) error) error {
 		return err
 	}
 	return tw.Flush()
+}
+
+// wrote reports what a command did: text in the table format, v (what was
+// written, with the new revision) in JSON or YAML.
+func (e *env) wrote(v any, text string) error {
+	if e.format == "table" {
+		_, err := io.WriteString(e.out, text)
+		return err
+	}
+	return e.render(v, nil)
+}
+
+// writeResult is the JSON/YAML shape of what a write command did.
+type writeResult struct {
+	Action           string         `json:"action"`             // pinned, unpinned, drained, undrained, applied, unchanged, rolled_back, created, paused, …
+	Revision         int64          `json:"revision,omitempty"` // the desired state's etcd revision after the write
+	PreviousRevision int64          `json:"previous_revision,omitempty"`
+	Pins             []config.Pin   `json:"pins,omitempty"`
+	Drains           []config.Drain `json:"drains,omitempty"`
+	Shift            *shiftView     `json:"shift,omitempty"`
+}
+
+// info is where a command's narration goes (diffs, previews, questions):
+// stdout in the table format, stderr otherwise, so that JSON and YAML on
+// stdout stay one parseable document.
+func (e *env) info() io.Writer {
+	if e.format == "table" {
+		return e.out
+	}
+	return e.c.App.ErrWriter
 }
 
 // progressf prints a progress line to stderr (kept off stdout so JSON output

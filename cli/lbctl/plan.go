@@ -143,7 +143,7 @@ func (d planDoc) table(w io.Writer, only string) error {
 			}
 		}
 		cols := sortedSubclusters(subs)
-		fmt.Fprintf(w, "CLUSTER %s\nPROXY CLUSTER\t%s\tMODE\n", c, strings.Join(cols, "\t"))
+		fmt.Fprintf(w, "CLUSTER %s\nPROXY CLUSTER\t%s\tMODE\n", c, strings.Join(columnNames(cols), "\t"))
 		for _, pc := range sortedKeys(clusters[c]) {
 			r := clusters[c][pc]
 			cells := make([]string, len(cols))

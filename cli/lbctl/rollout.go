@@ -33,14 +33,14 @@ func rolloutCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason) or STALE (since); exit 0 only when every live proxy runs the target",
-			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --timeout 2m]",
+			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V] [--wait --wait-timeout 2m]",
 			Description: "The target is each proxy cluster's live snapshot (current/<proxy cluster>) unless --version is given.\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
 				&cli.Uint64Flag{Name: "version", Usage: "target version (needs --proxy-cluster)"},
 				&cli.BoolFlag{Name: "wait", Usage: "watch until converged or --timeout"},
-				&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "how long --wait waits"},
+				&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "how long --wait waits (the global --timeout bounds each etcd call)"},
 			},
 			Action: action(func(e *env) error {
 				pc := e.c.String("proxy-cluster")
@@ -59,7 +59,7 @@ func rolloutCommand() *cli.Command {
 					}
 					return r.verdict()
 				}
-				ctx, cancel := context.WithTimeout(e.c.Context, e.c.Duration("timeout"))
+				ctx, cancel := context.WithTimeout(e.c.Context, e.c.Duration("wait-timeout"))
 				defer cancel()
 				r, err := e.waitRollout(ctx, pc, e.c.Uint64("version"))
 				if rerr := e.render(r, r.table); rerr != nil && err == nil {
@@ -85,7 +85,7 @@ type proxyRollout struct {
 	Applied      uint64    `json:"applied_version"`
 	Target       uint64    `json:"target_version"`
 	Reason       string    `json:"reason,omitempty"`
-	Since        time.Time `json:"since,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
 }
 
 // rollout computes every live proxy's state against its target version.

@@ -108,14 +108,16 @@ func shiftCreate(e *env) error {
 	if !r.Succeeded {
 		return withCode(ExitConflict, fmt.Errorf("shift %s already exists", sh.ID))
 	}
-	fmt.Fprintf(e.out, "Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
+	text := fmt.Sprintf("Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
 	if sh.Ramp > 0 {
-		fmt.Fprintf(e.out, " over %s in steps of %d", sh.Ramp, sh.StepPercent)
+		text += fmt.Sprintf(" over %s in steps of %d", sh.Ramp, sh.StepPercent)
 	}
-	fmt.Fprintln(e.out, ".")
+	text += ".\n"
 	if !c.Bool("wait") {
-		fmt.Fprintf(e.out, "Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
-		return nil
+		text += fmt.Sprintf("Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
+	}
+	if err := e.wrote(writeResult{Action: "created", Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
+		return err
 	}
 	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
 	defer wcancel()
@@ -208,7 +210,7 @@ func waitShift(ctx context.Context, e *env, sh config.Shift) error {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
+					fmt.Fprintf(e.info(), "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
 					return nil
 				}
 			}
@@ -258,14 +260,8 @@ func shiftSetState(state string) func(*env) error {
 		if !tr.Succeeded {
 			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
 		}
-		fmt.Fprintf(e.out, "Shift %s is now %s.\n", id, state)
-		return nil
+		return e.wrote(writeResult{Action: state, Shift: ptr(viewShift(sh, nil))}, fmt.Sprintf("Shift %s is now %s.\n", id, state))
 	}
-}
-
-type shiftRow struct {
-	Shift    config.Shift          `json:"shift"`
-	Progress *config.ShiftProgress `json:"progress,omitempty"`
 }
 
 func shiftList(e *env) error {
@@ -279,34 +275,43 @@ func shiftList(e *env) error {
 	if err != nil {
 		return err
 	}
-	var rows []shiftRow
+	rows := []shiftView{}
 	for _, kv := range r.Kvs {
 		var sh config.Shift
 		if codec.UnmarshalJSON(kv.Value, &sh) != nil {
 			continue
 		}
-		row := shiftRow{Shift: sh}
+		var prog *config.ShiftProgress
 		if pk, err := e.layout.ShiftProgress(sh.ID); err == nil {
 			if pr, err := cli.Get(ctx, pk); err == nil && len(pr.Kvs) > 0 {
 				var p config.ShiftProgress
 				if codec.UnmarshalJSON(pr.Kvs[0].Value, &p) == nil {
-					row.Progress = &p
+					prog = &p
 				}
 			}
 		}
-		rows = append(rows, row)
+		rows = append(rows, viewShift(sh, prog))
 	}
 	return e.render(rows, func(w io.Writer) error {
-		fmt.Fprintln(w, "ID\tPROXY CLUSTER\tCLUSTER\tFROM\tTO\tPERCENT\tSTATE\tMOVED\tVERSION")
+		fmt.Fprintln(w, "ID\tPROXY CLUSTER\tCLUSTER\tFROM\tTO\tPERCENT\tRAMP\tSTATE\tMOVED\tVERSION")
 		for _, r := range rows {
-			moved, v, st := "-", "-", r.Shift.State
+			moved, v, st := "-", "-", r.State
 			if r.Progress != nil {
 				moved = fmt.Sprintf("%d/%d", r.Progress.AppliedPercent, r.Progress.TargetPercent)
 				v = fmt.Sprintf("v%d", r.Progress.Version)
 				st = r.Progress.State
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.Shift.ID, r.Shift.ProxyCluster, r.Shift.Cluster, r.Shift.From, r.Shift.To, r.Shift.Percent, st, moved, v)
+			ramp := "-"
+			if r.RampSeconds > 0 {
+				ramp = (time.Duration(r.RampSeconds * float64(time.Second))).String()
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.ProxyCluster, r.Cluster, r.From, r.To, r.Percent, ramp, st, moved, v)
+		}
+		if len(rows) == 0 {
+			fmt.Fprintln(w, "(no shifts)")
 		}
 		return nil
 	})
 }
+
+func ptr[T any](v T) *T { return &v }

@@ -12,9 +12,9 @@ func healthCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "health",
 		Usage:     "instances as their agents report them: state, reason, load",
-		UsageText: "lbctl health [--cluster C]",
-		Flags:     []cli.Flag{&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"}},
-		Action: action(func(e *env) error {
+		UsageText: "lbctl health [--cluster C] [--watch]",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"}, watchFlag()},
+		Action: action(watchable(func(e *env) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
 			ins, err := e.instances(ctx, e.c.String("cluster"))
@@ -33,7 +33,7 @@ func healthCommand() *cli.Command {
 				}
 				return nil
 			})
-		}),
+		}, instancesKeys)),
 	}
 }
 
@@ -41,9 +41,9 @@ func proxiesCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "proxies",
 		Usage:     "every live proxy with its applied version, lag and etcd connectivity",
-		UsageText: "lbctl proxies [--proxy-cluster B]",
-		Flags:     []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}},
-		Action: action(func(e *env) error {
+		UsageText: "lbctl proxies [--proxy-cluster B] [--watch]",
+		Flags:     []cli.Flag{&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"}, watchFlag()},
+		Action: action(watchable(func(e *env) error {
 			ctx, cancel := e.ctx()
 			defer cancel()
 			sts, err := e.proxyStatuses(ctx, e.c.String("proxy-cluster"))
@@ -73,6 +73,6 @@ func proxiesCommand() *cli.Command {
 				}
 				return nil
 			})
-		}),
+		}, proxyKeys)),
 	}
 }

@@ -46,6 +46,15 @@ func (e *env) readState(ctx context.Context) (storedState, error) {
 	return storedState{State: s, Revision: r.Kvs[0].ModRevision, Raw: r.Kvs[0].Value}, nil
 }
 
+// storedState is readState for commands that need a stored state.
+func (e *env) storedState(ctx context.Context) (storedState, error) {
+	st, err := e.readState(ctx)
+	if err == nil && st.Revision == 0 {
+		err = fmt.Errorf("no desired state stored at %s: write one with lbctl apply -f FILE", e.layout.Desired())
+	}
+	return st, err
+}
+
 // writeState validates s and writes it only if the key's revision is still
 // rev (0: only if it does not exist). It returns the new revision.
 func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64, error) {
@@ -77,18 +86,18 @@ func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64
 func (e *env) updateState(mutate func(*config.State) error) (int64, error) {
 	for attempt := 0; attempt < 5; attempt++ {
 		ctx, cancel := e.ctx()
-		st, err := e.readState(ctx)
+		st, err := e.storedState(ctx)
 		if err != nil {
 			cancel()
 			return 0, err
 		}
-		if st.Revision == 0 {
-			cancel()
-			return 0, fmt.Errorf("no desired state in etcd at %s yet: write one with lbctl apply -f FILE", e.layout.Desired())
-		}
 		if err := mutate(&st.State); err != nil {
 			cancel()
 			return 0, err
+		}
+		if err := validate.State(&st.State); err != nil {
+			cancel()
+			return 0, fmt.Errorf("invalid change; nothing was written:\n%w", inUserWords(err, &st.State))
 		}
 		rev, err := e.writeState(ctx, &st.State, st.Revision)
 		cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -22,18 +23,20 @@ func weightsCommand() *cli.Command {
 			{
 				Name:      "get",
 				Usage:     "show the live W matrix, pinned rows marked; -v adds the scheduler's explanation",
-				UsageText: "lbctl weights get [--cluster C] [--proxy-cluster B] [-v]",
+				UsageText: "lbctl weights get [--cluster C] [--proxy-cluster B] [-v] [--watch]",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "cluster", Usage: "only this backend cluster"},
 					&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster's row"},
 					&cli.BoolFlag{Name: "verbose", Aliases: []string{"v"}, Usage: "show how each row was computed"},
+					watchFlag(),
 				},
-				Action: action(weightsGet),
+				Action: action(watchable(weightsGet, func(l keys.Layout) []string { return []string{l.CurrentPrefix()} })),
 			},
 			{
 				Name:      "set",
 				Usage:     "pin a row: operator weights win over computation until unpinned",
 				UsageText: `lbctl weights set --cluster C --proxy-cluster B SC1=45 SC2=45 GSLB_BLACKHOLE=10 --reason "…"`,
+				ArgsUsage: "SUBCLUSTER=WEIGHT ...",
 				Description: "Each argument is SUBCLUSTER=WEIGHT (an integer 0..100); the weights must sum to 100 and name existing\n" +
 					"sub-clusters or GSLB_BLACKHOLE. GSLB_BLACKHOLE=100 needs --allow-full-drop. Checked before anything is written.",
 				Flags: []cli.Flag{
@@ -66,8 +69,8 @@ func weightsCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.out, "Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev)
-					return nil
+					return e.wrote(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
+						fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev))
 				}),
 			},
 		},
@@ -126,9 +129,9 @@ func weightsSet(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.out, "Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
-		pc, c, formatRow(row, sortedSubclusters(row)), rev, pc)
-	return nil
+	return e.wrote(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}},
+		fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
+			pc, c, formatRow(row, sortedSubclusters(row)), rev, pc))
 }
 
 // matrix is the JSON shape of weights get.
@@ -263,6 +266,19 @@ func sortedSubclusters(row map[string]int) []string {
 	sort.Strings(out)
 	if _, ok := row[config.Blackhole]; ok {
 		out = append(out, config.Blackhole)
+	}
+	return out
+}
+
+// columnNames is the header of weight columns: tables say BLACKHOLE;
+// GSLB_BLACKHOLE is the name in BFE files and in weight specs only.
+func columnNames(cols []string) []string {
+	out := make([]string, len(cols))
+	for i, c := range cols {
+		out[i] = c
+		if c == config.Blackhole {
+			out[i] = "BLACKHOLE"
+		}
 	}
 	return out
 }

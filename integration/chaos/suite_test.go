@@ -5,7 +5,7 @@
 // disconnects, corrupt files) while a client sends traffic through every
 // proxy, records every proxy's applied versions, every request's outcome
 // and every backend's received requests under $SLUICE_CHAOS_OUT, and checks
-// the invariants of RELIABILITY.md after each scenario. Run it with
+// the invariants of docs/INVARIANTS.md after each scenario. Run it with
 // `make chaos` (deploy/scripts/chaos.sh brings the fleet up and down).
 package chaos
 

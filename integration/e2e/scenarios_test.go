@@ -91,7 +91,7 @@ func TestShiftRollout(t *testing.T) {
 		t.Fatalf("lbctl shift: exit %d, %v\n%s", code, err, out)
 	}
 	t.Logf("lbctl shift:\n%s", out)
-	out, code, err = f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--timeout", "1m")
+	out, code, err = f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1", "--wait", "--wait-timeout", "1m")
 	if err != nil || code != 0 {
 		t.Fatalf("lbctl rollout status: exit %d, %v\n%s", code, err, out)
 	}

@@ -29,7 +29,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // DemoState is the desired state of the local fleet (YAML).

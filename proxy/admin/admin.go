@@ -258,7 +258,7 @@ func (a *api) setOverride(w http.ResponseWriter, r *http.Request) {
 		writeError(w, overrideStatus(err), err.Error())
 		return
 	}
-	a.cfg.Logger.Info("override set", "addr", addr.String(), "weight", o.Weight, "drain", o.Drain, "ttl", o.TTL.D().String())
+	a.cfg.Logger.Info("override set", "addr", addr.String(), "weight", o.Weight, "drain", o.Drain, "ttl_seconds", o.TTL.D().Seconds())
 	writeJSON(w, http.StatusOK, map[string]any{"addr": addr.String(), "weight": o.Weight, "drain": o.Drain, "ttl": o.TTL.D().String()})
 }
 

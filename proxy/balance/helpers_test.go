@@ -2,7 +2,6 @@ package balance
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -129,5 +128,3 @@ func (e *env) pick(ip netip.Addr) (Pick, error) {
 	}
 	return p, err
 }
-
-func (e *env) addrName(a netip.AddrPort) string { return fmt.Sprint(a) }

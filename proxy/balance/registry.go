@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/probe"
 )
 
 // ProbeFunc runs one active health check against addr; nil error is healthy.
@@ -25,8 +26,9 @@ type RegistryOptions struct {
 	// Rand returns uniformly random 64-bit values. nil → math/rand/v2. It
 	// must be safe for concurrent use.
 	Rand func() uint64
-	// Probe is the active health check. nil → DefaultProbe (real http,
-	// https, tcp and tls checks). Probes only run while Run is running:
+	// Probe is the active health check. nil → probe.CheckPolicy (real http,
+	// https, tcp and tls checks by the rules of package probe, the ones
+	// lbagent uses). Probes only run while Run is running:
 	// without Run, a CHECKING address stays excluded until a new table or an
 	// operator override changes it.
 	Probe ProbeFunc
@@ -92,7 +94,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 		r.rand = rand.Uint64
 	}
 	if r.probe == nil {
-		r.probe = DefaultProbe
+		r.probe = probe.CheckPolicy
 	}
 	if r.log == nil {
 		r.log = slog.Default()
@@ -164,7 +166,7 @@ func (r *Registry) SetOverride(addr netip.AddrPort, o Override) error {
 	e.ovr = ov
 	e.mu.Unlock()
 	r.bump()
-	r.log.Info("balance: override set", "addr", addr.String(), "drain", o.Drain, "ttl", o.TTL)
+	r.log.Info("balance: override set", "addr", addr.String(), "drain", o.Drain, "ttl_seconds", o.TTL.Seconds())
 	return nil
 }
 

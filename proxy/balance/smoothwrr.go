@@ -166,8 +166,8 @@ func buildSchedule(weights []int) []int32 {
 	return order
 }
 
-// smoothWRR is the classic O(n) smooth WRR, used (behind the group's mutex)
-// while weights change continuously (slow start) and as the reference in tests.
+// smoothWRR is the classic O(n) smooth WRR: WLC's tie-break among equally
+// loaded members (behind the group's mutex) and the reference in tests.
 type smoothWRR struct {
 	current []int64
 }
@@ -192,15 +192,4 @@ func (s *smoothWRR) pick(weights []int, ok func(i int) bool) int {
 		s.current[best] -= total
 	}
 	return best
-}
-
-func sigOf(ids []int32, weights []int) uint64 {
-	h := uint64(14695981039346656037)
-	for i, id := range ids {
-		h ^= uint64(id)
-		h *= 1099511628211
-		h ^= uint64(weights[i])
-		h *= 1099511628211
-	}
-	return h
 }

@@ -506,8 +506,8 @@ func rendezvousOwner(c *Cluster, key uint64, ok func(int) bool) int {
 }
 
 // bfeRanges lays out BFE's ranges: members with weight > 0 sorted by name,
-// blackhole included (unless skip is non-nil: then only sub-clusters for
-// which skip is false, blackhole excluded).
+// blackhole included (unless keep is non-nil: then only sub-clusters for
+// which keep is true, blackhole excluded).
 func bfeRanges(c *Cluster, keep func(int) bool) []bfeRange {
 	type e struct {
 		name string
@@ -566,7 +566,8 @@ type view struct {
 	states  []memberState
 }
 
-// slowStartStep bounds how long a view's slow-start weights are reused.
+// slowStartSteps: a view's slow-start weights are reused for at most
+// window/slowStartSteps.
 const slowStartSteps = 20
 
 func (g *group) currentView() *view {

@@ -172,7 +172,7 @@ func New(cfg Config) (*Watcher, error) {
 	w := &Watcher{
 		cfg:        cfg,
 		currentKey: key,
-		log:        cfg.Logger.With("component", "configwatch", "proxy_cluster", cfg.ProxyCluster),
+		log:        cfg.Logger.With("component", "configwatch"), // the caller's logger names the proxy
 		rnd:        cfg.Rand,
 		st:         Status{WatchRestarts: map[string]uint64{}},
 	}

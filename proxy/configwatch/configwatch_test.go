@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/faultproxy"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

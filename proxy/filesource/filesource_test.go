@@ -23,8 +23,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// bfeConf is the shared BFE sample, relative to this package's directory.
-const bfeConf = "../../../shared/bfe-testdata/conf"
+// bfeConf is the repository's own BFE conf directory (testdata/bfe/conf at the
+// repository root), relative to this package's directory.
+const bfeConf = "../../testdata/bfe/conf"
 
 func testSnapshot(port int) *snapshot.Snapshot {
 	return &snapshot.Snapshot{
@@ -312,7 +313,7 @@ func TestRunFailsWhenInitialLoadFails(t *testing.T) {
 
 func TestBFEConfDir(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(bfeConf, "server_data_conf", "host_rule.data")); err != nil {
-		t.Fatalf("shared BFE sample missing at %s (it must be checked out next to the repo): %v", bfeConf, err)
+		t.Fatalf("BFE sample missing at %s (testdata/bfe/conf in the repository): %v", bfeConf, err)
 	}
 	dir := filepath.Join(t.TempDir(), "conf")
 	if err := os.CopyFS(dir, os.DirFS(bfeConf)); err != nil {
@@ -322,8 +323,8 @@ func TestBFEConfDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Meta.ProxyCluster != "BFE1" || s.Clusters["cluster_example"].Policy.Balance.SubclusterMode != config.SubclusterBFE ||
-		len(s.Products["example_product"].Rules) == 0 {
+	if s.Meta.ProxyCluster != "BFE1" || s.Clusters["web_plain"].Policy.Balance.SubclusterMode != config.SubclusterBFE ||
+		len(s.Products["shop"].Rules) == 0 {
 		t.Fatalf("BFE snapshot: meta %+v, clusters %d, products %d", s.Meta, len(s.Clusters), len(s.Products))
 	}
 
@@ -342,13 +343,13 @@ func TestBFEConfDir(t *testing.T) {
 		t.Fatalf("bad BFE dir applied")
 	}
 	// Restore it with a new host: a changed snapshot is applied.
-	changed := strings.Replace(string(good), `"example.org"`, `"example.org", "new.sluice.test"`, 1)
+	changed := strings.Replace(string(good), `"shop.example.com"`, `"shop.example.com", "new.sluice.test"`, 1)
 	if changed == string(good) {
-		t.Fatal("sample host_rule.data has no \"example.org\" to extend")
+		t.Fatal("sample host_rule.data has no \"shop.example.com\" to extend")
 	}
 	writeRaw(t, hr, changed)
 	eventually(t, 10*time.Second, "fixed BFE dir reloaded", func() bool { return len(rec.all()) == 2 })
-	hosts := rec.all()[1].Products["example_product"].Hosts
+	hosts := rec.all()[1].Products["shop"].Hosts
 	if !contains(hosts, "new.sluice.test") {
 		t.Fatalf("reloaded hosts %v lack the new host", hosts)
 	}

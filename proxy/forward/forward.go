@@ -1,6 +1,8 @@
 // Package forward owns the connections from the proxy to its backends: one
-// pool (an http.Transport) per backend address and pool policy, with a cap on
-// concurrent requests per backend and a bounded wait for a free slot.
+// Upstream per backend address and pool policy, holding the pool of the
+// HTTP/1.1 client of Do (h1.go, pool.go) and an http.Transport for
+// RoundTrip (upgrades, the std upstream), with a cap on concurrent requests
+// per backend and a bounded wait for a free slot.
 //
 // Pools outlive snapshot swaps: a new table that keeps an address with the same
 // policy keeps its warm keep-alive connections (D8). Addresses no table uses

@@ -19,7 +19,7 @@ import (
 // This file is the purpose-built HTTP/1.1 upstream client (Upstream.Do): one
 // exchange at a time per pooled connection, no per-connection goroutines, the
 // response header parsed straight into the caller's header map. It replaces
-// http.Transport on the hot path (PERFORMANCE.md: Transport's reader/writer
+// http.Transport on the hot path (docs/performance.md: Transport's reader/writer
 // goroutines and channel hand-offs are most of Go's gap to nginx). Upgrades
 // keep going through Upstream.RoundTrip (http.Transport).
 

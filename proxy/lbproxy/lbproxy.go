@@ -24,8 +24,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
-	"github.com/sluicelb/sluice/agent/probe"
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
@@ -131,10 +129,12 @@ type Config struct {
 	TraceExporter string
 	// TraceSample is the root sampling ratio 0..1.
 	TraceSample float64
+	// TraceOutput receives the stdout trace exporter's spans; nil: stdout.
+	TraceOutput io.Writer
 	// SpanProcessor is added to the tracer provider (tests).
 	SpanProcessor sdktrace.SpanProcessor
-	// Probe is the active health probe of the balancer (nil: agent/probe's
-	// http/https/tcp/tls checks).
+	// Probe is the active health probe of the balancer (nil: the balancer's
+	// default, probe.CheckPolicy — the same checks lbagent runs).
 	Probe balance.ProbeFunc
 	// Version is reported in status and traces.
 	Version string
@@ -233,7 +233,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	tel, err := telemetry.Setup(ctx, telemetry.Options{
 		ServiceName: "lbproxy", ServiceInstance: cfg.ID, Version: cfg.Version,
-		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor,
+		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor, Stdout: cfg.TraceOutput,
 	})
 	if err != nil {
 		return fmt.Errorf("lbproxy: %w", err)
@@ -268,11 +268,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		}
 		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
-	probeFn := cfg.Probe
-	if probeFn == nil {
-		probeFn = activeProbe
-	}
-	reg := balance.NewRegistry(balance.RegistryOptions{Probe: probeFn, Logger: log, StickySecret: cfg.StickySecret})
+	reg := balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	defer pools.Close()
 	srv, err := server.New(server.Options{
@@ -619,14 +615,4 @@ func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, h, cluster, sub, addr.String(), state)
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cluster, sub, addr.String())
 	})
-}
-
-// activeProbe runs one health check with the agent's prober, so a proxy and
-// an agent judge a backend by the same rules.
-func activeProbe(ctx context.Context, addr netip.AddrPort, p config.Probe, timeout time.Duration) error {
-	t, err := probe.FromPolicy(addr, p, timeout)
-	if err != nil {
-		return err
-	}
-	return probe.Check(ctx, t)
 }

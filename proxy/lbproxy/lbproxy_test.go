@@ -24,9 +24,9 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // TestMain checks for leaked goroutines. Two fasthttp goroutines are not
@@ -198,9 +198,13 @@ func startWith(t *testing.T, cfg Config) *running {
 	if cfg.FrontKind == "" {
 		cfg.FrontKind = os.Getenv(frontEnv) // TestStdFrontSuite
 	}
-	cfg.TraceExporter = "none"
+	if cfg.TraceExporter == "" {
+		cfg.TraceExporter = "none"
+	}
 	cfg.ReportInterval = 200 * time.Millisecond
-	cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	}
 	started := make(chan Addrs, 1)
 	cfg.Started = func(a Addrs) { started <- a }
 	ctx, cancel := context.WithCancel(context.Background())

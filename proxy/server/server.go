@@ -1,8 +1,9 @@
 // Package server is lbproxy's request path: it takes a client request,
 // routes it to a cluster (api/route), lets the balancer pick a sub-cluster and
 // an instance (proxy/balance), forwards it through the backend's connection
-// pool (proxy/forward) with httputil.ReverseProxy, and retries failed
-// attempts when that is safe. It also answers what the proxy generates itself
+// pool (proxy/forward) — forward's HTTP/1.1 client by default, or
+// httputil.ReverseProxy (Options.UpstreamClient; upgrades always) — and
+// retries failed attempts when that is safe. It also answers what the proxy generates itself
 // (404 no route, 502/503/504 with an X-Sluice-Reason header), writes the
 // access log, the traces and the request metrics.
 //

@@ -101,7 +101,7 @@ func New(cfg Config) (*Reporter, error) {
 	}
 	return &Reporter{
 		cfg: cfg, statusKey: sk, demandKey: dk,
-		log:    cfg.Logger.With("component", "statusreport", "proxy_cluster", cfg.ProxyCluster, "id", cfg.ID),
+		log:    cfg.Logger.With("component", "statusreport"), // the caller's logger names the proxy
 		notify: make(chan struct{}, 1),
 	}, nil
 }
@@ -173,7 +173,7 @@ func (r *Reporter) session(ctx context.Context) bool {
 		r.log.Warn("lease keepalive failed", "lease", int64(id), "err", err)
 		return true
 	}
-	r.log.Info("status lease granted", "lease", int64(id), "ttl", r.cfg.TTL)
+	r.log.Info("status lease granted", "lease", int64(id), "ttl_seconds", r.cfg.TTL.Seconds())
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
 	write := func() bool {

@@ -7,7 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // TestGenerations: each input change gives exactly the clusters it touches
@@ -20,7 +21,7 @@ func TestGenerations(t *testing.T) {
   "other": {"subclusters": {"A": {"idc": "IDC1", "instances": [{"addr": "10.0.0.9", "port": 80, "weight": 1}]}}}},
   "scheduler"`, 1)
 	rev := put(t, cli, layout.Desired(), two)
-	eventually(t, "state", func() bool { v := inv.View(); return v.StateRevision == rev && v.Synced })
+	poll.EventuallyTrue(t, 10*time.Second, "state", func() bool { v := inv.View(); return v.StateRevision == rev && v.Synced })
 	g0 := inv.View().Generations
 	if g0["demo-main"] == 0 || g0["other"] == 0 || g0["demo-main"] == g0["other"] {
 		t.Fatalf("initial generations %v", g0)
@@ -34,7 +35,7 @@ func TestGenerations(t *testing.T) {
 		marker++
 		id := "m" + strings.Repeat("x", marker)
 		put(t, cli, layout.ShiftsPrefix()+id, `{"id":"`+id+`","state":"pending"}`)
-		eventually(t, "marker", func() bool { _, ok := inv.View().Shifts[id]; return ok })
+		poll.EventuallyTrue(t, 10*time.Second, "marker", func() bool { _, ok := inv.View().Shifts[id]; return ok })
 		var out []string
 		for c, g := range inv.View().Generations {
 			if g != before[c] {
@@ -71,7 +72,7 @@ func TestGenerations(t *testing.T) {
 		s.do()
 		if s.want != "" {
 			// The watches are independent: wait for this input's event.
-			eventually(t, s.what, func() bool { return inv.View().Generations[s.want] != before[s.want] })
+			poll.EventuallyTrue(t, 10*time.Second, s.what, func() bool { return inv.View().Generations[s.want] != before[s.want] })
 		}
 		if got := strings.Join(changed(before), ","); got != s.want {
 			t.Fatalf("%s: generations moved for %q, want %q", s.what, got, s.want)

@@ -14,7 +14,8 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -54,18 +55,6 @@ func start(t *testing.T, cli *clientv3.Client, clk *clock) *Inventory {
 	return inv
 }
 
-// eventually polls cond until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for state
-	}
-}
-
 func put(t *testing.T, cli *clientv3.Client, k, v string, opts ...clientv3.OpOption) int64 {
 	t.Helper()
 	r, err := cli.Put(context.Background(), k, v, opts...)
@@ -99,12 +88,12 @@ func addrs(v View, c, s string) map[string]string {
 func TestDesiredStateInvalidKeepsLastValid(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	inv := start(t, cli, &clock{t: time.Unix(0, 0)})
-	eventually(t, "synced", inv.Synced)
+	poll.EventuallyTrue(t, 10*time.Second, "synced", inv.Synced)
 	if inv.View().State != nil {
 		t.Fatal("state before any was written")
 	}
 	rev := put(t, cli, layout.Desired(), desired)
-	eventually(t, "state", func() bool { return inv.View().StateRevision == rev })
+	poll.EventuallyTrue(t, 10*time.Second, "state", func() bool { return inv.View().StateRevision == rev })
 	if g := inv.View().State.Scheduler.InstanceGrace.D(); g != 30*time.Second {
 		t.Fatalf("grace %v", g)
 	}
@@ -112,7 +101,7 @@ func TestDesiredStateInvalidKeepsLastValid(t *testing.T) {
 	put(t, cli, layout.Desired(), `{"topology": {"idcs": []}, "bogus": 1}`)
 	put(t, cli, layout.Desired()+"-old", `{}`) // a different key with the same prefix
 	marker := put(t, cli, layout.ShiftsPrefix()+"zz", `{"id":"zz","state":"pending"}`)
-	eventually(t, "marker shift", func() bool { _, ok := inv.View().Shifts["zz"]; return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "marker shift", func() bool { _, ok := inv.View().Shifts["zz"]; return ok })
 	if v := inv.View(); v.StateRevision != rev || v.State == nil || marker <= rev {
 		t.Fatalf("invalid desired state replaced the valid one: rev %d", v.StateRevision)
 	}
@@ -121,7 +110,7 @@ func TestDesiredStateInvalidKeepsLastValid(t *testing.T) {
 		t.Fatal(err)
 	}
 	put(t, cli, layout.ShiftsPrefix()+"zy", `{"id":"zy","state":"pending"}`)
-	eventually(t, "marker shift 2", func() bool { _, ok := inv.View().Shifts["zy"]; return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "marker shift 2", func() bool { _, ok := inv.View().Shifts["zy"]; return ok })
 	if inv.View().StateRevision != rev {
 		t.Fatal("deleting the desired state dropped it")
 	}
@@ -150,7 +139,7 @@ func TestInstancesMergedDebouncedAndDemandSummed(t *testing.T) {
 		b, _ := json.Marshal(report.Demand{ProxyCluster: "BFE1", ID: d.id, Clusters: map[string]report.ClusterDemand{"demo-main": {RPS: d.rps}}})
 		put(t, cli, k, string(b))
 	}
-	eventually(t, "members and demand", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "members and demand", func() bool {
 		v := inv.View()
 		return len(v.Members["demo-main"]["SC1"]) == 2 && len(v.Members["demo-main"]["SC2"]) == 1 && v.Demand["BFE1"]["demo-main"] == 150.5
 	})
@@ -173,7 +162,7 @@ func TestInstancesMergedDebouncedAndDemandSummed(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), instKey(t, "demo-main", "SC2", "127.0.0.1:8002")); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "debounce", func() bool { v := inv.View(); return v.Debounced == 2 && len(v.Members["demo-main"]["SC2"]) == 0 })
+	poll.EventuallyTrue(t, 10*time.Second, "debounce", func() bool { v := inv.View(); return v.Debounced == 2 && len(v.Members["demo-main"]["SC2"]) == 0 })
 	v = inv.View()
 	if got := addrs(v, "demo-main", "SC1"); !equal(got, want1) {
 		t.Fatalf("SC1 during grace %v, want %v", got, want1)
@@ -213,7 +202,7 @@ func TestResyncAfterEtcdRestart(t *testing.T) {
 	go func() { inv.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	put(t, cli, layout.Desired(), desired)
-	eventually(t, "state", func() bool { return inv.View().State != nil })
+	poll.EventuallyTrue(t, 10*time.Second, "state", func() bool { return inv.View().State != nil })
 	srv.Stop()
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
@@ -221,7 +210,7 @@ func TestResyncAfterEtcdRestart(t *testing.T) {
 	k, _ := layout.Demand("BFE2", "p1")
 	b, _ := json.Marshal(report.Demand{Clusters: map[string]report.ClusterDemand{"demo-main": {RPS: 7}}})
 	put(t, cli, k, string(b))
-	eventually(t, "demand after restart", func() bool { return inv.View().Demand["BFE2"]["demo-main"] == 7 })
+	poll.EventuallyTrue(t, 10*time.Second, "demand after restart", func() bool { return inv.View().Demand["BFE2"]["demo-main"] == 7 })
 	if inv.Staleness() > time.Minute {
 		t.Fatalf("staleness %v after resync", inv.Staleness())
 	}

@@ -10,7 +10,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/etcdclient"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // An instance gone before an etcd outage is not removed during the first
@@ -36,11 +37,11 @@ func TestNoRemovalDuringGraceAfterOutage(t *testing.T) {
 	put(t, root, layout.Desired(), desired) // instance_grace 30s
 	k := instKey(t, "demo-main", "SC1", "127.0.0.1:8001")
 	put(t, root, k, instJSON(t, config.StateHealthy, 2))
-	eventually(t, "agent instance listed", func() bool { return len(inv.View().Members["demo-main"]["SC1"]) == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "agent instance listed", func() bool { return len(inv.View().Members["demo-main"]["SC1"]) == 2 })
 	if _, err := root.Delete(ctx, k); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "grace started", func() bool { return inv.View().Debounced == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "grace started", func() bool { return inv.View().Debounced == 1 })
 	clk.Add(25 * time.Second) // 5s of grace left
 
 	// The outage: etcd restarts and refuses the scheduler's user until the
@@ -55,7 +56,7 @@ func TestNoRemovalDuringGraceAfterOutage(t *testing.T) {
 	resyncs := func() float64 {
 		return testutil.ToFloat64(inv.m.resyncs.WithLabelValues(inInstances))
 	}
-	eventually(t, "a failed listing of the instances", func() bool { return resyncs() >= 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "a failed listing of the instances", func() bool { return resyncs() >= 2 })
 	if err := srv.Grant(ctx, "sched", "/sluice/"); err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestNoRemovalDuringGraceAfterOutage(t *testing.T) {
 	defer root2.Close()
 	// The outage ends: the next write is seen through a fresh listing.
 	put(t, root2, instKey(t, "demo-main", "SC2", "127.0.0.1:8002"), instJSON(t, config.StateHealthy, 1))
-	eventually(t, "listed again", func() bool { return len(inv.View().Members["demo-main"]["SC2"]) == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "listed again", func() bool { return len(inv.View().Members["demo-main"]["SC2"]) == 1 })
 
 	clk.Add(10 * time.Second) // past the instance's own grace, within the one after the outage
 	if v := inv.View(); v.Debounced != 1 || len(v.Members["demo-main"]["SC1"]) != 2 {

@@ -12,7 +12,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // recSink records what watchLoop delivers; its first reset blocks until
@@ -90,7 +91,7 @@ func TestWatchResyncsAfterCompaction(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(s.gate)
-	eventually(t, "relisted after compaction", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "relisted after compaction", func() bool {
 		keys, resets := s.snapshot()
 		return resets >= 2 && len(keys) == 1 && keys["/p/b"] == "1"
 	})
@@ -99,7 +100,7 @@ func TestWatchResyncsAfterCompaction(t *testing.T) {
 	}
 	// And it keeps watching afterwards.
 	put(t, cli, "/p/c", "1")
-	eventually(t, "event after resync", func() bool { keys, _ := s.snapshot(); return keys["/p/c"] == "1" })
+	poll.EventuallyTrue(t, 10*time.Second, "event after resync", func() bool { keys, _ := s.snapshot(); return keys["/p/c"] == "1" })
 }
 
 // A quiet but healthy watch answers the progress request and is not
@@ -116,12 +117,12 @@ func TestQuietWatchIsNotAStall(t *testing.T) {
 		close(done)
 	}()
 	defer func() { cancel(); <-done }()
-	eventually(t, "five confirmations of a quiet store", func() bool { return s.heardN.Load() >= 5 })
+	poll.EventuallyTrue(t, 10*time.Second, "five confirmations of a quiet store", func() bool { return s.heardN.Load() >= 5 })
 	// Writes elsewhere move the store's revision: now etcd answers the
 	// progress requests, and the watch still counts as healthy.
 	put(t, cli, "/other", "1")
 	n := s.heardN.Load()
-	eventually(t, "five progress notifications", func() bool { return s.heardN.Load() >= n+5 })
+	poll.EventuallyTrue(t, 10*time.Second, "five progress notifications", func() bool { return s.heardN.Load() >= n+5 })
 	if n := resyncs.Load(); n != 0 {
 		t.Fatalf("%d resyncs of a healthy quiet watch", n)
 	}

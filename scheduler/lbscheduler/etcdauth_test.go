@@ -6,7 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // authEtcd starts etcd with auth on and user sluice ("pw") allowed on
@@ -67,7 +68,7 @@ func TestStartsWithoutEtcdAndStopsPromptly(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := startOwn(t, tc.eps, tc.user, tc.password)
 			want := "inventory not synced: waiting for etcd: etcd " + strings.TrimPrefix(tc.eps[0], "http://") + ": " + tc.want
-			eventually(t, "readyz says why", func() bool {
+			poll.EventuallyTrue(t, 20*time.Second, "readyz says why", func() bool {
 				code, body := get(t, s, "/readyz")
 				if tc.want == "" { // no call has failed yet: every one waits for etcd
 					return code == 503 && strings.HasPrefix(body, "inventory not synced: waiting for etcd")
@@ -92,7 +93,7 @@ func TestRecoversAfterEtcdRestartWithAuth(t *testing.T) {
 	root.Close()
 	s := startOwn(t, srv.Endpoints, "sluice", "pw")
 	defer stopWithin(t, s, 10*time.Second)
-	eventually(t, "leader with v1", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "leader with v1", func() bool {
 		code, _ := get(t, s, "/readyz")
 		return s.IsLeader() && code == 200 && s.Publisher() != nil
 	})

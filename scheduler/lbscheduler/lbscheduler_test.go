@@ -21,8 +21,9 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/integration/etcdtest"
 	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -59,17 +60,6 @@ func (c *clock) Add(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for state
-	}
 }
 
 func quietLogger() *slog.Logger {
@@ -148,7 +138,7 @@ func TestTwoSchedulersOneLeaderFailover(t *testing.T) {
 	put(t, cli, layout.Desired(), desired(0, "30s"))
 	a := startScheduler(t, srv, "S1", nil)
 	b := startScheduler(t, srv, "S2", nil)
-	eventually(t, "one leader and v1 for both proxy clusters", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "one leader and v1 for both proxy clusters", func() bool {
 		n, _ := leaders(a, b)
 		s1, s2 := live(t, cli, "BFE1"), live(t, cli, "BFE2")
 		return n == 1 && s1 != nil && s2 != nil
@@ -163,16 +153,16 @@ func TestTwoSchedulersOneLeaderFailover(t *testing.T) {
 		t.Fatalf("v1 meta %+v", v1.Meta)
 	}
 	// The follower computes too: its API shows the plan.
-	eventually(t, "follower plan", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "follower plan", func() bool {
 		code, body := get(t, other, "/v1/plan")
 		return code == 200 && strings.Contains(body, `"leader": false`) && strings.Contains(body, `"BFE1"`)
 	})
 	if err := lead.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the other scheduler leads", other.IsLeader)
+	poll.EventuallyTrue(t, 20*time.Second, "the other scheduler leads", other.IsLeader)
 	put(t, cli, layout.Desired(), desired(1, "30s"))
-	eventually(t, "v2 by the new leader", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "v2 by the new leader", func() bool {
 		s := live(t, cli, "BFE1")
 		return s.Meta.Version == 2
 	})
@@ -210,13 +200,13 @@ func TestSessionLossStepsDownAndFencesOldTerm(t *testing.T) {
 	srv, cli := etcdtest.New(t)
 	put(t, cli, layout.Desired(), desired(0, "30s"))
 	a := startScheduler(t, srv, "S1", nil)
-	eventually(t, "leader with v1", func() bool { return a.IsLeader() && live(t, cli, "BFE1") != nil })
+	poll.EventuallyTrue(t, 20*time.Second, "leader with v1", func() bool { return a.IsLeader() && live(t, cli, "BFE1") != nil })
 	old := a.lead.Load()
 	// The session lease is lost (as after a pause past the TTL).
 	if _, err := cli.Revoke(context.Background(), old.Lease()); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "a new term", func() bool { l := a.lead.Load(); return l != nil && l.Rev != old.Rev })
+	poll.EventuallyTrue(t, 20*time.Second, "a new term", func() bool { l := a.lead.Load(); return l != nil && l.Rev != old.Rev })
 	// The old term cannot publish.
 	before := a.pub.Count("fenced")
 	stale := *live(t, cli, "BFE1")
@@ -226,7 +216,7 @@ func TestSessionLossStepsDownAndFencesOldTerm(t *testing.T) {
 		t.Fatalf("stale term published: %v (fenced %v)", err, a.pub.Count("fenced"))
 	}
 	put(t, cli, layout.Desired(), desired(2, "30s"))
-	eventually(t, "v2 in the new term", func() bool { return live(t, cli, "BFE1").Meta.Version == 2 })
+	poll.EventuallyTrue(t, 20*time.Second, "v2 in the new term", func() bool { return live(t, cli, "BFE1").Meta.Version == 2 })
 }
 
 func get(t *testing.T, s *Scheduler, path string) (int, string) {
@@ -266,7 +256,7 @@ func TestMassAgentLossDebounced(t *testing.T) {
 		put(t, cli, k, string(b), clientv3.WithLease(lease.ID))
 	}
 	s := startScheduler(t, srv, "S1", clk.Now)
-	eventually(t, "agents published", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "agents published", func() bool {
 		l := live(t, cli, "BFE1")
 		return l != nil && len(instances(l, "SC1")) == 4
 	})
@@ -274,15 +264,15 @@ func TestMassAgentLossDebounced(t *testing.T) {
 	if _, err := cli.Revoke(context.Background(), lease.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "debounce seen", func() bool { return s.inv.View().Debounced == 3 })
+	poll.EventuallyTrue(t, 20*time.Second, "debounce seen", func() bool { return s.inv.View().Debounced == 3 })
 	put(t, cli, layout.Desired(), desired(1, "30s"))
-	eventually(t, "next version", func() bool { return instances(live(t, cli, "BFE1"), "SC2")["10.9.9.1:80"] })
+	poll.EventuallyTrue(t, 20*time.Second, "next version", func() bool { return instances(live(t, cli, "BFE1"), "SC2")["10.9.9.1:80"] })
 	if got := instances(live(t, cli, "BFE1"), "SC1"); len(got) != 4 {
 		t.Fatalf("SC1 lost instances within the grace period: %v", got)
 	}
 	clk.Add(31 * time.Second)
 	put(t, cli, layout.Desired(), desired(2, "30s"))
-	eventually(t, "after grace", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "after grace", func() bool {
 		l := live(t, cli, "BFE1")
 		return instances(l, "SC2")["10.9.9.2:80"] && len(instances(l, "SC1")) == 1
 	})
@@ -292,7 +282,7 @@ func TestShiftRampPublishesStepsWithProgress(t *testing.T) {
 	srv, cli := etcdtest.New(t)
 	put(t, cli, layout.Desired(), desired(0, "30s"))
 	startScheduler(t, srv, "S1", nil)
-	eventually(t, "v1", func() bool { return live(t, cli, "BFE1") != nil })
+	poll.EventuallyTrue(t, 20*time.Second, "v1", func() bool { return live(t, cli, "BFE1") != nil })
 	base := live(t, cli, "BFE1").Clusters["demo-main"].Row.Weights
 	if base["SC1"] < 20 {
 		t.Fatalf("base row %v: want SC1 ≥ 20 for the shift to move 20 points", base)
@@ -341,11 +331,11 @@ func TestShiftRampPublishesStepsWithProgress(t *testing.T) {
 	sh.State = config.ShiftAborted
 	raw, _ = json.Marshal(sh)
 	put(t, cli, sk, string(raw))
-	eventually(t, "row back after abort", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "row back after abort", func() bool {
 		w := live(t, cli, "BFE1").Clusters["demo-main"].Row.Weights
 		return w["SC1"] == base["SC1"] && w["SC2"] == base["SC2"]
 	})
-	eventually(t, "progress aborted", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "progress aborted", func() bool {
 		r, err := cli.Get(context.Background(), pk)
 		return err == nil && len(r.Kvs) == 1 && strings.Contains(string(r.Kvs[0].Value), `"state":"aborted"`)
 	})
@@ -364,7 +354,7 @@ func TestGraceExpiryRepublishesWithoutOtherChanges(t *testing.T) {
 	b, _ := json.Marshal(report.Instance{Weight: 10, CapacityRPS: 1000, State: config.StateHealthy})
 	put(t, cli, k, string(b), clientv3.WithLease(lease.ID))
 	startScheduler(t, srv, "S1", nil)
-	eventually(t, "agent published", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "agent published", func() bool {
 		l := live(t, cli, "BFE1")
 		return l != nil && instances(l, "SC1")["127.0.0.1:9001"]
 	})
@@ -372,7 +362,7 @@ func TestGraceExpiryRepublishesWithoutOtherChanges(t *testing.T) {
 	if _, err := cli.Revoke(context.Background(), lease.ID); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "agent removed after grace", func() bool { return !instances(live(t, cli, "BFE1"), "SC1")["127.0.0.1:9001"] })
+	poll.EventuallyTrue(t, 20*time.Second, "agent removed after grace", func() bool { return !instances(live(t, cli, "BFE1"), "SC1")["127.0.0.1:9001"] })
 	if got := live(t, cli, "BFE1").Meta.Version; got != v+1 {
 		t.Fatalf("version %d after grace, want %d (one publish, not one per event)", got, v+1)
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-// fleet is the scale target of SCHEDULER.md: nb proxy clusters, nc backend
+// fleet is the scale target of docs/scheduler.md: nb proxy clusters, nc backend
 // clusters of ns sub-clusters (3 instances each) over 5 IDCs, every
 // (proxy cluster, cluster) with a demand; total demand is about 90 % of
 // capacity, so capacities bind and the solver must route around them.

@@ -1,6 +1,6 @@
 // Package plan computes the W matrix: for every backend cluster, the weight
 // row each proxy cluster uses over its sub-clusters and GSLB_BLACKHOLE, as
-// described in SCHEDULER.md and docs/scheduler.md.
+// described in docs/scheduler.md.
 //
 // The package is pure: no I/O, no goroutines, no clock. Solve is the exact
 // optimisation of one cluster; Planner.Compute turns a View into one

@@ -13,7 +13,7 @@ import (
 	"github.com/sluicelb/sluice/api/validate"
 )
 
-// twoIDC is the DESIGN.md example: demo-main with SC1 (IDC1) and SC2
+// twoIDC is the example of docs/scheduler.md ("The W matrix"): demo-main with SC1 (IDC1) and SC2
 // (IDC2), proxy clusters BFE1 (IDC1) and BFE2 (IDC2), remote cost 10.
 func twoIDC(cap1, cap2 int) *config.State {
 	pol := config.DefaultPolicy()

@@ -10,7 +10,7 @@ import (
 // mismatched lengths, negative or non-finite numbers.
 var ErrInvalidProblem = errors.New("invalid problem")
 
-// Problem is the optimisation of SCHEDULER.md for one backend cluster: route
+// Problem is the optimisation of docs/scheduler.md for one backend cluster: route
 // each proxy cluster's demand to sub-clusters (or drop it) at least cost.
 //
 //	minimise   Σ Cost[b][s]·f[b][s] + DropCost·Σ d[b] + Lambda·Σ_b Σ_s |f[b][s]/Demand[b] − Prev[b][s]|

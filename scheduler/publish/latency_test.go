@@ -13,7 +13,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // applier is a minimal proxy: it watches current/BFE1, fetches the manifest,

@@ -16,7 +16,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

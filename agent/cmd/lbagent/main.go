@@ -40,10 +40,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/agent/lbagent"
-	"github.com/sluicelb/sluice/agent/probe"
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/api/tlsfiles"
+	"github.com/sluicelb/sluice/probe"
 )
 
 func main() {
@@ -126,6 +127,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 	return &cli.App{
 		Name:           "lbagent",
 		Usage:          "register a backend in Sluice, probe it, report health and load, drain on SIGTERM",
+		Version:        lbagent.Version, // --version, as lbproxy and lbctl have
 		Writer:         stdout,
 		ErrWriter:      stderr,
 		Flags:          agentFlags(),
@@ -288,7 +290,7 @@ func runAgent(c *cli.Context) error {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return cli.Exit(fmt.Sprintf("log-level: %q is not debug, info, warn or error", c.String("log-level")), 2)
 	}
-	log := slog.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}))
+	log := slog.New(logrepeat.New(slog.NewJSONHandler(c.App.ErrWriter, &slog.HandlerOptions{Level: level}), 0))
 	cfg, err := agentConfig(c, log)
 	if err != nil {
 		return cli.Exit(err.Error(), 2)

@@ -20,21 +20,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond) // polling interval, not a wait for state
-	}
-}
 
 func backend(t *testing.T, status int) string {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -87,6 +77,9 @@ func TestCheckExitCodes(t *testing.T) {
 func TestVersionAndBadConfig(t *testing.T) {
 	if code, out, _ := runCLI("version"); code != 0 || !strings.HasPrefix(out, "lbagent ") {
 		t.Fatalf("version: %d %q", code, out)
+	}
+	if code, out, _ := runCLI("--version"); code != 0 || !strings.HasPrefix(out, "lbagent version ") {
+		t.Fatalf("--version: %d %q", code, out)
 	}
 	code, _, stderr := runCLI("--etcd", "http://127.0.0.1:1", "--cluster", "demo", "--subcluster", "SC1", "--addr", "127.0.0.1:80", "--label", "novalue")
 	if code != 2 || !strings.Contains(stderr, `label: "novalue" is not k=v`) {
@@ -169,7 +162,7 @@ func TestBinarySignals(t *testing.T) {
 
 	// One SIGTERM: drain, revoke, exit 0.
 	c, logs := start("200ms")
-	eventually(t, 15*time.Second, "registered", func() bool {
+	poll.EventuallyTrue(t, 15*time.Second, "registered", func() bool {
 		rec, ok := instance(t, cli, key)
 		return ok && rec.State == "healthy" && rec.Labels["zone"] == "a"
 	})
@@ -187,9 +180,9 @@ func TestBinarySignals(t *testing.T) {
 
 	// Two SIGTERMs: the second interrupts a long drain, exit 1.
 	c, logs = start("50s")
-	eventually(t, 15*time.Second, "registered", func() bool { _, ok := instance(t, cli, key); return ok })
+	poll.EventuallyTrue(t, 15*time.Second, "registered", func() bool { _, ok := instance(t, cli, key); return ok })
 	c.Process.Signal(syscall.SIGTERM)
-	eventually(t, 10*time.Second, "draining", func() bool { rec, _ := instance(t, cli, key); return rec.State == "draining" })
+	poll.EventuallyTrue(t, 10*time.Second, "draining", func() bool { rec, _ := instance(t, cli, key); return rec.State == "draining" })
 	c.Process.Signal(syscall.SIGTERM)
 	code, err = wait(c)
 	if err != nil || code != 1 {

@@ -334,7 +334,7 @@ func (r *Registrar) grant(ctx context.Context) (*session, error) {
 	if r.o.Hooks.Granted != nil {
 		r.o.Hooks.Granted(g.ID)
 	}
-	r.o.Logger.Info("lease granted", "lease", int64(g.ID), "ttl_s", g.TTL)
+	r.o.Logger.Info("lease granted", "lease", int64(g.ID), "ttl_seconds", g.TTL)
 	return &session{id: g.ID, ka: ka, cancel: kcancel, lessor: lessor}, nil
 }
 

@@ -13,21 +13,11 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond) // polling interval, not a wait for state
-	}
-}
 
 const key = "/sluice/instances/demo/SC1/127.0.0.1:8080"
 
@@ -72,7 +62,7 @@ func TestRegisterWriteAndRevoke(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	r, stop := start(t, Options{Client: cli, Key: key, TTL: 5 * time.Second})
 	r.Set(rec(config.StateHealthy))
-	eventually(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
 	got, lease, _ := get(t, cli)
 	if got.State != "healthy" || got.Weight != 10 || got.UpdatedAt.IsZero() || lease == 0 || clientv3.LeaseID(lease) != r.Lease() {
 		t.Fatalf("record %+v lease %d (registrar %d)", got, lease, r.Lease())
@@ -91,14 +81,14 @@ func TestAbandonLeavesKeyUntilTTL(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	r, stop := start(t, Options{Client: cli, Key: key, TTL: 2 * time.Second})
 	r.Set(rec(config.StateHealthy))
-	eventually(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
 	r.Abandon()
 	stop()
 	stopped := time.Now()
 	if _, _, ok := get(t, cli); !ok {
 		t.Fatal("abandoned registration vanished at once; want it to live until the TTL")
 	}
-	eventually(t, 15*time.Second, "key expires after TTL", func() bool { _, _, ok := get(t, cli); return !ok })
+	poll.EventuallyTrue(t, 15*time.Second, "key expires after TTL", func() bool { _, _, ok := get(t, cli); return !ok })
 	if time.Since(stopped) < time.Second {
 		t.Fatalf("key vanished after %s, before the 2s TTL could expire", time.Since(stopped))
 	}
@@ -106,14 +96,12 @@ func TestAbandonLeavesKeyUntilTTL(t *testing.T) {
 
 func TestReRegisterAfterLeaseLoss(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	var grants int
 	granted := make(chan clientv3.LeaseID, 10)
 	r, stop := start(t, Options{Client: cli, Key: key, TTL: 5 * time.Second, Hooks: Hooks{Granted: func(id clientv3.LeaseID) { granted <- id }}})
 	defer stop()
 	r.Set(rec(config.StateUnhealthy))
 	first := <-granted
-	grants++
-	eventually(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool { _, _, ok := get(t, cli); return ok })
 	// Someone revokes our lease: the key goes, the registrar must notice
 	// and register again with the last known record.
 	if _, err := cli.Revoke(context.Background(), first); err != nil {
@@ -128,7 +116,7 @@ func TestReRegisterAfterLeaseLoss(t *testing.T) {
 	if second == first {
 		t.Fatal("same lease granted twice")
 	}
-	eventually(t, 10*time.Second, "re-registration with new lease", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "re-registration with new lease", func() bool {
 		got, lease, ok := get(t, cli)
 		return ok && clientv3.LeaseID(lease) == second && got.State == "unhealthy"
 	})
@@ -159,7 +147,7 @@ func TestFlappingStateWritesAreBounded(t *testing.T) {
 	}
 	r.Set(rec(config.StateHealthy))
 	elapsed := time.Since(start)
-	eventually(t, 10*time.Second, "final state written", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "final state written", func() bool {
 		got, _, ok := get(t, cli)
 		w, _ := r.Written()
 		return ok && got.State == "healthy" && w.State == "healthy"
@@ -201,7 +189,7 @@ func TestLoadOnlyChangesWaitForInterval(t *testing.T) {
 	defer stop()
 	base := rec(config.StateHealthy)
 	r.Set(base)
-	eventually(t, 10*time.Second, "registration", func() bool { return r.Writes() == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "registration", func() bool { return r.Writes() == 1 })
 	for i := 0; i < 50; i++ {
 		next := base
 		next.InFlight = 100 + i
@@ -213,7 +201,7 @@ func TestLoadOnlyChangesWaitForInterval(t *testing.T) {
 	d.State = config.StateDraining
 	d.InFlight = 149
 	r.Set(d)
-	eventually(t, 10*time.Second, "draining written", func() bool { got, _, _ := get(t, cli); return got.State == "draining" })
+	poll.EventuallyTrue(t, 10*time.Second, "draining written", func() bool { got, _, _ := get(t, cli); return got.State == "draining" })
 	got, _, _ := get(t, cli)
 	if r.Writes() != 2 || got.InFlight != 149 {
 		t.Fatalf("writes=%d in_flight=%d; want 2 writes, latest load", r.Writes(), got.InFlight)

@@ -37,7 +37,8 @@ func main() {
 	start := time.Now()
 	var env []string
 	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" {
-		env = append(env, "SLUICE_TRACE_EXPORTER=stdout")
+		// Spans go to a file of their own, not into the proxies' logs.
+		env = append(env, "SLUICE_TRACE_EXPORTER=stdout", "SLUICE_TRACE_FILE="+filepath.Join(workDir, "logs", "traces.json"))
 	}
 	f, err := fleet.Start(ctx, fleet.Options{
 		BinDir: binDir, WorkDir: workDir, BasePort: *base, Schedulers: *schedulers,

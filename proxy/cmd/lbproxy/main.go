@@ -20,8 +20,10 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/bfe"
+	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
+	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -47,7 +49,7 @@ func newApp() *cli.App {
 		Usage:   "Sluice's L7 traffic balancer (data plane)",
 		Version: version,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1)", EnvVars: env("PROXY_CLUSTER"), Required: true},
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1)", EnvVars: env("PROXY_CLUSTER")}, // required by run, not by `lbproxy version`
 			&cli.StringFlag{Name: "id", Usage: "this proxy's unique id in its proxy cluster (default: host name)", EnvVars: env("ID")},
 			&cli.StringFlag{Name: "etcd", Usage: "etcd endpoints, comma-separated", EnvVars: env("ETCD")},
 			&cli.StringFlag{Name: "etcd-cacert", Usage: "PEM CA bundle for etcd TLS", EnvVars: env("ETCD_CACERT")},
@@ -72,6 +74,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "access-log-flush", Value: time.Second, Usage: "longest time a line waits in the access-log buffer (nginx's flush=)", EnvVars: env("ACCESS_LOG_FLUSH")},
 			&cli.StringFlag{Name: "log-level", Value: "info", Usage: "debug, info, warn or error", EnvVars: env("LOG_LEVEL")},
 			&cli.StringFlag{Name: "trace-exporter", Usage: "none, stdout or otlp (default: otlp when OTEL_EXPORTER_OTLP_ENDPOINT is set)", EnvVars: env("TRACE_EXPORTER")},
+			&cli.StringFlag{Name: "trace-file", Usage: "with --trace-exporter stdout: append the spans to this file, not to stdout (keeps them out of the log)", EnvVars: env("TRACE_FILE")},
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). TLS always uses net/http (HTTP/2)", EnvVars: env("FRONT")},
@@ -97,11 +100,14 @@ func newApp() *cli.App {
 }
 
 func run(c *cli.Context) error {
+	if c.String("proxy-cluster") == "" {
+		return fmt.Errorf("--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required: the proxy cluster whose snapshot is served, e.g. BFE1")
+	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return fmt.Errorf("--log-level %q: want debug, info, warn or error", c.String("log-level"))
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger := slog.New(logrepeat.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}), 0)) // identical warnings/errors: once a minute, with a count
 	switch p := c.Int("gc-percent"); {
 	case p < 0:
 		return fmt.Errorf("--gc-percent %d: want 0 (keep GOGC) or a percentage above 0", p)
@@ -162,6 +168,17 @@ func run(c *cli.Context) error {
 			return fmt.Errorf("--sticky-secret-file %s: want at least 16 bytes of secret", f)
 		}
 		cfg.StickySecret = []byte(strings.TrimSpace(string(b)))
+	}
+	if f := c.String("trace-file"); f != "" {
+		if cfg.TraceExporter != telemetry.ExporterStdout {
+			return fmt.Errorf("--trace-file %s needs --trace-exporter stdout (it is %q)", f, cfg.TraceExporter)
+		}
+		tf, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return fmt.Errorf("--trace-file: %w", err)
+		}
+		defer tf.Close()
+		cfg.TraceOutput = tf
 	}
 	switch a := c.String("access-log"); a {
 	case "off", "":

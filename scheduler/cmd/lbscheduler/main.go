@@ -18,6 +18,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
 	"github.com/sluicelb/sluice/scheduler/scenario"
 
@@ -38,6 +39,7 @@ func newApp(out io.Writer) *cli.App {
 	return &cli.App{
 		Name:      "lbscheduler",
 		Usage:     "compute Sluice weight matrices and publish them to etcd",
+		Version:   version, // --version, as lbproxy and lbctl have
 		Writer:    out,
 		ErrWriter: os.Stderr,
 		Flags: []cli.Flag{
@@ -107,7 +109,7 @@ func runScheduler(c *cli.Context) error {
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log := slog.New(logrepeat.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}), 0))
 	slog.SetDefault(log)
 	if c.String("id") == "" {
 		return errors.New("--id is required (or SLUICE_SCHEDULER_ID)")

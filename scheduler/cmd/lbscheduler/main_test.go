@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/keys"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -29,6 +31,9 @@ func TestVersionAndBadFlags(t *testing.T) {
 	ctx := context.Background()
 	if out, err := run(ctx, "version"); err != nil || out != "lbscheduler dev\n" {
 		t.Fatalf("version: %q %v", out, err)
+	}
+	if out, err := run(ctx, "--version"); err != nil || out != "lbscheduler version dev\n" {
+		t.Fatalf("--version: %q %v", out, err)
 	}
 	cases := []struct {
 		args []string
@@ -91,18 +96,17 @@ func TestRunLeadsAndResignsOnShutdown(t *testing.T) {
 		_, err := run(ctx, "--id", "S1", "--etcd", strings.Join(srv.Endpoints, ","), "--api", "127.0.0.1:0", "--session-ttl", "30s", "--log-level", "error")
 		done <- err
 	}()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	defer cancel() // also when the wait below fails
+	poll.Eventually(t, 20*time.Second, "S1 becomes leader", func() error {
 		r, err := cli.Get(context.Background(), layout.Leader())
-		if err == nil && len(r.Kvs) == 1 && strings.Contains(string(r.Kvs[0].Value), `"id":"S1"`) {
-			break
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatal("never became leader")
+		if len(r.Kvs) != 1 || !strings.Contains(string(r.Kvs[0].Value), `"id":"S1"`) {
+			return fmt.Errorf("leader key holds %d values", len(r.Kvs))
 		}
-		time.Sleep(10 * time.Millisecond) // polling interval
-	}
+		return nil
+	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

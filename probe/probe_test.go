@@ -9,6 +9,7 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
+	"io"
 	"math/big"
 	"net"
 	"net/http"
@@ -357,3 +358,31 @@ func TestFromPolicy(t *testing.T) {
 }
 
 func mustAddr(s string) netip.AddrPort { return netip.MustParseAddrPort(s) }
+
+// CheckPolicy is FromPolicy then Check: a policy error is returned without
+// dialling, and the policy's status and body are what the backend is judged by.
+func TestCheckPolicy(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ready" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		w.WriteHeader(http.StatusAccepted)
+		io.WriteString(w, "warming")
+	}))
+	defer srv.Close()
+	a := mustAddr(srv.Listener.Addr().String())
+	ctx := context.Background()
+	if err := CheckPolicy(ctx, a, config.Probe{Path: "/ready", Status: "202"}, 0); err != nil {
+		t.Fatalf("202 on /ready: %v", err)
+	}
+	if err := CheckPolicy(ctx, a, config.Probe{Path: "/ready", Status: "202", Body: "ready"}, 0); !errors.Is(err, ErrBody) {
+		t.Fatalf("body mismatch: got %v, want ErrBody", err)
+	}
+	if err := CheckPolicy(ctx, a, config.Probe{}, 0); !errors.Is(err, ErrStatus) {
+		t.Fatalf("404 on the default /healthz: got %v, want ErrStatus", err)
+	}
+	if err := CheckPolicy(ctx, a, config.Probe{Scheme: "udp"}, 0); err == nil || !strings.Contains(err.Error(), `probe.scheme: "udp"`) {
+		t.Fatalf("bad scheme: %v", err)
+	}
+}

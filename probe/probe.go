@@ -1,7 +1,25 @@
 // Package probe checks one backend: an HTTP(S) request with an expected
 // status and optional body substring, or a bare TCP / TLS handshake. It is
-// used by lbagent for its local backend and by lbproxy for active health
-// checks, so it depends only on the standard library and the api module.
+// the one prober of Sluice: lbagent checks its local backend with it and
+// lbproxy's balancer runs its active health checks with it, so an agent and
+// a proxy judge a backend by the same rules. It is a module of its own that
+// depends only on the standard library and the api module, so neither
+// service module requires the other.
+//
+// The rules, for a cluster's probe policy (api/config.Probe, FromPolicy):
+//
+//   - scheme "http" when empty; "http", "https", "tcp" or "tls" (exact,
+//     lower case), anything else is an error;
+//   - http(s): GET path (default "/healthz", must start with "/"), the Host
+//     header from the policy or else the dialled address; the status must
+//     match the policy's expression (default "2xx"); a redirect is an answer
+//     matched like any status, never followed; when the policy has a body,
+//     it must appear in the first MaxBody bytes; User-Agent "sluice-probe";
+//   - tcp: a connection opens; tls: a TLS handshake completes, the server
+//     name being the Host's host part, or else the address's IP;
+//   - certificate verification is on unless the policy sets
+//     insecure_skip_verify (https and tls only);
+//   - one timeout bounds dial, handshake, request and body (default 1s).
 //
 // Check is safe for concurrent use; every call opens its own connection
 // (no keep-alive), so a probe observes what a new client would see.
@@ -293,4 +311,15 @@ func FromPolicy(addr netip.AddrPort, p config.Probe, timeout time.Duration) (Tar
 		t.TLS = &tls.Config{InsecureSkipVerify: true} //nolint:gosec // operator asked for it
 	}
 	return t, nil
+}
+
+// CheckPolicy runs one check of addr as the probe policy p says (FromPolicy,
+// then Check): nil when the backend is healthy, else why not. Its signature
+// is the balancer's active health check (proxy/balance.ProbeFunc).
+func CheckPolicy(ctx context.Context, addr netip.AddrPort, p config.Probe, timeout time.Duration) error {
+	t, err := FromPolicy(addr, p, timeout)
+	if err != nil {
+		return err
+	}
+	return Check(ctx, t)
 }

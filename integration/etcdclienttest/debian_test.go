@@ -1,4 +1,4 @@
-package etcdtest_test
+package etcdclienttest_test
 
 import (
 	"context"
@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // Against Debian's etcd 3.4 (which, before 3.4.28, rejects an Authenticate

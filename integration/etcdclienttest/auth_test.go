@@ -1,4 +1,4 @@
-package etcdtest_test
+package etcdclienttest_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
-	"github.com/sluicelb/sluice/integration/etcdtest"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
 // authServer starts etcd with auth on: root, and user sluice with

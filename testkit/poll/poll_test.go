@@ -1,0 +1,68 @@
+package poll
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// recorder is a testing.TB that records Fatalf instead of stopping.
+type recorder struct {
+	testing.TB
+	failed string
+}
+
+func (r *recorder) Helper() {}
+func (r *recorder) Fatalf(format string, args ...any) {
+	r.failed = fmt.Sprintf(format, args...)
+}
+
+func TestEventuallyReturnsOnceTheConditionHolds(t *testing.T) {
+	r := &recorder{TB: t}
+	calls := 0
+	Eventually(r, 5*time.Second, "third call", func() error {
+		calls++
+		if calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if r.failed != "" || calls != 3 {
+		t.Fatalf("failed=%q calls=%d; want no failure after exactly 3 calls", r.failed, calls)
+	}
+}
+
+func TestEventuallyFailsWithWhatAndTheLastError(t *testing.T) {
+	r := &recorder{TB: t}
+	start := time.Now()
+	calls := 0
+	Eventually(r, 50*time.Millisecond, "the key to appear", func() error {
+		calls++
+		return errors.New("key /k absent")
+	})
+	if took := time.Since(start); took < 50*time.Millisecond {
+		t.Fatalf("gave up after %s, before the deadline", took)
+	}
+	want := "not within 50ms: the key to appear: key /k absent"
+	if r.failed != want {
+		t.Fatalf("failure %q, want %q", r.failed, want)
+	}
+	if calls < 2 {
+		t.Fatalf("cond called %d times; want it polled", calls)
+	}
+}
+
+func TestEventuallyTrue(t *testing.T) {
+	r := &recorder{TB: t}
+	n := 0
+	EventuallyTrue(r, 5*time.Second, "n reaches 2", func() bool { n++; return n == 2 })
+	if r.failed != "" || n != 2 {
+		t.Fatalf("failed=%q n=%d", r.failed, n)
+	}
+	EventuallyTrue(r, 20*time.Millisecond, "never", func() bool { return false })
+	if !strings.HasPrefix(r.failed, "not within 20ms: never") {
+		t.Fatalf("failure %q", r.failed)
+	}
+}
