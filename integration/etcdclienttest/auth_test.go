@@ -219,18 +219,10 @@ func TestWrongPasswordSaysSo(t *testing.T) {
 }
 
 func TestUntrustedCA(t *testing.T) {
-	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir(), TLSDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	otherCA, _, _, err := etcdtest.WriteCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, otherCA := etcdtest.NewTLS(t)
 	start := time.Now()
 	c := newClient(t, etcdclient.Config{Endpoints: s.Endpoints, CACert: otherCA})
-	err = put(c, "/sluice/k", "1")
+	err := put(c, "/sluice/k", "1")
 	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "https://") + ": TLS: x509: certificate signed by unknown authority"
 	if err == nil || err.Error() != want {
 		t.Fatalf("error:\n got %v\nwant %q", err, want)

@@ -232,15 +232,7 @@ func TestDeadEtcdConnectionDetected(t *testing.T) {
 // An etcd whose certificate the proxy does not trust: the proxy starts,
 // and its status says so.
 func TestUntrustedEtcdCertificateAtBoot(t *testing.T) {
-	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir(), TLSDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	otherCA, _, _, err := etcdtest.WriteCA(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, otherCA := etcdtest.NewTLS(t)
 	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, CACert: otherCA}, CacheDir: t.TempDir()})
 	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "https://") + ": TLS: x509: certificate signed by unknown authority"
 	eventually(t, 10*time.Second, "the TLS failure in the status", func() bool {

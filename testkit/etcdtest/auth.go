@@ -194,3 +194,18 @@ func NewWithAuth(t testing.TB, o Options, user, password, prefix string) (*Serve
 	t.Cleanup(func() { root.Close() })
 	return s, root
 }
+
+// NewTLS starts a TLS server for one test (stopped at cleanup) and returns
+// it with the path of another CA that did not sign its certificate.
+func NewTLS(t testing.TB) (s *Server, untrustedCA string) {
+	t.Helper()
+	s, err := Start(Options{Dir: t.TempDir(), TLSDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	if untrustedCA, _, _, err = WriteCA(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	return s, untrustedCA
+}
