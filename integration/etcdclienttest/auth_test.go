@@ -250,3 +250,44 @@ func TestUnreachableSaysRefused(t *testing.T) {
 		t.Fatalf("error:\n got %v\nwant %q", err, want)
 	}
 }
+
+// A full quota (NOSPACE): writes fail with a clear error, reads still work,
+// and writes work again after compaction, defragmentation and disarming the
+// alarm.
+func TestNoSpaceSaysSoAndRecovers(t *testing.T) {
+	s, err := etcdtest.Start(etcdtest.Options{Dir: t.TempDir(), QuotaBackendBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	c := newClient(t, etcdclient.Config{Endpoints: s.Endpoints})
+	big := strings.Repeat("x", 64<<10)
+	var werr error
+	for i := 0; i < 200 && werr == nil; i++ {
+		werr = put(c, "/sluice/fill", big)
+	}
+	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "http://") + ": database space exceeded (the etcd quota is reached: compact and defragment etcd)"
+	if werr == nil || werr.Error() != want || etcdclient.ClassOf(werr) != etcdclient.ClassNoSpace {
+		t.Fatalf("write on a full quota:\n got %v\nwant %q", werr, want)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, "/sluice/fill"); err != nil {
+		t.Fatalf("read on a full quota: %v", err)
+	}
+	// The operator's remedy.
+	r, err := c.Get(ctx, "/sluice/fill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Compact(ctx, r.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Defragment(ctx, s.Endpoints[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.AlarmDisarm(ctx, &clientv3.AlarmMember{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "writes work again", func() error { return put(c, "/sluice/k", "v") })
+}

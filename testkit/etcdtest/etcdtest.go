@@ -41,6 +41,9 @@ type Options struct {
 	// AuthTokenTTL is the lifetime in seconds of an idle simple auth token
 	// (0: etcd's 300).
 	AuthTokenTTL uint
+	// QuotaBackendBytes is the backend quota (0: etcd's 2 GiB); a small one
+	// makes writes fail with "database space exceeded" (NOSPACE).
+	QuotaBackendBytes int64
 	// TLSDir, when set, makes the server serve TLS with a fresh CA written
 	// there (see WriteCA; Server.CAFile).
 	TLSDir string
@@ -114,6 +117,7 @@ func start(o Options) (*Server, error) {
 		cfg.LogLevel = "fatal" // shutdown prints errors that mean nothing
 	}
 	cfg.AutoCompactionRetention = o.AutoCompactionRetention
+	cfg.QuotaBackendBytes = o.QuotaBackendBytes
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
