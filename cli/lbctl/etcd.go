@@ -1,6 +1,7 @@
 package lbctl
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -16,7 +17,8 @@ const maxDialTimeout = 3 * time.Second
 
 // etcd connects lazily: commands that work offline never dial. The client
 // logs nothing (its own log lines never reach the terminal); failures are
-// said by explain.
+// said by explain, and an etcd that cannot be used at all within the dial
+// timeout (3 s at most) is said at once.
 func (e *env) etcd() (*clientv3.Client, error) {
 	if e.client != nil {
 		return e.client, nil
@@ -43,6 +45,19 @@ func (e *env) etcd() (*clientv3.Client, error) {
 			return nil, usageErr("--cacert/--cert/--key: %v", strings.TrimPrefix(err.Error(), "etcd TLS: "))
 		}
 		return nil, usageErr("%v", err)
+	}
+	// One cheap read bounded by the dial timeout: an etcd that cannot be
+	// used (refused, DNS, TLS, password) is said at once, not after
+	// --timeout. A slow answer or a refused permission is left to the
+	// command itself (within --timeout).
+	ctx, cancel := context.WithTimeout(e.c.Context, min(maxDialTimeout, e.timeout))
+	_, err = c.Get(ctx, e.layout.Desired(), clientv3.WithCountOnly())
+	cancel()
+	err = c.Explain(err, "") // a bare timeout gets the cause the attempts saw
+	switch etcdclient.ClassOf(err) {
+	case etcdclient.ClassUnreachable, etcdclient.ClassDNS, etcdclient.ClassTLS, etcdclient.ClassAuth:
+		c.Close()
+		return nil, err
 	}
 	e.etcdc, e.client = c, c.Client
 	return e.client, nil

@@ -66,9 +66,9 @@ func TestEtcdErrorsNameEndpointAndCause(t *testing.T) {
 		max  time.Duration
 	}{
 		{"refused", []string{"--endpoints", down.Endpoints[0], "--timeout", "2s", "weights", "get"}, ExitError,
-			"etcd " + hp(down) + ": unreachable (connection refused)", 3 * time.Second},
-		{"refused, long --timeout", []string{"--endpoints", down.Endpoints[0], "--timeout", "4s", "weights", "get"}, ExitError,
-			"etcd " + hp(down) + ": unreachable (connection refused)", 5 * time.Second},
+			"etcd " + hp(down) + ": unreachable (connection refused)", 2500 * time.Millisecond},
+		{"refused, default --timeout", []string{"--endpoints", down.Endpoints[0], "weights", "get"}, ExitError,
+			"etcd " + hp(down) + ": unreachable (connection refused)", 3500 * time.Millisecond},
 		{"wrong password", []string{"--endpoints", auth.Endpoints[0], "--user", "sluice", "--password", "nope", "--timeout", "2s", "weights", "get"}, ExitError,
 			"etcd " + hp(auth) + ": authentication failed (wrong user or password) for user sluice", 3 * time.Second},
 		{"no user", []string{"--endpoints", auth.Endpoints[0], "--timeout", "2s", "weights", "get"}, ExitError,
