@@ -19,6 +19,7 @@ import (
 	"github.com/sluicelb/sluice/agent/internal/load"
 	"github.com/sluicelb/sluice/agent/internal/register"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/probe"
@@ -35,8 +36,13 @@ type Agent struct {
 	admin   atomic.Pointer[string]
 	current atomic.Pointer[report.Instance]
 	reg     atomic.Pointer[register.Registrar]
+	etcd    atomic.Pointer[etcdclient.Client] // nil with Config.Client
 	ran     atomic.Bool
 }
+
+// reregisterBackoffMax caps the registrar's wait between failed attempts
+// (jittered up to 1.5×).
+const reregisterBackoffMax = 2 * time.Second
 
 // New checks cfg (after applying defaults) and returns an agent ready to Run.
 func New(cfg Config) (*Agent, error) {
@@ -130,23 +136,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	log := a.cfg.Logger.With("cluster", a.cfg.Cluster, "subcluster", a.cfg.SubCluster, "addr", a.cfg.Addr.String())
 	cli := a.cfg.Client
 	if cli == nil {
-		c, err := clientv3.New(clientv3.Config{
+		// Never waits for etcd: the agent starts, probes, and registers as
+		// soon as etcd can be used (/readyz says why until then).
+		c, err := etcdclient.New(etcdclient.Config{
 			Endpoints: a.cfg.Endpoints, TLS: a.cfg.EtcdTLS,
-			Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword,
-			DialTimeout: 5 * time.Second, Logger: nil,
+			Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: log,
 		})
 		if err != nil {
-			return fmt.Errorf("etcd client: %w", err)
+			return fmt.Errorf("lbagent: %w", err)
 		}
 		defer c.Close()
-		cli = c
+		cli = c.Client
+		a.etcd.Store(c)
+		a.m.reg.MustRegister(c.Collector())
 	}
 	reg, err := register.New(register.Options{
 		Client: cli, Key: a.key, TTL: a.cfg.LeaseTTL,
 		ReportInterval: a.cfg.ReportInterval, MinGap: a.cfg.MinWriteGap,
 		// An operation slower than the lease TTL is not worth waiting for.
 		OpTimeout: min(5*time.Second, a.cfg.LeaseTTL),
-		Logger:    log,
+		// Re-register within a few seconds of etcd being back (with the
+		// client's ≤2s reconnect backoff: within 10s).
+		BackoffMax: reregisterBackoffMax,
+		Logger:     log,
 		Hooks: register.Hooks{
 			Write:   a.m.writes.Inc,
 			Error:   func(op string, _ error) { a.m.etcdErrors.WithLabelValues(op).Inc() },
@@ -445,9 +457,20 @@ func (a *Agent) adminHandler() http.Handler {
 		fmt.Fprintln(w, "ok")
 	})
 	mux.Handle("GET /metrics", a.authorized(promhttp.HandlerFor(a.m.reg, promhttp.HandlerOpts{})))
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if ok, reason := a.ready(); !ok {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"ready": true, "key": a.key})
+	})
 	mux.Handle("GET /status", a.authorized(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec, ok := a.Current()
-		writeJSON(w, http.StatusOK, map[string]any{"key": a.key, "registered": ok, "record": rec, "writes": a.Writes()})
+		doc := map[string]any{"key": a.key, "registered": ok, "record": rec, "writes": a.Writes()}
+		if e := a.etcd.Load(); e != nil {
+			doc["etcd"] = e.State()
+		}
+		writeJSON(w, http.StatusOK, doc)
 	})))
 	mux.Handle("POST /drain", a.authorized(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a.Drain("drain requested on the admin API")

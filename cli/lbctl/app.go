@@ -23,8 +23,8 @@ import (
 	"github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
-	"github.com/sluicelb/sluice/api/tlsfiles"
 )
 
 // Exit codes.
@@ -171,7 +171,8 @@ type env struct {
 	timeout time.Duration
 	format  string
 	client  *clientv3.Client
-	base    context.Context // bounds every call when set (a --watch); else the command's context
+	etcdc   *etcdclient.Client // the client of client, for error wording
+	base    context.Context    // bounds every call when set (a --watch); else the command's context
 }
 
 func newEnv(c *cli.Context) (*env, error) {
@@ -180,23 +181,6 @@ func newEnv(c *cli.Context) (*env, error) {
 		return nil, usageErr("--prefix: %v", err)
 	}
 	return &env{c: c, out: c.App.Writer, layout: l, timeout: c.Duration("timeout"), format: c.String("output")}, nil
-}
-
-// etcd connects lazily: commands that work offline never dial.
-func (e *env) etcd() (*clientv3.Client, error) {
-	if e.client != nil {
-		return e.client, nil
-	}
-	cfg, err := etcdConfig(e.c)
-	if err != nil {
-		return nil, err
-	}
-	cli, err := clientv3.New(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to etcd %s: %w", strings.Join(cfg.Endpoints, ","), err)
-	}
-	e.client = cli
-	return cli, nil
 }
 
 func (e *env) close() {
@@ -214,31 +198,6 @@ func (e *env) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(base, e.timeout)
 }
 
-func etcdConfig(c *cli.Context) (clientv3.Config, error) {
-	var eps []string
-	for _, ep := range strings.Split(c.String("endpoints"), ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			eps = append(eps, ep)
-		}
-	}
-	if len(eps) == 0 {
-		return clientv3.Config{}, usageErr("--endpoints is empty")
-	}
-	cfg := clientv3.Config{
-		Endpoints: eps, DialTimeout: c.Duration("timeout"),
-		Username: c.String("user"), Password: c.String("password"),
-		// etcd answers "context deadline exceeded" when unreachable; keep
-		// the keep-alive short so commands fail fast and clearly.
-		DialKeepAliveTime: 5 * time.Second, DialKeepAliveTimeout: 2 * time.Second,
-	}
-	t, err := tlsfiles.Client(c.String("cacert"), c.String("cert"), c.String("key"))
-	if err != nil {
-		return cfg, fmt.Errorf("--cacert/--cert/--key: %w", err)
-	}
-	cfg.TLS = t
-	return cfg, nil
-}
-
 // action wraps a command body with env setup and teardown.
 func action(f func(e *env) error) cli.ActionFunc {
 	return func(c *cli.Context) error {
@@ -247,6 +206,6 @@ func action(f func(e *env) error) cli.ActionFunc {
 			return err
 		}
 		defer e.close()
-		return f(e)
+		return e.explain(f(e))
 	}
 }

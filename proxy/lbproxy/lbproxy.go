@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -22,14 +21,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	"go.uber.org/zap"
 
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/api/tlsfiles"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
@@ -50,8 +47,9 @@ type Etcd struct {
 	CACert, Cert, Key string
 	// Username and Password authenticate; empty means none.
 	Username, Password string
-	// DialTimeout bounds the first connection; default 5s (Run does not
-	// wait for etcd: a proxy starts from its disk cache when etcd is down).
+	// DialTimeout bounds one connection attempt; default 3s (Run does not
+	// wait for etcd: a proxy starts from its disk cache whenever etcd
+	// cannot be used, and keeps trying in the background).
 	DialTimeout time.Duration
 }
 
@@ -373,11 +371,14 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	switch {
 	case len(cfg.Etcd.Endpoints) > 0:
-		cli, err := newEtcdClient(cfg.Etcd)
+		etcd, err := newEtcdClient(cfg.Etcd, log)
 		if err != nil {
 			return err
 		}
-		defer cli.Close()
+		defer etcd.Close()
+		cli := etcd.Client
+		src.etcd = etcd
+		promReg.MustRegister(etcd.Collector())
 		layout, err := keys.New(cfg.Prefix)
 		if err != nil {
 			return fmt.Errorf("lbproxy: prefix: %w", err)
@@ -526,33 +527,12 @@ func loadCerts(pairs []CertPair) ([]tls.Certificate, error) {
 	return out, nil
 }
 
-func newEtcdClient(e Etcd) (*clientv3.Client, error) {
-	dt := e.DialTimeout
-	if dt <= 0 {
-		dt = 5 * time.Second
-	}
-	cc := clientv3.Config{
-		Endpoints: e.Endpoints, DialTimeout: dt, Username: e.Username, Password: e.Password,
-		DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
-		Logger: zapNop(),
-	}
-	tc, err := tlsfiles.Client(e.CACert, e.Cert, e.Key)
-	if err != nil {
-		return nil, fmt.Errorf("lbproxy: etcd TLS: %w", err)
-	}
-	cc.TLS = tc
-	cli, err := clientv3.New(cc)
-	if err != nil {
-		return nil, fmt.Errorf("lbproxy: etcd client: %w", err)
-	}
-	return cli, nil
-}
-
 // source reports where the configuration comes from.
 type source struct {
 	srv     *server.Server
 	log     *slog.Logger
 	watcher *configwatch.Watcher
+	etcd    *etcdclient.Client
 	file    string
 	// fileState is the file source's status (file and BFE modes).
 	fileState *filesource.State
@@ -576,6 +556,8 @@ type Status struct {
 	StaleSeconds    float64           `json:"stale_seconds"`
 	LastSync        time.Time         `json:"last_sync,omitzero"`
 	WatchRestarts   map[string]uint64 `json:"watch_restarts,omitempty"`
+	// Etcd is the etcd connection state and last error (etcd source only).
+	Etcd *etcdclient.State `json:"etcd,omitempty"`
 }
 
 func (s *source) adminStatus() Status {
@@ -599,6 +581,8 @@ func (s *source) adminStatus() Status {
 	st.AppliedLineage, st.PointerVersion, st.Ahead, st.LineageChanges = ws.AppliedLineage, ws.PointerVersion, ws.Ahead, ws.LineageChanges
 	st.EtcdConnected, st.LastSync, st.WatchRestarts = &connected, ws.LastSync, ws.WatchRestarts
 	st.StaleSeconds = ws.StaleSeconds(time.Now())
+	es := s.etcd.State()
+	st.Etcd = &es
 	return st
 }
 
@@ -615,44 +599,3 @@ func (s *source) proxyStatus(cfg Config, started time.Time) report.ProxyStatus {
 		BinaryVersion: cfg.Version, StartedAt: started, UpdatedAt: now,
 	}
 }
-
-// tableCollector exports per-instance health and in-flight of the applied
-// table at scrape time: only addresses in the current table get series.
-type tableCollector struct {
-	srv      *server.Server
-	healthy  *prometheus.Desc
-	inflight *prometheus.Desc
-}
-
-func newTableCollector(srv *server.Server) *tableCollector {
-	return &tableCollector{
-		srv: srv,
-		healthy: prometheus.NewDesc("sluice_proxy_instance_healthy",
-			"1 when the instance is available to the balancer, 0 when ejected, checking or excluded.",
-			[]string{"cluster", "subcluster", "instance", "state"}, nil),
-		inflight: prometheus.NewDesc("sluice_proxy_instance_inflight",
-			"Requests in flight to the instance.", []string{"cluster", "subcluster", "instance"}, nil),
-	}
-}
-
-func (c *tableCollector) Describe(ch chan<- *prometheus.Desc) {
-	ch <- c.healthy
-	ch <- c.inflight
-}
-
-func (c *tableCollector) Collect(ch chan<- prometheus.Metric) {
-	t := c.srv.Table()
-	if t == nil {
-		return
-	}
-	collectTable(t, func(cluster, sub string, addr netip.AddrPort, state string, healthy bool, inflight int64) {
-		h := 0.0
-		if healthy {
-			h = 1
-		}
-		ch <- prometheus.MustNewConstMetric(c.healthy, prometheus.GaugeValue, h, cluster, sub, addr.String(), state)
-		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(inflight), cluster, sub, addr.String())
-	})
-}
-
-func zapNop() *zap.Logger { return zap.NewNop() }

@@ -96,7 +96,11 @@ func Handler(o Options) http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		if !o.Source.Ready() {
-			http.Error(w, "inventory not synced", http.StatusServiceUnavailable)
+			reason := "inventory not synced"
+			if r, ok := o.Source.(interface{ NotReadyReason() string }); ok {
+				reason = r.NotReadyReason()
+			}
+			http.Error(w, reason, http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")

@@ -106,6 +106,10 @@ type Inventory struct {
 	demand    map[string]report.Demand
 	synced    map[string]bool
 	heard     map[string]time.Time
+	// recovered is when the instances were listed again after a failed
+	// listing (an etcd outage): no instance is removed for a grace period
+	// from then, since agents are still registering again.
+	recovered time.Time
 	// gen is the last generation handed out; gens the current one per
 	// cluster (see View.Generations).
 	gen  uint64
@@ -256,6 +260,9 @@ func (inv *Inventory) View() View {
 	for k, e := range inv.instances {
 		if !e.goneAt.IsZero() {
 			exp := e.goneAt.Add(grace)
+			if ra := inv.recovered.Add(grace); ra.After(exp) {
+				exp = ra // the outage ended lately: agents are still registering
+			}
 			if !now.Before(exp) {
 				delete(inv.instances, k)
 				inv.bumpLocked(e.key.Cluster)
@@ -340,12 +347,23 @@ type inputSink struct {
 	input string
 	exact bool   // only key itself counts (desired)
 	key   string // the watched key or prefix
+	// down is set when a listing failed; the next listing ends the outage.
+	// Only the input's watch loop uses it.
+	down bool
 }
+
+// listFailed records that a listing failed: etcd could not be used.
+func (s *inputSink) listFailed() { s.down = true }
 
 func (s *inputSink) reset(kvs []*mvccpb.KeyValue, rev int64) {
 	inv := s.inv
 	inv.mu.Lock()
 	defer inv.mu.Unlock()
+	if s.down && s.input == inInstances {
+		inv.recovered = inv.now()
+		inv.log.Info("instances listed again after an etcd outage; none is removed for the instance grace")
+	}
+	s.down = false
 	seen := map[string]bool{}
 	for _, kv := range kvs {
 		if s.exact && string(kv.Key) != s.key {

@@ -37,6 +37,8 @@ func watchLoop(ctx context.Context, cli *clientv3.Client, prefix string, s sink,
 		if listed {
 			// The round worked for a while: start backing off from scratch.
 			backoff = 100 * time.Millisecond
+		} else if f, ok := s.(interface{ listFailed() }); ok {
+			f.listFailed()
 		}
 		resyncs()
 		log.Warn("inventory watch resync", "prefix", prefix, "err", err, "backoff", backoff)

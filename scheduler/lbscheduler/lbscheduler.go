@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/api"
@@ -111,6 +112,7 @@ func (c *Config) defaults() error {
 type Scheduler struct {
 	cfg     Config
 	cli     *clientv3.Client
+	etcd    *etcdclient.Client // nil with Config.Client
 	ownCli  bool
 	layout  keys.Layout
 	log     *slog.Logger
@@ -168,14 +170,16 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	}
 	s.cli = cfg.Client
 	if s.cli == nil {
-		s.cli, err = clientv3.New(clientv3.Config{
+		// Never waits for etcd: the scheduler starts and waits, not ready.
+		s.etcd, err = etcdclient.New(etcdclient.Config{
 			Endpoints: cfg.Endpoints, TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password,
-			DialTimeout: 5 * time.Second, DialKeepAliveTime: 10 * time.Second, DialKeepAliveTimeout: 5 * time.Second,
+			Logger: s.log,
 		})
 		if err != nil {
-			return nil, fmt.Errorf("lbscheduler: etcd client: %w", err)
+			return nil, fmt.Errorf("lbscheduler: %w", err)
 		}
-		s.ownCli = true
+		s.cli, s.ownCli = s.etcd.Client, true
+		cfg.Registry.MustRegister(s.etcd.Collector())
 	}
 	s.ln, err = api.Listen(cfg.APIAddr, cfg.APIToken)
 	if err != nil {

@@ -73,6 +73,18 @@ type source struct{ s *Scheduler }
 
 func (src source) Ready() bool { return src.s.inv.Synced() }
 
+// NotReadyReason says why /readyz answers 503: etcd's last error while the
+// scheduler cannot use it, else that the inputs are not listed yet.
+func (src source) NotReadyReason() string {
+	if e := src.s.etcd; e != nil && !e.Connected() {
+		if st := e.State(); st.LastError != "" {
+			return "inventory not synced: waiting for etcd: " + st.LastError
+		}
+		return "inventory not synced: waiting for etcd"
+	}
+	return "inventory not synced"
+}
+
 func (src source) Plan(ctx context.Context) (any, error) {
 	d := src.s.doc.Load()
 	if d == nil {

@@ -89,9 +89,16 @@ func NewElector(cli *clientv3.Client, layout keys.Layout, id string, ttl time.Du
 // it writes report.Leader (with apiAddr) under the session lease.
 func (e *Elector) Campaign(ctx context.Context, apiAddr string) (*Leadership, error) {
 	ttl := int((e.ttl + time.Second - 1) / time.Second)
-	// The session outlives ctx on purpose: after ctx ends (shutdown), Resign
-	// must still be able to revoke the lease; Resign/Close stops its keepalive.
-	s, err := concurrency.NewSession(e.cli, concurrency.WithTTL(max(ttl, 1)), concurrency.WithContext(context.WithoutCancel(ctx)))
+	// The lease is granted under ctx, so shutdown (SIGTERM) ends a grant
+	// etcd does not answer. The session outlives ctx on purpose: after ctx
+	// ends, Resign must still be able to revoke the lease; Resign/Close
+	// stops its keepalive.
+	lease, err := e.cli.Grant(ctx, int64(max(ttl, 1)))
+	if err != nil {
+		return nil, fmt.Errorf("campaign: session: %w", err)
+	}
+	s, err := concurrency.NewSession(e.cli, concurrency.WithTTL(max(ttl, 1)), concurrency.WithLease(lease.ID),
+		concurrency.WithContext(context.WithoutCancel(ctx)))
 	if err != nil {
 		return nil, fmt.Errorf("campaign: session: %w", err)
 	}

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 )
@@ -21,8 +22,10 @@ type Server struct {
 	Etcd      *embed.Etcd
 	Endpoints []string
 	Dir       string
-	cfg       *embed.Config
-	running   bool
+	// CAFile is the CA of a TLS server (Options.TLSDir), else "".
+	CAFile  string
+	cfg     *embed.Config
+	running bool
 }
 
 // Options tune Start. The zero value is fine for tests.
@@ -35,6 +38,15 @@ type Options struct {
 	LogLevel string
 	// CompactionRetention ("" means none) e.g. "1" (hours) — tests compact by hand.
 	AutoCompactionRetention string
+	// AuthTokenTTL is the lifetime in seconds of an idle simple auth token
+	// (0: etcd's 300).
+	AuthTokenTTL uint
+	// QuotaBackendBytes is the backend quota (0: etcd's 2 GiB); a small one
+	// makes writes fail with "database space exceeded" (NOSPACE).
+	QuotaBackendBytes int64
+	// TLSDir, when set, makes the server serve TLS with a fresh CA written
+	// there (see WriteCA; Server.CAFile).
+	TLSDir string
 }
 
 // Start starts an embedded etcd and waits until it serves. With ports
@@ -80,7 +92,20 @@ func start(o Options) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Dir = dir
 	cfg.Name = "sluice-test"
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cp))
+	scheme, caFile := "http", ""
+	if o.TLSDir != "" {
+		ca, cert, key, err := WriteCA(o.TLSDir)
+		if err != nil {
+			return nil, fmt.Errorf("etcd test CA: %w", err)
+		}
+		scheme, caFile = "https", ca
+		cfg.ClientTLSInfo = transport.TLSInfo{CertFile: cert, KeyFile: key}
+	}
+	cfg.BcryptCost = 4 // bcrypt's minimum: passwords in tests need no strength, and -race makes the default cost slow
+	if o.AuthTokenTTL > 0 {
+		cfg.AuthTokenTTL = o.AuthTokenTTL
+	}
+	cu, _ := url.Parse(fmt.Sprintf("%s://127.0.0.1:%d", scheme, cp))
 	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pp))
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
@@ -92,6 +117,7 @@ func start(o Options) (*Server, error) {
 		cfg.LogLevel = "fatal" // shutdown prints errors that mean nothing
 	}
 	cfg.AutoCompactionRetention = o.AutoCompactionRetention
+	cfg.QuotaBackendBytes = o.QuotaBackendBytes
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("start embedded etcd: %w", err)
@@ -102,7 +128,7 @@ func start(o Options) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd not ready after 30s")
 	}
-	return &Server{Etcd: e, Endpoints: []string{cu.String()}, Dir: dir, cfg: cfg, running: true}, nil
+	return &Server{Etcd: e, Endpoints: []string{cu.String()}, Dir: dir, CAFile: caFile, cfg: cfg, running: true}, nil
 }
 
 // Stop stops the server and keeps its data directory (Restart reuses it).
