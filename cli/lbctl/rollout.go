@@ -124,11 +124,6 @@ type proxyRollout struct {
 	NotCounted bool `json:"not_counted,omitempty"`
 }
 
-// rollout computes every live proxy's state against its target.
-func (e *env) rollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
-	return e.rolloutOf(ctx, rolloutQuery{pc: pc, version: version})
-}
-
 // rolloutQuery says what to compare the proxies with: the live pointers,
 // --version V of one proxy cluster, or (revision > 0) whatever the
 // scheduler published for input revision R or later (revision.go).
