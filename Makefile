@@ -34,12 +34,12 @@ devtools:
 e2e: build devtools
 	cd integration && SLUICE_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 25m -tags e2e -v ./e2e/...
 
-## lint: go vet, staticcheck and a go mod tidy check on every module (integration's e2e suite too) and a gofmt check
+## lint: go vet, staticcheck and a go mod tidy check on every module (integration's e2e and chaos suites too) and a gofmt check
 lint:
 	@command -v $(STATICCHECK) >/dev/null || { echo "lint: $(STATICCHECK) not found: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; exit 1; }
 	@set -e; for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && \
 	  if ! $(GO) mod tidy -diff >/dev/null; then echo "$$m: go.mod/go.sum not tidy (make tidy)"; exit 1; fi); done
-	@cd integration && $(STATICCHECK) -tags e2e ./e2e/...
+	@cd integration && $(STATICCHECK) -tags e2e ./e2e/... && $(STATICCHECK) -tags chaos ./chaos/...
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## tidy: go mod tidy in every module
