@@ -304,7 +304,7 @@ func proxyPartitionCompaction(r *run) {
 	if d["compacted"] > 0 {
 		how = "a resync after the compacted-revision error"
 	}
-	r.figure("I4: reconnected %s applied v%d %.1fs later by %s; watch restarts during the cut: %s", p.ID, last, r.healTook.Seconds(), how, text)
+	r.figure("resync: reconnected %s applied v%d %.1fs later by %s; watch restarts during the cut: %s", p.ID, last, r.healTook.Seconds(), how, text)
 	r.publish(45, 45, 10)
 }
 
@@ -675,7 +675,13 @@ func (r *run) corruptCache(p Proxy) int {
 	}
 	off := n / 2
 	raw[nl+1+off] ^= 0x01
+	// docker cp keeps the mode and makes root the owner: the proxy (uid
+	// 65534) must still be able to read it, or Load fails on permissions
+	// before the checksum is ever computed.
 	if err := os.WriteFile(local, raw, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Chmod(local, 0o644); err != nil {
 		r.t.Fatal(err)
 	}
 	mustDocker(r.t, "cp", local, p.Name+":"+path)
