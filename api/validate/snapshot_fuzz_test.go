@@ -161,36 +161,30 @@ func mutate(s *snapshot.Snapshot, op byte, i int, n int64, text string) {
 	case 8:
 		s.Settings.IDC = text
 	case 9: // a rule's condition
-		prods := sortedKeys(s.Products)
-		if len(prods) == 0 {
-			return
-		}
-		pn := prods[i%len(prods)]
-		p := s.Products[pn]
-		if len(p.Rules) == 0 {
-			return
-		}
-		p.Rules = slices.Clone(p.Rules)
-		p.Rules[i%len(p.Rules)].Cond = text
-		s.Products[pn] = p
+		editRule(s, i, func(r *config.Rule) { r.Cond = text })
 	case 10: // a rule's target cluster
-		prods := sortedKeys(s.Products)
-		if len(prods) == 0 {
-			return
-		}
-		pn := prods[i%len(prods)]
-		p := s.Products[pn]
-		if len(p.Rules) == 0 {
-			return
-		}
-		p.Rules = slices.Clone(p.Rules)
-		p.Rules[i%len(p.Rules)].Cluster = text
-		s.Products[pn] = p
+		editRule(s, i, func(r *config.Rule) { r.Cluster = text })
 	case 11: // the cluster's retry budget and hash header
 		c.Policy.Retry.RetryMax = int(n)
 		c.Policy.Balance.Hash.Header = text
 	}
 	s.Clusters[cn] = c
+}
+
+// editRule applies f to one rule (picked by i) of one product.
+func editRule(s *snapshot.Snapshot, i int, f func(*config.Rule)) {
+	prods := sortedKeys(s.Products)
+	if len(prods) == 0 {
+		return
+	}
+	pn := prods[i%len(prods)]
+	p := s.Products[pn]
+	if len(p.Rules) == 0 {
+		return
+	}
+	p.Rules = slices.Clone(p.Rules)
+	f(&p.Rules[i%len(p.Rules)])
+	s.Products[pn] = p
 }
 
 func errText(err error) string {
