@@ -17,7 +17,9 @@ import (
 // checked. Each snapshot below is well-formed and carries its own correct
 // content hash, so only the validator can refuse it; Publish must return
 // ErrInvalid wrapping the validator's Errors (naming the rule) and write
-// nothing at all: no manifest, no part, no pointer, not one etcd revision.
+// nothing at all: no manifest, no part, no pointer move, not one etcd
+// revision. A valid v1 goes first, so whatever a first publish sets up
+// (e.g. a lineage key) exists before the refusals are counted.
 func TestI7PublisherValidatesBeforeWriting(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	ctx := ctxT(t)
@@ -53,6 +55,9 @@ func TestI7PublisherValidatesBeforeWriting(t *testing.T) {
 			s.Products = map[string]config.Product{"demo": {Hosts: []string{"demo.example"}, Rules: []config.Rule{{Cond: "default_t()", Cluster: "nope"}}}}
 		})},
 	}
+	if r, err := p.Publish(ctx, l, snap(50, 0), "valid first"); err != nil || r.Outcome != Published || r.Version != 1 {
+		t.Fatalf("valid first publish: %+v %v", r, err)
+	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := validate.Snapshot(tc.s); err == nil {
@@ -76,17 +81,20 @@ func TestI7PublisherValidatesBeforeWriting(t *testing.T) {
 			if after.Header.Revision != before.Header.Revision || after.Count != before.Count {
 				t.Fatalf("a refused snapshot wrote: revision %d → %d, keys %d → %d", before.Header.Revision, after.Header.Revision, before.Count, after.Count)
 			}
-			cur, _ := layout.Current("BFE1")
-			for _, prefix := range []string{layout.Root() + "snapshots/", layout.PartsPrefix(), cur} {
-				if n := count(t, cli, prefix); n != 0 {
-					t.Fatalf("%d keys under %s after refused publishes", n, prefix)
-				}
+			if n := count(t, cli, layout.Root()+"snapshots/"); n != 1 {
+				t.Fatalf("%d manifests after refused publishes, want v1's only", n)
+			}
+			if n := count(t, cli, layout.PartsPrefix()); n != 0 {
+				t.Fatalf("%d parts after refused publishes", n)
+			}
+			if ptr, _, err := p.Current(ctx, "BFE1"); err != nil || ptr.Version != 1 {
+				t.Fatalf("current pointer %+v (%v) after refused publishes, want v1", ptr, err)
 			}
 		})
 	}
 	// The gate refuses only what is invalid: the same publisher then
-	// commits a valid snapshot as v1.
-	if r, err := p.Publish(ctx, l, snap(60, 0), "valid"); err != nil || r.Outcome != Published || r.Version != 1 {
+	// commits a valid snapshot as v2.
+	if r, err := p.Publish(ctx, l, snap(60, 0), "valid"); err != nil || r.Outcome != Published || r.Version != 2 {
 		t.Fatalf("valid publish after the refusals: %+v %v", r, err)
 	}
 }
