@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -34,12 +35,13 @@ func rolloutCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
-			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m]",
+			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m | --watch]",
 			Description: "A proxy cluster whose newest input the scheduler could not publish is BLOCKED (reason): not converged.\n" +
 				"The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"With --revision R the target is what the scheduler published for input revision R or later (WAITING until it did).\n" +
+				"With --watch the table is printed again on every change in etcd until Ctrl-C (exit 0 then).\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
@@ -47,6 +49,7 @@ func rolloutCommand() *cli.Command {
 				&cli.Int64Flag{Name: "revision", Usage: "target: what the scheduler published for this input revision (printed by every lbctl write) or later"},
 				&cli.BoolFlag{Name: "wait", Usage: "watch until converged or --timeout"},
 				&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "how long --wait waits (the global --timeout bounds each etcd call)"},
+				watchFlag(),
 			},
 			Action: action(func(e *env) error {
 				pc := e.c.String("proxy-cluster")
@@ -56,6 +59,20 @@ func rolloutCommand() *cli.Command {
 				q := rolloutQuery{pc: pc, version: e.c.Uint64("version"), revision: e.c.Int64("revision")}
 				if q.version != 0 && q.revision != 0 {
 					return usageErr("--version and --revision exclude each other")
+				}
+				if e.c.Bool("watch") {
+					if e.c.Bool("wait") {
+						return usageErr("--watch and --wait exclude each other")
+					}
+					return e.watch(func(e *env) error {
+						ctx, cancel := e.ctx()
+						defer cancel()
+						r, err := e.rolloutOf(ctx, q)
+						if err != nil {
+							return err
+						}
+						return e.render(r, r.watchTable)
+					}, rolloutKeys(e.layout))
 				}
 				if !e.c.Bool("wait") {
 					ctx, cancel := e.ctx()
@@ -208,6 +225,22 @@ func (r rolloutReport) table(w io.Writer) error {
 	}
 	return nil
 }
+
+// watchTable is the table --watch prints: the rollout, then the "no
+// scheduler is leading" line (on stdout: it is part of each redraw).
+func (r rolloutReport) watchTable(w io.Writer) error {
+	if err := r.table(w); err != nil {
+		return err
+	}
+	if r.NoLeader {
+		fmt.Fprintln(w, noLeader)
+	}
+	return nil
+}
+
+// rolloutKeys are what rollout status shows: the keys lbctl proxies shows
+// (statuses, last-seen records, pointers, the scheduler's status).
+func rolloutKeys(l keys.Layout) []string { return proxyKeys(l) }
 
 // waitRollout watches status and pointer keys until converged or ctx ends.
 func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
