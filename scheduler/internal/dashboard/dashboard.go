@@ -4,9 +4,10 @@
 // explanation, from plain HTML, CSS and JavaScript embedded in the binary.
 //
 // One Dashboard per scheduler keeps the current document (Doc), rebuilt
-// when the scheduler's plan changes (Notify) and when its own three watches
-// (proxy status reports, the current/ pointers and the demand reports of the
-// traffic charts; list+watch like the inventory's) see an event; every
+// when the scheduler's plan changes (Notify) and when its own watches (proxy
+// status reports, last-seen records, the leader's scheduler status, the
+// current/ pointers and the demand reports of the traffic charts; list+watch
+// like the inventory's) see an event; every
 // browser tab follows it through one server-sent-events stream, so tabs add
 // no etcd load.
 //
@@ -114,7 +115,7 @@ func (d *Dashboard) Notify() {
 	}
 }
 
-// Run watches status/, current/ and demand/, samples the traffic and rebuilds the document on every
+// Run watches status/, last-seen/, the scheduler status, current/ and demand/, samples the traffic and rebuilds the document on every
 // change until ctx is done; open event streams end then too.
 func (d *Dashboard) Run(ctx context.Context) {
 	defer close(d.quit)
