@@ -12,12 +12,6 @@ import (
 	"github.com/sluicelb/sluice/api/rollout"
 )
 
-// Liveness of a proxy, as rollout status and proxies show it (api/rollout).
-const (
-	LiveStale = rollout.Stale
-	LiveGone  = rollout.Gone
-)
-
 // lastSeen reads the last-seen records of pc's proxies (all if "").
 func (e *env) lastSeen(ctx context.Context, pc string) ([]report.ProxyStatus, error) {
 	prefix, err := e.layout.LastSeenPrefix(pc)

@@ -18,16 +18,6 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-// Proxy rollout states (decided by api/rollout, shared with the dashboard).
-const (
-	StateSynced   = rollout.Synced
-	StatePending  = rollout.Pending
-	StateRejected = rollout.Rejected
-	StateStale    = rollout.Stale
-	StateGone     = rollout.Gone
-	StateAhead    = rollout.Ahead
-)
-
 func rolloutCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rollout",
@@ -294,7 +284,7 @@ func progressLine(r rolloutReport) string {
 		counts[p.State]++
 	}
 	var parts []string
-	for _, s := range []string{StateSynced, StatePending, StateRejected, StateAhead, StateStale, StateGone} {
+	for _, s := range []string{rollout.Synced, rollout.Pending, rollout.Rejected, rollout.Ahead, rollout.Stale, rollout.Gone} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}

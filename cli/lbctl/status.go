@@ -78,12 +78,12 @@ func proxiesCommand() *cli.Command {
 			for _, st := range sts {
 				r := proxyRow{ProxyStatus: st, State: "LIVE"}
 				if why := rollout.StaleReason(st, now); why != "" {
-					r.State, r.Detail = LiveStale, why
+					r.State, r.Detail = rollout.Stale, why
 				}
 				rows = append(rows, r)
 			}
 			for _, st := range gone {
-				rows = append(rows, proxyRow{ProxyStatus: st, State: LiveGone, Detail: "last seen " + rollout.SeenAt(st.UpdatedAt, now)})
+				rows = append(rows, proxyRow{ProxyStatus: st, State: rollout.Gone, Detail: "last seen " + rollout.SeenAt(st.UpdatedAt, now)})
 			}
 			return e.render(rows, func(w io.Writer) error {
 				fmt.Fprintln(w, "PROXY CLUSTER\tPROXY\tSTATE\tAPPLIED\tLIVE\tSOURCE\tETCD\tWATCH LAG\tADMIN\tVERSION\tDETAIL")

@@ -18,6 +18,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
@@ -164,7 +165,7 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc = next(t, docs, 2*time.Second, "p1 REJECTED at v7", func(d Doc) bool {
-		return len(d.Rollout) == 1 && d.Rollout[0].LiveVersion == 7 && len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == StateRejected
+		return len(d.Rollout) == 1 && d.Rollout[0].LiveVersion == 7 && len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == rollout.Rejected
 	})
 	rv := doc.Rollout[0]
 	if p := rv.Proxies[0]; p.ID != "p1" || p.Reason != "bad route" || p.VersionsBehind != 1 || !rv.Unpublished {
@@ -187,7 +188,7 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc = next(t, docs, 2*time.Second, "p1 GONE", func(d Doc) bool {
-		return len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == StateGone
+		return len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == rollout.Gone
 	})
 	if p := doc.Rollout[0].Proxies[0]; p.ID != "p1" || !p.LastSeen.Equal(seenAt) || !strings.HasPrefix(p.Reason, "status lease expired; last seen ") {
 		t.Fatalf("GONE p1: %+v", p)

@@ -310,7 +310,7 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 			pv := ProxyView{ID: r.ID, State: r.State, Reason: r.Reason, LastSeen: r.Since, NotCounted: r.NotCounted,
 				AppliedLineage: r.Lineage, AppliedVersion: r.Applied, WatchLagSeconds: s.WatchLagSeconds,
 				AppliedAt: s.AppliedAt, Source: s.Source, UpdatedAt: s.UpdatedAt, LineageChanges: s.LineageChanges, PreviousLineage: s.PreviousLineage}
-			if r.State == StateGone {
+			if r.State == rollout.Gone {
 				pv.WatchLagSeconds = 0
 			}
 			if p.Version > r.Applied && r.Lineage == p.Lineage {
