@@ -139,7 +139,9 @@ func (d *Dashboard) Run(ctx context.Context) {
 		}()
 	}
 	defer wg.Wait()
-	tick := time.NewTicker(d.o.Refresh)
+	// The clock alone turns a status STALE: rebuild at the next such
+	// moment, and at least every Refresh.
+	tick := time.NewTimer(d.o.Refresh)
 	defer tick.Stop()
 	sample := time.NewTicker(d.o.Sample)
 	defer sample.Stop()
@@ -157,6 +159,10 @@ func (d *Dashboard) Run(ctx context.Context) {
 		}
 		d.learnStarted(ctx)
 		d.rebuild()
+		d.mu.Lock()
+		wait := nextFlip(d.recordsLocked(), d.o.Now(), d.o.Refresh)
+		d.mu.Unlock()
+		tick.Reset(wait)
 	}
 }
 

@@ -364,3 +364,28 @@ func TestTrafficWindow(t *testing.T) {
 		t.Fatalf("series kept after the window: %+v", got[0].Points[:1])
 	}
 }
+
+// The dashboard rebuilds when the clock alone changes a state: just after
+// the first live status turns STALE or a last-seen record expires, at most
+// after Refresh.
+func TestNextFlip(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	rec := records{
+		sts: statuses{
+			"a": {UpdatedAt: now.Add(-4 * time.Second), ReportIntervalSeconds: 5}, // STALE at +6 s
+			"b": {UpdatedAt: now.Add(-time.Minute)},                               // already STALE
+			"c": {},                                                               // no time
+		},
+		seen: statuses{"d": {UpdatedAt: now.Add(-report.GoneFor + 3*time.Second)}}, // drops at +3 s
+	}
+	if got := nextFlip(rec, now, 5*time.Second); got != 3*time.Second+10*time.Millisecond {
+		t.Fatalf("nextFlip = %s, want 3.01s", got)
+	}
+	delete(rec.seen, "d")
+	if got := nextFlip(rec, now, 5*time.Second); got != 5*time.Second {
+		t.Fatalf("nextFlip = %s, want the 5s refresh", got)
+	}
+	if got := nextFlip(rec, now, 10*time.Second); got != 6*time.Second+10*time.Millisecond {
+		t.Fatalf("nextFlip = %s, want 6.01s", got)
+	}
+}

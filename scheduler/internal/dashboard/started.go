@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/rollout"
 )
 
@@ -61,4 +62,25 @@ func (d *Dashboard) learnStarted(ctx context.Context) {
 		d.started[pc] = s
 		d.mu.Unlock()
 	}
+}
+
+// nextFlip is how long until a state changes by the clock alone (a live
+// status turns STALE, a last-seen record leaves the GONE list), at most max.
+func nextFlip(rec records, now time.Time, max time.Duration) time.Duration {
+	wait := max
+	at := func(t time.Time) {
+		// The states flip once the age is past the limit: just after t.
+		if d := t.Sub(now) + 10*time.Millisecond; d > 0 && d < wait {
+			wait = d
+		}
+	}
+	for _, st := range rec.sts {
+		if !st.UpdatedAt.IsZero() {
+			at(st.UpdatedAt.Add(st.StaleAfter()))
+		}
+	}
+	for _, st := range rec.seen {
+		at(st.UpdatedAt.Add(report.GoneFor))
+	}
+	return wait
 }
