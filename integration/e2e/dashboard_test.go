@@ -366,7 +366,7 @@ func TestDashboardRolloutAgreesWithLbctl(t *testing.T) {
 		t.Errorf("the page showed the killed proxy as not SYNCED after %s; want ≤ 12 s", took)
 	}
 	agree(t, ctx, f, "after the kill", "STALE", victim.ID)
-	took = waitInPage(t, bctx, row, victim.ID+" GONE in the page", 60*time.Second, func(s string) bool {
+	waitInPage(t, bctx, row, victim.ID+" GONE in the page", 60*time.Second, func(s string) bool {
 		return strings.Contains(s, "GONE") && strings.Contains(s, "status lease expired; last seen ")
 	})
 	t.Logf("killed proxy GONE in the page %s after the kill", time.Since(killed).Round(100*time.Millisecond))
