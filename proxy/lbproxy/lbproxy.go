@@ -26,7 +26,6 @@ import (
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
@@ -356,18 +355,10 @@ func Run(ctx context.Context, cfg Config) (err error) {
 
 	src := &source{srv: srv, log: log}
 	var rep *statusreport.Reporter
-	apply := func(s *snapshot.Snapshot) error {
-		err := srv.Apply(s)
-		if err != nil {
-			log.Warn("snapshot rejected", "version", s.Meta.Version, "err", err)
-		} else {
-			log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash)
-		}
-		if rep != nil {
-			rep.Notify()
-		}
-		return err
-	}
+	// Apply → log → notify is wired once: the source (configwatch or
+	// filesource) logs each outcome and, for etcd, OnChange notifies the
+	// reporter; srv.Apply only swaps.
+	apply := srv.Apply
 
 	switch {
 	case len(cfg.Etcd.Endpoints) > 0:
@@ -394,7 +385,7 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		w, err := configwatch.New(configwatch.Config{
 			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, Apply: apply, Cache: cache,
 			Logger: log, StallTimeout: cfg.StallTimeout, Metrics: promReg,
-			// Rejections never reach apply: report them promptly too.
+			// Every apply and reject (and sync change) is reported, once.
 			OnChange: func() {
 				if rep != nil {
 					rep.Notify()
