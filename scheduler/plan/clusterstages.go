@@ -392,4 +392,3 @@ func (c *clusterPlanner) output() clusterOutput {
 	out.sums = clusterSums(c.subs, &in.cfg.Policy, out.rows)
 	return out
 }
-
