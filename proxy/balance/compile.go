@@ -63,7 +63,7 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 	if c.modeKind, err = polparse.ParseMode(c.mode); err != nil {
 		return nil, nil, fmt.Errorf("policy.balance.subcluster_mode: %w", err)
 	}
-	key, err := polparse.ParseKey(c.key.kind)
+	key, err := polparse.ParseKey(p.Balance.Hash.Key)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy.balance.hash.key: %w", err)
 	}

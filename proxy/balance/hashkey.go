@@ -45,6 +45,9 @@ type keySpec struct {
 
 func compileKey(h config.Hash) keySpec {
 	k := keySpec{kind: h.Key}
+	if k.kind == "" {
+		k.kind = config.HashClientIP
+	}
 	k.ipOnly = k.kind == config.HashClientIP
 	if name, ok := strings.CutPrefix(h.Header, "Cookie:"); ok {
 		k.cookie, k.header = true, name
