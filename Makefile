@@ -8,8 +8,11 @@ TEST_FLAGS ?= -race -count=1 -timeout 15m
 # staticcheck for make lint; .ci/run installs this version (it supports Go 1.26)
 STATICCHECK ?= staticcheck
 STATICCHECK_VERSION := v0.8.2
+# make mutate: the mutation tester, from the Go module proxy, into bin/tools
+GREMLINS_VERSION := v0.6.0
+MUTATE_PKGS ?= api/validate proxy/balance proxy/configwatch scheduler/plan scheduler/publish
 
-.PHONY: all build devtools test unit e2e lint fuzz run bench chaos images deploy-up deploy-down clean tidy
+.PHONY: all build devtools test unit e2e lint fuzz mutate run bench chaos images deploy-up deploy-down clean tidy
 
 all: build
 
@@ -34,17 +37,23 @@ devtools:
 e2e: build devtools
 	cd integration && SLUICE_BIN=$(CURDIR)/bin $(GO) test -count=1 -timeout 25m -tags e2e -v ./e2e/...
 
-## lint: go vet, staticcheck and a go mod tidy check on every module (integration's e2e suite too) and a gofmt check
+## lint: go vet, staticcheck and a go mod tidy check on every module (integration's e2e and chaos suites too) and a gofmt check
 lint:
 	@command -v $(STATICCHECK) >/dev/null || { echo "lint: $(STATICCHECK) not found: go install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)"; exit 1; }
 	@set -e; for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && \
 	  if ! $(GO) mod tidy -diff >/dev/null; then echo "$$m: go.mod/go.sum not tidy (make tidy)"; exit 1; fi); done
-	@cd integration && $(STATICCHECK) -tags e2e ./e2e/...
+	@cd integration && $(STATICCHECK) -tags e2e ./e2e/... && $(STATICCHECK) -tags chaos ./chaos/...
 	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## tidy: go mod tidy in every module
 tidy:
 	@set -e; for m in $(MODULES); do (cd $$m && $(GO) mod tidy); done
+
+## mutate: mutation testing (gremlins) over MUTATE_PKGS, kill ratio per package (slow; not in .ci/run); see docs/TESTING.md
+mutate:
+	@$(GO) version -m bin/tools/gremlins 2>/dev/null | grep -qE '^\s+mod\s+github.com/go-gremlins/gremlins\s+$(GREMLINS_VERSION)\s' || \
+	  GOBIN=$(CURDIR)/bin/tools $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+	@bash scripts/mutate.sh $(CURDIR)/bin/tools/gremlins $(MUTATE_PKGS)
 
 ## fuzz: each fuzz target for FUZZTIME
 fuzz:

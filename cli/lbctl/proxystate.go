@@ -4,45 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"sort"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/rollout"
 )
 
-// Liveness of a proxy, as rollout status and proxies show it.
-const (
-	// LiveStale: the status key lives (its lease is kept alive) but was not
-	// rewritten for two report intervals, or the proxy lost etcd.
-	LiveStale = "STALE"
-	// LiveGone: the status lease expired (the proxy died or was cut off
-	// for longer than the TTL); listed from its last-seen record for
-	// report.GoneFor.
-	LiveGone = "GONE"
-)
-
-// staleReason says why a live status is STALE ("" if it is not).
-func staleReason(st report.ProxyStatus, now time.Time) string {
-	switch {
-	case !st.EtcdConnected:
-		return "not connected to etcd"
-	case !st.UpdatedAt.IsZero() && now.Sub(st.UpdatedAt) > st.StaleAfter():
-		return "last seen " + seenAt(st.UpdatedAt, now)
-	}
-	return ""
-}
-
-// seenAt formats a last-seen time: "2026-12-01T09:30:00Z (12s ago)".
-func seenAt(t, now time.Time) string {
-	return fmt.Sprintf("%s (%s ago)", t.UTC().Format(time.RFC3339), now.Sub(t).Round(time.Second))
-}
-
-// goneProxies returns the last-seen records of proxies (of pc, or all) that
-// have no live status and were seen within report.GoneFor, sorted.
-func (e *env) goneProxies(ctx context.Context, pc string, live []report.ProxyStatus, now time.Time) ([]report.ProxyStatus, error) {
+// lastSeen reads the last-seen records of pc's proxies (all if "").
+func (e *env) lastSeen(ctx context.Context, pc string) ([]report.ProxyStatus, error) {
 	prefix, err := e.layout.LastSeenPrefix(pc)
 	if err != nil {
 		return nil, err
@@ -51,13 +22,7 @@ func (e *env) goneProxies(ctx context.Context, pc string, live []report.ProxySta
 	if err != nil {
 		return nil, fmt.Errorf("read last-seen records: %w", err)
 	}
-	alive := map[string]bool{}
-	for _, st := range live {
-		alive[st.ProxyCluster+"/"+st.ID] = true
-	}
-	return slices.DeleteFunc(seen, func(st report.ProxyStatus) bool {
-		return alive[st.ProxyCluster+"/"+st.ID] || now.Sub(st.UpdatedAt) >= report.GoneFor
-	}), nil
+	return seen, nil
 }
 
 // statusesUnder reads every proxy status under prefix (status keys or
@@ -109,4 +74,4 @@ func (e *env) schedulerStatus(ctx context.Context) (*report.SchedulerStatus, err
 }
 
 // noLeader is what lbctl prints when no scheduler holds leadership.
-const noLeader = "no scheduler is leading: nothing new will be published until one is (is lbscheduler running?)"
+const noLeader = rollout.NoLeader

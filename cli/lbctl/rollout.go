@@ -13,24 +13,9 @@ import (
 	"github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
-)
-
-// Proxy rollout states.
-const (
-	StateSynced   = "SYNCED"
-	StatePending  = "PENDING"
-	StateRejected = "REJECTED"
-	StateStale    = LiveStale
-	// StateGone: the proxy's status lease expired; it is listed from its
-	// last-seen record for report.GoneFor, and counts as not converged for
-	// a rollout that started before it went away.
-	StateGone = LiveGone
-	// StateAhead: the proxy applied a newer version of the target's lineage
-	// than the pointer names (the pointer was moved back by hand or
-	// restored); it keeps it (I1) until a version above it is published.
-	StateAhead = "AHEAD"
 )
 
 func rolloutCommand() *cli.Command {
@@ -40,12 +25,13 @@ func rolloutCommand() *cli.Command {
 		Subcommands: []*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
-			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m]",
+			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m | --watch]",
 			Description: "A proxy cluster whose newest input the scheduler could not publish is BLOCKED (reason): not converged.\n" +
 				"The target is each proxy cluster's live snapshot (current/<proxy cluster>: lineage and version) unless --version is given\n" +
 				"(then any later version of the pointer's lineage counts too). A proxy on another lineage is PENDING; one above the pointer\n" +
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"With --revision R the target is what the scheduler published for input revision R or later (WAITING until it did).\n" +
+				"With --watch the table is printed again on every change in etcd until Ctrl-C (exit 0 then).\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
@@ -53,6 +39,7 @@ func rolloutCommand() *cli.Command {
 				&cli.Int64Flag{Name: "revision", Usage: "target: what the scheduler published for this input revision (printed by every lbctl write) or later"},
 				&cli.BoolFlag{Name: "wait", Usage: "watch until converged or --timeout"},
 				&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "how long --wait waits (the global --timeout bounds each etcd call)"},
+				watchFlag(),
 			},
 			Action: action(func(e *env) error {
 				pc := e.c.String("proxy-cluster")
@@ -62,6 +49,20 @@ func rolloutCommand() *cli.Command {
 				q := rolloutQuery{pc: pc, version: e.c.Uint64("version"), revision: e.c.Int64("revision")}
 				if q.version != 0 && q.revision != 0 {
 					return usageErr("--version and --revision exclude each other")
+				}
+				if e.c.Bool("watch") {
+					if e.c.Bool("wait") {
+						return usageErr("--watch and --wait exclude each other")
+					}
+					return e.watch(func(e *env) error {
+						ctx, cancel := e.ctx()
+						defer cancel()
+						r, err := e.rolloutOf(ctx, q)
+						if err != nil {
+							return err
+						}
+						return e.render(r, r.watchTable)
+					}, rolloutKeys(e.layout))
 				}
 				if !e.c.Bool("wait") {
 					ctx, cancel := e.ctx()
@@ -110,19 +111,8 @@ type rolloutReport struct {
 	final bool
 }
 
-type proxyRollout struct {
-	ProxyCluster string    `json:"proxy_cluster"`
-	ID           string    `json:"id"`
-	State        string    `json:"state"`
-	Applied      uint64    `json:"applied_version"`
-	Target       uint64    `json:"target_version"`
-	Lineage      string    `json:"applied_lineage,omitempty"`
-	Reason       string    `json:"reason,omitempty"`
-	Since        time.Time `json:"since,omitzero"`
-	// NotCounted: a GONE proxy that went away before the target was
-	// published does not hold the rollout back.
-	NotCounted bool `json:"not_counted,omitempty"`
-}
+// proxyRollout is one proxy's line (api/rollout decides it).
+type proxyRollout = rollout.Proxy
 
 // rolloutQuery says what to compare the proxies with: the live pointers,
 // --version V of one proxy cluster, or (revision > 0) whatever the
@@ -146,14 +136,14 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 		return rolloutReport{}, err
 	}
 	r := rolloutReport{Targets: map[string]uint64{}, TargetLineages: map[string]string{}}
-	targets := map[string]target{}
+	targets := map[string]rollout.Target{}
 	for name, p := range ptrs {
 		if pc == "" || name == pc {
-			targets[name] = target{Pointer: p}
+			targets[name] = rollout.Target{Pointer: p}
 		}
 	}
 	if version != 0 {
-		targets[pc] = target{Pointer: snapshot.Pointer{Lineage: ptrs[pc].Lineage, Version: version}, atLeast: true}
+		targets[pc] = rollout.Target{Pointer: snapshot.Pointer{Lineage: ptrs[pc].Lineage, Version: version}, AtLeast: true}
 	}
 	if pc != "" && targets[pc].Version == 0 {
 		return r, fmt.Errorf("no snapshot has been published for proxy cluster %q", pc)
@@ -163,96 +153,31 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 		return r, err
 	}
 	if q.revision > 0 {
-		r.waitForRevision(q.revision, sched, targets)
+		r.Revision = q.revision
+		r.Waiting, r.final = rollout.ForRevision(q.revision, sched, targets)
 	}
 	for name, t := range targets {
 		r.Targets[name], r.TargetLineages[name] = t.Version, t.Lineage
 	}
 	now := time.Now()
-	live := 0
-	for _, st := range sts {
-		r.Proxies = append(r.Proxies, classify(st, targets[st.ProxyCluster], now))
-		live++
-	}
-	gone, err := e.goneProxies(ctx, pc, sts, now)
+	seen, err := e.lastSeen(ctx, pc)
 	if err != nil {
 		return r, err
 	}
-	started := map[string]time.Time{} // when each target was published
-	for _, st := range gone {
+	in := rollout.Input{Statuses: sts, LastSeen: seen, Targets: targets, Started: map[string]time.Time{},
+		Scheduler: sched, ProxyCluster: pc, Now: now}
+	for _, st := range rollout.GoneRecords(sts, seen, now) {
 		tg := targets[st.ProxyCluster]
-		if _, ok := started[st.ProxyCluster]; !ok && tg.Version != 0 {
+		if _, ok := in.Started[st.ProxyCluster]; !ok && tg.Version != 0 {
 			if m, err := e.manifest(ctx, st.ProxyCluster, tg.Version); err == nil {
-				started[st.ProxyCluster] = m.Meta.CreatedAt
-			}
-		}
-		p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, State: StateGone, Applied: st.AppliedVersion,
-			Target: tg.Version, Lineage: st.AppliedLineage, Since: st.UpdatedAt,
-			Reason: "status lease expired; last seen " + seenAt(st.UpdatedAt, now)}
-		if t, ok := started[st.ProxyCluster]; ok && st.UpdatedAt.Before(t) {
-			p.NotCounted = true
-			p.Reason += ", before this rollout: not counted"
-		}
-		r.Proxies = append(r.Proxies, p)
-	}
-	r.NoLeader = sched == nil
-	if sched != nil {
-		for name, res := range sched.ProxyClusters {
-			if pc != "" && name != pc {
-				continue
-			}
-			if blocked, why := res.Blocked(); blocked {
-				if r.Blocked == nil {
-					r.Blocked = map[string]string{}
-				}
-				r.Blocked[name] = fmt.Sprintf("input revision %d not published: %s", res.InputRevision, why)
+				in.Started[st.ProxyCluster] = m.Meta.CreatedAt
 			}
 		}
 	}
-	r.Converged = live > 0 && len(r.Blocked) == 0 && len(r.Waiting) == 0
-	for _, p := range r.Proxies {
-		if p.State != StateSynced && !p.NotCounted {
-			r.Converged = false
-		}
-	}
+	res := rollout.Compute(in)
+	r.Proxies, r.Blocked, r.NoLeader = res.Proxies, res.Blocked, res.NoLeader
+	r.Converged = res.Converged && len(r.Waiting) == 0
 	return r, nil
-}
-
-// target is what a proxy cluster's proxies should run: the pointer's
-// lineage and version (atLeast: that version or a later one, --version).
-type target struct {
-	snapshot.Pointer
-	atLeast bool
-}
-
-// classify decides one proxy's rollout state.
-func classify(st report.ProxyStatus, tg target, now time.Time) proxyRollout {
-	target := tg.Version
-	p := proxyRollout{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target, Lineage: st.AppliedLineage}
-	sameLineage := st.AppliedLineage == tg.Lineage
-	switch {
-	case staleReason(st, now) != "":
-		p.State, p.Since, p.Reason = StateStale, st.UpdatedAt, staleReason(st, now)
-	case target == 0:
-		p.State = StatePending
-	case !sameLineage:
-		p.State = StatePending
-		p.Reason = fmt.Sprintf("applied lineage %s, target lineage %s", snapshot.LineageName(st.AppliedLineage), snapshot.LineageName(tg.Lineage))
-		if st.PointerLineage == tg.Lineage && st.RejectedVersion >= target {
-			p.State, p.Reason = StateRejected, st.RejectedReason
-		}
-	case st.AppliedVersion == target || st.AppliedVersion > target && tg.atLeast:
-		p.State = StateSynced
-	case st.AppliedVersion > target:
-		p.State = StateAhead
-		p.Reason = fmt.Sprintf("ahead of the pointer: applied v%d of lineage %s, the pointer names v%d (moved back?); it keeps v%d until a later version is published",
-			st.AppliedVersion, snapshot.LineageName(tg.Lineage), target, st.AppliedVersion)
-	case st.RejectedVersion >= target:
-		p.State, p.Reason = StateRejected, st.RejectedReason
-	default:
-		p.State = StatePending
-	}
-	return p
 }
 
 // verdict turns a report into the exit status.
@@ -260,22 +185,7 @@ func (r rolloutReport) verdict() error {
 	if r.Converged {
 		return nil
 	}
-	var lag []string
-	for _, name := range slices.Sorted(maps.Keys(r.Blocked)) {
-		lag = append(lag, fmt.Sprintf("%s BLOCKED (%s)", name, r.Blocked[name]))
-	}
-	for _, name := range slices.Sorted(maps.Keys(r.Waiting)) {
-		lag = append(lag, fmt.Sprintf("%s WAITING (%s)", name, r.Waiting[name]))
-	}
-	for _, p := range r.Proxies {
-		if p.State != StateSynced && !p.NotCounted {
-			s := fmt.Sprintf("%s/%s %s", p.ProxyCluster, p.ID, p.State)
-			if p.Reason != "" {
-				s += " (" + p.Reason + ")"
-			}
-			lag = append(lag, s)
-		}
-	}
+	lag := rollout.Result{Proxies: r.Proxies, Blocked: r.Blocked}.Laggards(r.Waiting)
 	if len(lag) == 0 {
 		return withCode(ExitNotConverged, fmt.Errorf("no live proxy reports a status"))
 	}
@@ -305,6 +215,22 @@ func (r rolloutReport) table(w io.Writer) error {
 	}
 	return nil
 }
+
+// watchTable is the table --watch prints: the rollout, then the "no
+// scheduler is leading" line (on stdout: it is part of each redraw).
+func (r rolloutReport) watchTable(w io.Writer) error {
+	if err := r.table(w); err != nil {
+		return err
+	}
+	if r.NoLeader {
+		fmt.Fprintln(w, noLeader)
+	}
+	return nil
+}
+
+// rolloutKeys are what rollout status shows: the keys lbctl proxies shows
+// (statuses, last-seen records, pointers, the scheduler's status).
+func rolloutKeys(l keys.Layout) []string { return proxyKeys(l) }
 
 // waitRollout watches status and pointer keys until converged or ctx ends.
 func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
@@ -358,7 +284,7 @@ func progressLine(r rolloutReport) string {
 		counts[p.State]++
 	}
 	var parts []string
-	for _, s := range []string{StateSynced, StatePending, StateRejected, StateAhead, StateStale, StateGone} {
+	for _, s := range []string{rollout.Synced, rollout.Pending, rollout.Rejected, rollout.Ahead, rollout.Stale, rollout.Gone} {
 		if counts[s] > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", counts[s], s))
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/rollout"
 )
 
 func healthCommand() *cli.Command {
@@ -57,10 +58,11 @@ func proxiesCommand() *cli.Command {
 				return err
 			}
 			now := time.Now()
-			gone, err := e.goneProxies(ctx, pc, sts, now)
+			seen, err := e.lastSeen(ctx, pc)
 			if err != nil {
 				return err
 			}
+			gone := rollout.GoneRecords(sts, seen, now)
 			ptrs, err := e.pointers(ctx)
 			if err != nil {
 				return err
@@ -75,13 +77,13 @@ func proxiesCommand() *cli.Command {
 			rows := make([]proxyRow, 0, len(sts)+len(gone))
 			for _, st := range sts {
 				r := proxyRow{ProxyStatus: st, State: "LIVE"}
-				if why := staleReason(st, now); why != "" {
-					r.State, r.Detail = LiveStale, why
+				if why := rollout.StaleReason(st, now); why != "" {
+					r.State, r.Detail = rollout.Stale, why
 				}
 				rows = append(rows, r)
 			}
 			for _, st := range gone {
-				rows = append(rows, proxyRow{ProxyStatus: st, State: LiveGone, Detail: "last seen " + seenAt(st.UpdatedAt, now)})
+				rows = append(rows, proxyRow{ProxyStatus: st, State: rollout.Gone, Detail: "last seen " + rollout.SeenAt(st.UpdatedAt, now)})
 			}
 			return e.render(rows, func(w io.Writer) error {
 				fmt.Fprintln(w, "PROXY CLUSTER\tPROXY\tSTATE\tAPPLIED\tLIVE\tSOURCE\tETCD\tWATCH LAG\tADMIN\tVERSION\tDETAIL")

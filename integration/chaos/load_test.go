@@ -239,34 +239,8 @@ func tally(outs []Outcome, keep func(Outcome) bool) (t Tally) {
 	return t
 }
 
-func between(from, to time.Time) func(Outcome) bool {
-	return func(o Outcome) bool { return !o.Start.Before(from) && o.Start.Before(to) }
-}
-
-func notProxy(ids ...string) func(Outcome) bool {
-	return func(o Outcome) bool {
-		for _, id := range ids {
-			if o.Proxy == id {
-				return false
-			}
-		}
-		return true
-	}
-}
-
 func onCluster(pc string) func(Outcome) bool {
 	return func(o Outcome) bool { return strings.HasPrefix(o.Proxy, strings.ToLower(pc)+"-") }
-}
-
-func and(fs ...func(Outcome) bool) func(Outcome) bool {
-	return func(o Outcome) bool {
-		for _, f := range fs {
-			if f != nil && !f(o) {
-				return false
-			}
-		}
-		return true
-	}
 }
 
 // snapshotSince returns a copy of the outcomes of requests started at or

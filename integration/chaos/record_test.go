@@ -176,3 +176,69 @@ func (e *Env) resources(p Proxy) (Resources, error) {
 	}
 	return r, nil
 }
+
+// metricSeries reads every series of one metric family from a proxy's
+// /metrics: label text (e.g. `reason="stall"`, "" without labels) -> value.
+// A counter vector has no series for a label value never counted, so a
+// missing key reads as 0.
+func (e *Env) metricSeries(p Proxy, name string) (map[string]float64, error) {
+	body, err := e.admin(p, "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
+	for _, line := range strings.Split(body, "\n") {
+		rest, ok := strings.CutPrefix(line, name)
+		if !ok || rest == "" || (rest[0] != '{' && rest[0] != ' ') {
+			continue
+		}
+		labels := ""
+		if rest[0] == '{' {
+			end := strings.IndexByte(rest, '}')
+			if end < 0 {
+				return nil, fmt.Errorf("%s /metrics: malformed line %q", p.ID, line)
+			}
+			labels, rest = rest[1:end], rest[end+1:]
+		}
+		var v float64
+		if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%g", &v); err != nil {
+			return nil, fmt.Errorf("%s /metrics: line %q: %w", p.ID, line, err)
+		}
+		out[labels] = v
+	}
+	return out, nil
+}
+
+// Watch restart reasons of sluice_proxy_watch_restarts_total
+// (proxy/configwatch).
+var restartReasons = []string{"compacted", "closed", "watch_error", "stall", "sync_error"}
+
+// watchRestarts reads a proxy's snapshot-watch restarts by reason.
+func (e *Env) watchRestarts(p Proxy) (map[string]int, error) {
+	s, err := e.metricSeries(p, "sluice_proxy_watch_restarts_total")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]int{}
+	for _, r := range restartReasons {
+		out[r] = int(s[`reason="`+r+`"`])
+	}
+	return out, nil
+}
+
+// restartDelta is after-before per reason, formatted "stall +1, sync_error +3"
+// (reasons that did not move are left out; "none" when nothing moved).
+func restartDelta(before, after map[string]int) (map[string]int, string) {
+	d := map[string]int{}
+	var parts []string
+	for _, r := range restartReasons {
+		if n := after[r] - before[r]; n != 0 {
+			d[r] = n
+			parts = append(parts, fmt.Sprintf("%s %+d", r, n))
+		}
+	}
+	if len(parts) == 0 {
+		return d, "none"
+	}
+	return d, strings.Join(parts, ", ")
+}

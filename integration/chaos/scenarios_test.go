@@ -3,6 +3,7 @@
 package chaos
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"net/http"
@@ -113,6 +114,7 @@ func etcdLeaderKill(r *run) {
 	took = r.env.waitConverged(r.t, 60*time.Second)
 	r.figure("v%d published and applied everywhere %.1fs later with 2 of 3 members", v, took.Seconds())
 	r.startAll(leader)
+	r.heal("etcd leader " + leader + " restarted")
 	r.waitHealthy(60*time.Second, leader)
 	r.publish(45, 45, 10)
 }
@@ -138,6 +140,7 @@ func etcdQuorumLost(r *run) {
 	r.hold(60 * time.Second)
 	r.figure("I3: %d requests served while quorum was lost for %.0fs (%s down; failures counted below)", r.load.Count()-n0, time.Since(from).Seconds(), down)
 	r.startAll(down...)
+	r.heal(fmt.Sprint(down, " restarted"))
 	r.waitHealthy(60*time.Second, etcdMembers...)
 	v := r.publish(40, 50, 10)
 	r.figure("quorum back; v%d published after recovery", v)
@@ -177,11 +180,25 @@ func etcdAllDownProxyRestart(r *run) {
 	r.hold(10 * time.Second)
 	r.figure("I3: %d requests during %.0fs with no etcd member", r.load.Count()-n0, time.Since(from).Seconds())
 	r.startAll(etcdMembers...)
+	r.heal("every etcd member restarted")
 	r.waitHealthy(90*time.Second, etcdMembers...)
 	r.publish(40, 50, 10)
 	r.publish(45, 45, 10)
 }
 
+// frozenFor is how long each follower stays frozen: past the proxies'
+// watch stall timeout (SLUICE_WATCH_STALL_TIMEOUT 4s in the compose file)
+// plus the 5s request that tells a stall from an idle watch (9s in all),
+// and below the etcd client's keepalive (a ping after 10s without a read,
+// then 2-5s to answer: closed 10.7s after the freeze at the earliest), which
+// would otherwise move the watch to another member unseen.
+const frozenFor = 11 * time.Second
+
+// etcdMemberFrozen freezes every member in turn (docker pause: the
+// connection stays open and nothing answers), the followers for frozenFor
+// each, then the leader while a version is published. Each proxy's
+// snapshot watch runs on one member, and it leaves that member only by a
+// counted restart, so every proxy must count at least one stall.
 func etcdMemberFrozen(r *run) {
 	ctx, cancel := ctx10()
 	defer cancel()
@@ -189,20 +206,52 @@ func etcdMemberFrozen(r *run) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	r.hold(2 * time.Second)
-	mustDocker(r.t, "pause", leader)
-	paused := true
+	before := map[string]map[string]int{}
+	for _, p := range proxies {
+		if before[p.ID], err = r.env.watchRestarts(p); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	var paused string
 	defer func() {
-		if paused {
-			_, _ = docker("unpause", leader)
+		if paused != "" {
+			_, _ = docker("unpause", paused)
 		}
 	}()
+	r.hold(2 * time.Second)
+	for _, m := range etcdMembers {
+		if m == leader {
+			continue
+		}
+		mustDocker(r.t, "pause", m)
+		paused = m
+		r.hold(frozenFor)
+		mustDocker(r.t, "unpause", m)
+		paused = ""
+		r.waitHealthy(60*time.Second, m)
+	}
+	mustDocker(r.t, "pause", leader)
+	paused = leader
 	v := r.publish(40, 50, 10)
 	took := r.env.waitConverged(r.t, 60*time.Second)
 	r.figure("etcd leader %s frozen (docker pause): v%d published and applied everywhere %.1fs later", leader, v, took.Seconds())
 	r.hold(5 * time.Second)
 	mustDocker(r.t, "unpause", leader)
-	paused = false
+	paused = ""
+	r.heal("etcd leader " + leader + " resumed")
+	var parts []string
+	for _, p := range proxies {
+		after, err := r.env.watchRestarts(p)
+		if err != nil {
+			r.t.Fatal(err)
+		}
+		d, text := restartDelta(before[p.ID], after)
+		if d["stall"] < 1 {
+			r.t.Errorf("stall detection: %s counted no stall while each etcd member was frozen in turn (restarts: %s)", p.ID, text)
+		}
+		parts = append(parts, p.ID+": "+text)
+	}
+	r.figure("stall detection: followers frozen %.0fs each, then the leader; watch restarts per proxy: %s", frozenFor.Seconds(), strings.Join(parts, "; "))
 	r.waitHealthy(60*time.Second, leader)
 	r.publish(45, 45, 10)
 }
@@ -210,6 +259,10 @@ func etcdMemberFrozen(r *run) {
 func proxyPartitionCompaction(r *run) {
 	p := proxies[0] // bfe1-p1
 	before := r.statusOf(p)
+	before0, err := r.env.watchRestarts(p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
 	r.hold(2 * time.Second)
 	mustDocker(r.t, "network", "disconnect", controlNet, p.Name)
 	connected := false
@@ -239,8 +292,20 @@ func proxyPartitionCompaction(r *run) {
 	r.figure("%s cut off from the etcd network while 50 versions were published (up to v%d); etcd compacted at revision %d; it kept serving v%d", p.ID, last, g.Header.Revision, st.AppliedVersion)
 	mustDocker(r.t, "network", "connect", "--ip", p.ControlIP, controlNet, p.Name)
 	connected = true
-	took := r.env.waitConverged(r.t, 90*time.Second)
-	r.figure("I4: reconnected %s applied v%d %.1fs later (watch resynced after compaction)", p.ID, last, took.Seconds())
+	r.heal(p.ID + " reconnected")
+	after, err := r.env.watchRestarts(p)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	d, text := restartDelta(before0, after)
+	if len(d) == 0 {
+		r.t.Errorf("%s converged but its snapshot watch never restarted (sluice_proxy_watch_restarts_total unchanged): the resync was not observed", p.ID)
+	}
+	how := "a fresh list after the restart (the watch never resumed from a compacted revision)"
+	if d["compacted"] > 0 {
+		how = "a resync after the compacted-revision error"
+	}
+	r.figure("resync: reconnected %s applied v%d %.1fs later by %s; watch restarts during the cut: %s", p.ID, last, r.healTook.Seconds(), how, text)
 	r.publish(45, 45, 10)
 }
 
@@ -281,6 +346,7 @@ func schedulerLeaderKill(r *run) {
 	}
 	r.figure("scheduler leader %s killed -9; %s led after %.1fs and published v%d (%d snapshots since, all by it)", leader, next, took.Seconds(), v, len(authors))
 	r.startAll(leader)
+	r.heal("scheduler " + leader + " restarted")
 	r.waitHealthy(60*time.Second, leader)
 	r.publish(45, 45, 10)
 }
@@ -330,6 +396,7 @@ func schedulerLeaderPaused(r *run) {
 	mustDocker(r.t, "unpause", leader)
 	paused = false
 	frozen := time.Since(pausedAt)
+	r.heal("scheduler " + leader + " resumed")
 	r.hold(8 * time.Second)
 	r.publish(45, 45, 10)
 	var n int
@@ -360,6 +427,7 @@ func proxyKill(r *run) {
 	r.kill9(p.Name)
 	r.hold(2 * time.Second)
 	r.startAll(p.Name)
+	r.heal(p.ID + " restarted")
 	var st ProxyStatus
 	took := eventually(r.t, p.ID+" serving again", 60*time.Second, func() error {
 		c, cc := context.WithTimeout(context.Background(), 2*time.Second)
@@ -386,11 +454,7 @@ func cacheCorruptEtcdDown(r *run) {
 	eventually(r.t, "etcd down", 20*time.Second, r.stuckEtcd)
 	from := time.Now()
 	r.kill9(p.Name)
-	junk := filepath.Join(r.dir, "BFE1.snapshot")
-	if err := os.WriteFile(junk, []byte("SLUICE-not-a-snapshot \x00\xff garbage"), 0o644); err != nil {
-		r.t.Fatal(err)
-	}
-	mustDocker(r.t, "cp", junk, p.Name+":/var/cache/sluice/BFE1.snapshot")
+	flipped := r.corruptCache(p)
 	r.startAll(p.Name)
 	// The corrupt cache must not be applied: the proxy stays not ready.
 	var notReady int
@@ -415,10 +479,22 @@ func cacheCorruptEtcdDown(r *run) {
 		}
 		return nil
 	})
+	corrupt, err := r.env.metricSeries(p, "sluice_proxy_snapshot_applies_total")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if n := corrupt[`result="cache_corrupt"`]; n != 1 {
+		r.t.Errorf("I5: %s counted %v cache_corrupt loads after a restart on a cache with a flipped byte, want 1", p.ID, n)
+	}
+	logs, _ := docker("logs", p.Name)
+	if !strings.Contains(logs, "body sha256 is") {
+		r.t.Errorf("I5: %s's log does not name the checksum mismatch (\"body sha256 is … header says …\")", p.ID)
+	}
 	r.hold(5 * time.Second)
-	r.figure("I5: %s restarted with a corrupt cache and etcd down applied nothing (readyz 503); other proxies served on", p.ID)
+	r.figure("I5: %s restarted with etcd down on its own cache file with a valid header and byte %d of the body flipped: checksum mismatch logged, cache_corrupt counted once, nothing applied (readyz 503); other proxies served on", p.ID, flipped)
 	back := time.Now()
 	r.startAll(etcdMembers...)
+	r.heal("every etcd member restarted")
 	r.waitHealthy(90*time.Second, etcdMembers...)
 	eventually(r.t, p.ID+" ready from etcd", 60*time.Second, func() error { return healthy(p.Name) })
 	took := time.Since(back)
@@ -432,6 +508,7 @@ func instanceKill(r *run) {
 	r.kill9(b.Name)
 	r.hold(8 * time.Second)
 	r.startAll(b.Name)
+	r.heal(b.Name + " restarted")
 	r.waitHealthy(60*time.Second, b.Name, b.Agent)
 	var got int64
 	eventually(r.t, b.Name+" receives traffic again", 60*time.Second, func() error {
@@ -463,6 +540,7 @@ func subclusterStop(r *run) {
 	sc := tally(outs, nil)
 	r.figure("all of SC2 stopped for 8s: %d requests, %d to SC1, %d to SC2, %d blackholed, %d failed", sc.Total, sc.BySub["SC1"], sc.BySub["SC2"], sc.Blackhole, sc.Fail)
 	r.startAll(names...)
+	r.heal("SC2 restarted")
 	r.waitHealthy(60*time.Second, names...)
 }
 
@@ -501,6 +579,7 @@ func agentKill(r *run) {
 	}
 	r.figure("agent of %s killed -9 (backend up): deregistered, drained to %d requests in 5s, no failure", b.Addr, delta)
 	r.startAll(b.Agent)
+	r.heal("agent " + b.Agent + " restarted")
 	r.waitHealthy(60*time.Second, b.Agent)
 	eventually(r.t, b.Name+" back in rotation", 60*time.Second, func() error {
 		st, err := backendStats(r.env, r.dir)
@@ -533,6 +612,7 @@ func rowFlap(r *run) {
 		writes++
 		<-tick.C
 	}
+	r.heal("row flapping stopped")
 	v := r.publish(30, 60, 10)
 	took := r.env.waitConverged(r.t, 60*time.Second)
 	// Measure the final shares over at least 1000 BFE1 requests (±6
@@ -569,4 +649,42 @@ func (r *run) statusOf(p Proxy) ProxyStatus {
 		r.t.Fatal(err)
 	}
 	return st
+}
+
+// corruptCache replaces p's disk cache (p is stopped) by the same file with
+// one byte of the body flipped: the header (magic, length, SHA-256,
+// version) stays valid, so only the checksum can reject it. It returns the
+// flipped byte's offset in the body.
+func (r *run) corruptCache(p Proxy) int {
+	r.t.Helper()
+	path := "/var/cache/sluice/" + p.ProxyCluster + ".snapshot"
+	local := filepath.Join(r.dir, p.ProxyCluster+".snapshot")
+	mustDocker(r.t, "cp", p.Name+":"+path, local)
+	raw, err := os.ReadFile(local)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	nl := bytes.IndexByte(raw, '\n')
+	if nl < 0 {
+		r.t.Fatalf("%s's cache file has no header line (%d bytes)", p.ID, len(raw))
+	}
+	var sum string
+	var n int
+	var v uint64
+	if _, err := fmt.Sscanf(string(raw[:nl]), "sluice-snapshot-cache/v1 len=%d sha256=%s version=%d", &n, &sum, &v); err != nil || n != len(raw)-nl-1 {
+		r.t.Fatalf("%s's cache file header %q does not describe its %d-byte body (%v)", p.ID, raw[:nl], len(raw)-nl-1, err)
+	}
+	off := n / 2
+	raw[nl+1+off] ^= 0x01
+	// docker cp keeps the mode and makes root the owner: the proxy (uid
+	// 65534) must still be able to read it, or Load fails on permissions
+	// before the checksum is ever computed.
+	if err := os.WriteFile(local, raw, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	if err := os.Chmod(local, 0o644); err != nil {
+		r.t.Fatal(err)
+	}
+	mustDocker(r.t, "cp", local, p.Name+":"+path)
+	return off
 }

@@ -34,6 +34,20 @@ type run struct {
 	vers   *Versions
 	lines  []string
 	excuse map[string][2]time.Time // proxy -> window whose failures are expected
+
+	healed   string        // what healed last ("" until heal is called)
+	healTook time.Duration // from that heal to I4 convergence
+}
+
+// heal marks the moment the scenario's last fault healed (a member
+// restarted, a container resumed, a network reconnected) and measures I4
+// from it: the time until every proxy and its status key run the current
+// version. Call it right after the healing action, before anything else.
+func (r *run) heal(what string) {
+	r.t.Helper()
+	at := time.Now()
+	r.env.waitConverged(r.t, 90*time.Second)
+	r.healed, r.healTook = what, time.Since(at)
 }
 
 // figure prints and records one result line.
@@ -98,10 +112,13 @@ func scenario(t *testing.T, env *Env, name string, body func(r *run)) {
 		if t.Failed() {
 			return
 		}
-		took := env.waitConverged(t, 90*time.Second)
+		if r.healed == "" {
+			t.Errorf("scenario %s never called heal: no I4 figure from the heal", name)
+		}
+		env.waitConverged(t, 90*time.Second)
 		r.hold(2 * time.Second)
 		outs, samples := stop()
-		r.figure("I4: every proxy and its status key on the current version %.1fs after the last fault healed", took.Seconds())
+		r.figure("I4: every proxy and its status key on the current version %.1fs after the last fault healed (%s)", r.healTook.Seconds(), r.healed)
 		n, err := monotonic(samples)
 		if err != nil {
 			t.Error(err)

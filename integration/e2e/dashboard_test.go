@@ -4,7 +4,9 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -335,4 +337,115 @@ func click(sel string) chromedp.Action[chromedp.Void] {
 		}
 		return chromedp.Void{}, err
 	}
+}
+
+// Scenario (issues 21 and 15): the dashboard and lbctl rollout status show
+// one rollout truth. A BFE1 proxy killed with -9 turns STALE (last seen T)
+// and then GONE (from its last-seen record) in the browser, and at each
+// step the dashboard's states (/ui/api/state) equal lbctl rollout status's
+// for every proxy, and both say the rollout is not converged.
+func TestDashboardRolloutAgreesWithLbctl(t *testing.T) {
+	exe := chromium(t)
+	f, ctx := servingFleet(t)
+	bctx := browser(t, ctx, exe)
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`h3[data-rollout="BFE1"]`))); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	victim := f.ProxiesOf("BFE1")[1]
+	row := fmt.Sprintf(`tr[data-proxy="BFE1/%s"]`, victim.ID)
+	waitInPage(t, bctx, row, victim.ID+" SYNCED in the page", 10*time.Second, func(s string) bool { return strings.Contains(s, "SYNCED") })
+	agree(t, ctx, f, "before the kill", "SYNCED", victim.ID)
+
+	victim.Proc.Kill()
+	killed := time.Now()
+	took := waitInPage(t, bctx, row, victim.ID+" STALE (last seen …) in the page", 40*time.Second, func(s string) bool {
+		return strings.Contains(s, "STALE") && strings.Contains(s, "last seen ")
+	})
+	t.Logf("killed proxy STALE in the page after %s", took.Round(100*time.Millisecond))
+	if took > 12*time.Second {
+		t.Errorf("the page showed the killed proxy as not SYNCED after %s; want ≤ 12 s", took)
+	}
+	agree(t, ctx, f, "after the kill", "STALE", victim.ID)
+	took = waitInPage(t, bctx, row, victim.ID+" GONE in the page", 60*time.Second, func(s string) bool {
+		return strings.Contains(s, "GONE") && strings.Contains(s, "status lease expired; last seen ")
+	})
+	t.Logf("killed proxy GONE in the page %s after the kill", time.Since(killed).Round(100*time.Millisecond))
+	agree(t, ctx, f, "after the lease expired", "GONE", victim.ID)
+	if h := mustText(t, bctx, `h3[data-rollout="BFE1"]`); strings.Contains(h, "converged") {
+		t.Errorf("BFE1 heading says converged with a GONE proxy of this rollout: %q", h)
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(artefactDir(t), "dashboard-gone-1280.png"), png, 0o644)
+	}
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+	}
+}
+
+// agree polls until lbctl rollout status -o json and the dashboard's
+// document give every proxy the same state, victim's being want, and both
+// the same converged verdict (false unless want is SYNCED).
+func agree(t *testing.T, ctx context.Context, f *fleet.Fleet, when, want, victim string) {
+	t.Helper()
+	eventually(t, 20*time.Second, "lbctl and the dashboard agree "+when, func() error {
+		out, code, err := f.Lbctl(ctx, "-o", "json", "rollout", "status")
+		if err != nil {
+			return err
+		}
+		var cli struct {
+			Proxies []struct {
+				ProxyCluster string `json:"proxy_cluster"`
+				ID           string `json:"id"`
+				State        string `json:"state"`
+			} `json:"proxies"`
+			Converged bool `json:"converged"`
+		}
+		if err := json.NewDecoder(strings.NewReader(out)).Decode(&cli); err != nil {
+			return fmt.Errorf("lbctl rollout status (exit %d): %v\n%s", code, err, out)
+		}
+		resp, err := http.Get(f.SchedAPIs[0] + "/ui/api/state")
+		if err != nil {
+			return err
+		}
+		var doc struct {
+			Rollout []struct {
+				ProxyCluster string `json:"proxy_cluster"`
+				Converged    bool   `json:"converged"`
+				Proxies      []struct {
+					ID    string `json:"id"`
+					State string `json:"state"`
+				} `json:"proxies"`
+			} `json:"rollout"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&doc)
+		resp.Body.Close()
+		if err != nil {
+			return fmt.Errorf("dashboard state: %v", err)
+		}
+		lb, ui := map[string]string{}, map[string]string{}
+		for _, p := range cli.Proxies {
+			lb[p.ProxyCluster+"/"+p.ID] = p.State
+		}
+		uiConverged := true
+		for _, r := range doc.Rollout {
+			if len(r.Proxies) > 0 && !r.Converged {
+				uiConverged = false
+			}
+			for _, p := range r.Proxies {
+				ui[r.ProxyCluster+"/"+p.ID] = p.State
+			}
+		}
+		if fmt.Sprint(lb) != fmt.Sprint(ui) {
+			return fmt.Errorf("lbctl %v, dashboard %v", lb, ui)
+		}
+		if lb["BFE1/"+victim] != want {
+			return fmt.Errorf("BFE1/%s is %s, want %s", victim, lb["BFE1/"+victim], want)
+		}
+		if cli.Converged != uiConverged || cli.Converged != (want == "SYNCED") || (code == 0) != cli.Converged {
+			return fmt.Errorf("converged: lbctl %v (exit %d), dashboard %v", cli.Converged, code, uiConverged)
+		}
+		t.Logf("%s: lbctl and the dashboard agree: %v", when, lb)
+		return nil
+	})
 }

@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -205,7 +204,7 @@ func (f *Fleet) progress(format string, args ...any) {
 	fmt.Fprintf(f.opts.Progress, "  · "+format+"\n", args...)
 }
 
-// port returns the next fixed port, or a free one.
+// port returns the next fixed port, or a free one (freePort).
 func (f *Fleet) port() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -214,12 +213,7 @@ func (f *Fleet) port() int {
 		f.nextPort++
 		return p
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return freePort()
 }
 
 func (f *Fleet) bin(name string) string { return filepath.Join(f.opts.BinDir, name) }

@@ -276,7 +276,12 @@ func (s *source) adminStatus() Status {
 	if s.watcher == nil {
 		st.Source, st.File = filesource.SourceFile, s.file
 		if s.fileState != nil {
+			// One consistent copy: the server's version moves inside Apply,
+			// before the file state clears an older rejection.
 			fs := s.fileState.Status()
+			if fs.AppliedVersion != 0 {
+				st.AppliedVersion, st.AppliedHash = fs.AppliedVersion, fs.AppliedHash
+			}
 			st.AppliedAt, st.RejectedVersion, st.RejectedReason = fs.AppliedAt, fs.RejectedVersion, fs.RejectedReason
 			st.LatestVersion, st.LastSync = fs.LatestVersion, fs.LastSync
 		}

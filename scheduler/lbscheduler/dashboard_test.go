@@ -220,8 +220,8 @@ func TestDashboardPageStateAndEvents(t *testing.T) {
 	}
 
 	// A proxy reports its status: the stream carries it within 2 s.
-	live := d.Rollout[0].LiveVersion
-	st, _ := json.Marshal(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: live, EtcdConnected: true, UpdatedAt: time.Now()})
+	live, lineage := d.Rollout[0].LiveVersion, d.Rollout[0].LiveLineage
+	st, _ := json.Marshal(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: lineage, AppliedVersion: live, EtcdConnected: true, UpdatedAt: time.Now()})
 	k, _ := layout.Status("BFE1", "p1")
 	start := time.Now()
 	put(t, cli, k, string(st))

@@ -79,6 +79,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). TLS always uses net/http (HTTP/2)", EnvVars: env("FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
+			&cli.DurationFlag{Name: "watch-stall-timeout", Value: 30e9, Usage: "restart the etcd snapshot watch when no event and no progress notification arrived for this long", EnvVars: env("WATCH_STALL_TIMEOUT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
@@ -120,6 +121,9 @@ func run(c *cli.Context) error {
 	if f := c.Duration("access-log-flush"); f <= 0 {
 		return fmt.Errorf("--access-log-flush %s: want a positive duration", f)
 	}
+	if d := c.Duration("watch-stall-timeout"); d <= 0 {
+		return fmt.Errorf("--watch-stall-timeout %s: want a positive duration", d)
+	}
 	cfg := lbproxy.Config{
 		ProxyCluster: c.String("proxy-cluster"), ID: c.String("id"),
 		Prefix: c.String("prefix"), ConfigFile: c.String("config"), BFEConfDir: c.String("bfe-conf"),
@@ -134,7 +138,8 @@ func run(c *cli.Context) error {
 			MaxHeaderBytes: c.Int("max-header-bytes"),
 		},
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
-		Version: version,
+		StallTimeout: c.Duration("watch-stall-timeout"),
+		Version:      version,
 	}
 	if e := c.String("etcd"); e != "" {
 		for _, ep := range strings.Split(e, ",") {

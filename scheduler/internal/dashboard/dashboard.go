@@ -4,9 +4,10 @@
 // explanation, from plain HTML, CSS and JavaScript embedded in the binary.
 //
 // One Dashboard per scheduler keeps the current document (Doc), rebuilt
-// when the scheduler's plan changes (Notify) and when its own three watches
-// (proxy status reports, the current/ pointers and the demand reports of the
-// traffic charts; list+watch like the inventory's) see an event; every
+// when the scheduler's plan changes (Notify) and when its own watches (proxy
+// status reports, last-seen records, the leader's scheduler status, the
+// current/ pointers and the demand reports of the traffic charts; list+watch
+// like the inventory's) see an event; every
 // browser tab follows it through one server-sent-events stream, so tabs add
 // no etcd load.
 //
@@ -75,6 +76,9 @@ type Dashboard struct {
 	mu      sync.Mutex
 	ptrs    live
 	sts     statuses
+	seen    statuses                // last-seen records (GONE proxies)
+	sched   *report.SchedulerStatus // nil: no scheduler is leading
+	started map[string]startedAt    // per proxy cluster: when its live version was published
 	tr      traffic
 	seq     uint64
 	body    []byte // the current Doc as JSON (one line)
@@ -99,7 +103,7 @@ func New(o Options) *Dashboard {
 	if o.Sample <= 0 {
 		o.Sample = sampleEvery
 	}
-	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, changed: make(chan struct{}),
+	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, seen: statuses{}, started: map[string]startedAt{}, changed: make(chan struct{}),
 		tr: traffic{reports: map[string]report.Demand{}, series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}}
 }
 
@@ -111,17 +115,20 @@ func (d *Dashboard) Notify() {
 	}
 }
 
-// Run watches status/, current/ and demand/, samples the traffic and rebuilds the document on every
+// Run watches status/, last-seen/, the scheduler status, current/ and demand/, samples the traffic and rebuilds the document on every
 // change until ctx is done; open event streams end then too.
 func (d *Dashboard) Run(ctx context.Context) {
 	defer close(d.quit)
 	stPrefix, _ := d.o.Layout.StatusPrefix("")
+	seenPrefix, _ := d.o.Layout.LastSeenPrefix("")
 	var wg sync.WaitGroup
 	for _, w := range []struct {
 		prefix string
 		sink   inventory.PrefixSink
 	}{
-		{stPrefix, d.statusSink()},
+		{stPrefix, d.proxySink(&d.sts, d.o.Layout.ParseStatus, "proxy status")},
+		{seenPrefix, d.proxySink(&d.seen, d.o.Layout.ParseLastSeen, "last-seen record")},
+		{d.o.Layout.SchedulerStatus(), d.schedulerSink()},
 		{d.o.Layout.CurrentPrefix(), d.pointerSink()},
 		{d.o.Layout.DemandPrefix(), d.demandSink()},
 	} {
@@ -132,7 +139,9 @@ func (d *Dashboard) Run(ctx context.Context) {
 		}()
 	}
 	defer wg.Wait()
-	tick := time.NewTicker(d.o.Refresh)
+	// The clock alone turns a status STALE: rebuild at the next such
+	// moment, and at least every Refresh.
+	tick := time.NewTimer(d.o.Refresh)
 	defer tick.Stop()
 	sample := time.NewTicker(d.o.Sample)
 	defer sample.Stop()
@@ -148,7 +157,12 @@ func (d *Dashboard) Run(ctx context.Context) {
 			d.tr.sampleLocked(d.o.Now())
 			d.mu.Unlock()
 		}
+		d.learnStarted(ctx)
 		d.rebuild()
+		d.mu.Lock()
+		wait := nextFlip(d.recordsLocked(), d.o.Now(), d.o.Refresh)
+		d.mu.Unlock()
+		tick.Reset(wait)
 	}
 }
 
@@ -157,7 +171,7 @@ func (d *Dashboard) rebuild() {
 	in, ok := d.o.Inputs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	doc := build(in, ok, d.ptrs, d.sts, d.o.Token != "", d.o.Now())
+	doc := build(in, ok, d.ptrs, d.recordsLocked(), d.o.Token != "", d.o.Now())
 	doc.Traffic = d.tr.listLocked()
 	content, err := json.Marshal(doc)
 	if err != nil {
@@ -301,24 +315,51 @@ func (s *sink) Apply(evs []*clientv3.Event, _ int64) {
 
 func (s *sink) Heard(int64) {}
 
-// statusSink keeps the proxy status reports (status/<pc>/<id>).
-func (d *Dashboard) statusSink() *sink {
+// proxySink keeps proxy status reports (status/<pc>/<id>) or last-seen
+// records (last-seen/<pc>/<id>) in *m.
+func (d *Dashboard) proxySink(m *statuses, parse func(string) (keys.ProxyKey, error), what string) *sink {
 	return &sink{d: d,
-		clear: func() { d.sts = statuses{} },
-		del:   func(key string) { delete(d.sts, key) },
+		clear: func() { *m = statuses{} },
+		del:   func(key string) { delete(*m, key) },
 		put: func(kv *mvccpb.KeyValue) {
-			pk, err := d.o.Layout.ParseStatus(string(kv.Key))
+			pk, err := parse(string(kv.Key))
 			var st report.ProxyStatus
 			if err == nil {
 				err = json.Unmarshal(kv.Value, &st)
 			}
 			if err != nil {
-				d.o.Logger.Warn("dashboard: proxy status ignored", "key", string(kv.Key), "err", err)
-				delete(d.sts, string(kv.Key))
+				d.o.Logger.Warn("dashboard: "+what+" ignored", "key", string(kv.Key), "err", err)
+				delete(*m, string(kv.Key))
 				return
 			}
 			st.ProxyCluster, st.ID = pk.ProxyCluster, pk.ProxyID
-			d.sts[string(kv.Key)] = st
+			(*m)[string(kv.Key)] = st
+		},
+	}
+}
+
+// schedulerSink keeps the leader's status (keys.Layout.SchedulerStatus,
+// bound to the leader's lease: absent, no scheduler is leading).
+func (d *Dashboard) schedulerSink() *sink {
+	key := d.o.Layout.SchedulerStatus()
+	return &sink{d: d,
+		clear: func() { d.sched = nil },
+		del: func(k string) {
+			if k == key {
+				d.sched = nil
+			}
+		},
+		put: func(kv *mvccpb.KeyValue) {
+			if string(kv.Key) != key {
+				return
+			}
+			var st report.SchedulerStatus
+			if err := json.Unmarshal(kv.Value, &st); err != nil {
+				d.o.Logger.Warn("dashboard: scheduler status ignored", "key", key, "err", err)
+				d.sched = nil
+				return
+			}
+			d.sched = &st
 		},
 	}
 }

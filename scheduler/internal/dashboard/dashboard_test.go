@@ -18,6 +18,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
@@ -164,7 +165,7 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	doc = next(t, docs, 2*time.Second, "p1 REJECTED at v7", func(d Doc) bool {
-		return len(d.Rollout) == 1 && d.Rollout[0].LiveVersion == 7 && len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == StateRejected
+		return len(d.Rollout) == 1 && d.Rollout[0].LiveVersion == 7 && len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == rollout.Rejected
 	})
 	rv := doc.Rollout[0]
 	if p := rv.Proxies[0]; p.ID != "p1" || p.Reason != "bad route" || p.VersionsBehind != 1 || !rv.Unpublished {
@@ -174,6 +175,37 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 		t.Fatal(err)
 	}
 	next(t, docs, 2*time.Second, "p1 gone", func(d Doc) bool { return len(d.Rollout) == 1 && len(d.Rollout[0].Proxies) == 0 })
+
+	// Its last-seen record: listed GONE with when. The leader's status:
+	// the document says a scheduler leads, and why BFE1 is BLOCKED.
+	if !doc.NoLeader {
+		t.Fatal("no scheduler status in etcd, yet the document has a leader")
+	}
+	lk, _ := layout.LastSeen("BFE1", "p1")
+	seenAt := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	st, _ = json.Marshal(report.ProxyStatus{AppliedVersion: 6, EtcdConnected: true, UpdatedAt: seenAt})
+	if _, err := cli.Put(context.Background(), lk, string(st)); err != nil {
+		t.Fatal(err)
+	}
+	doc = next(t, docs, 2*time.Second, "p1 GONE", func(d Doc) bool {
+		return len(d.Rollout[0].Proxies) == 1 && d.Rollout[0].Proxies[0].State == rollout.Gone
+	})
+	if p := doc.Rollout[0].Proxies[0]; p.ID != "p1" || !p.LastSeen.Equal(seenAt) || !strings.HasPrefix(p.Reason, "status lease expired; last seen ") {
+		t.Fatalf("GONE p1: %+v", p)
+	}
+	sst, _ := json.Marshal(report.SchedulerStatus{LeaderID: "s1", InputRevision: 9, ProxyClusters: map[string]report.PublishResult{
+		"BFE1": {Result: report.PublishFailed, InputRevision: 9, Reason: "pinned row would drop everything"}}})
+	if _, err := cli.Put(context.Background(), layout.SchedulerStatus(), string(sst)); err != nil {
+		t.Fatal(err)
+	}
+	doc = next(t, docs, 2*time.Second, "a leader and BFE1 BLOCKED", func(d Doc) bool { return !d.NoLeader && d.Rollout[0].Blocked != "" })
+	if b := doc.Rollout[0].Blocked; b != "input revision 9 not published: pinned row would drop everything" {
+		t.Fatalf("blocked %q", b)
+	}
+	if _, err := cli.Delete(context.Background(), layout.SchedulerStatus()); err != nil {
+		t.Fatal(err)
+	}
+	next(t, docs, 2*time.Second, "no leader again", func(d Doc) bool { return d.NoLeader && d.Rollout[0].Blocked == "" })
 
 	// An unchanged rebuild makes no new document; a change does.
 	_, seq, _ := d.current()
@@ -210,22 +242,72 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 	}
 }
 
-func TestProxyState(t *testing.T) {
-	now := time.Now()
-	for _, c := range []struct {
-		st   report.ProxyStatus
-		live uint64
-		want string
-	}{
-		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: true, UpdatedAt: now}, 5, StateSynced},
-		{report.ProxyStatus{AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now}, 5, StatePending},
-		{report.ProxyStatus{AppliedVersion: 4, RejectedVersion: 5, EtcdConnected: true, UpdatedAt: now}, 5, StateRejected},
-		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: false, UpdatedAt: now}, 5, StateStale},
-		{report.ProxyStatus{AppliedVersion: 5, EtcdConnected: true, UpdatedAt: now.Add(-time.Minute)}, 5, StateStale},
-	} {
-		if got, _ := proxyState(c.st, c.live, now); got != c.want {
-			t.Errorf("%+v live %d: %s, want %s", c.st, c.live, got, c.want)
+// The dashboard shows every state the control plane reports, as
+// api/rollout decides it: AHEAD, STALE, GONE (from a last-seen record, with
+// when), REJECTED, lineage, BLOCKED (reason), WAITING and no leader.
+func TestRolloutViews(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	ps := func(id, lineage string, v uint64, mod func(*report.ProxyStatus)) report.ProxyStatus {
+		s := report.ProxyStatus{ProxyCluster: "BFE1", ID: id, AppliedLineage: lineage, AppliedVersion: v, EtcdConnected: true, UpdatedAt: now.Add(-time.Second)}
+		if mod != nil {
+			mod(&s)
 		}
+		return s
+	}
+	ptrs := live{"BFE1": {Lineage: "L1", Version: 7, Hash: "h7"}, "BFE2": {Lineage: "L1", Version: 3}}
+	rec := records{
+		sts: statuses{
+			"a": ps("p1", "L1", 7, nil),
+			"b": ps("p2", "L1", 9, nil),
+			"c": ps("p3", "L1", 7, func(s *report.ProxyStatus) { s.UpdatedAt = now.Add(-time.Minute) }),
+			"d": ps("p4", "L0", 20, func(s *report.ProxyStatus) { s.LineageChanges, s.PreviousLineage = 1, "L9" }),
+			"e": ps("p5", "L1", 6, func(s *report.ProxyStatus) { s.RejectedVersion, s.RejectedReason = 7, "bad route" }),
+		},
+		seen: statuses{
+			"f": ps("p6", "L1", 6, func(s *report.ProxyStatus) { s.UpdatedAt = now.Add(-2 * time.Minute) }),
+			"g": ps("p1", "L1", 7, nil), // live: not GONE
+		},
+		sched: &report.SchedulerStatus{InputRevision: 50, ProxyClusters: map[string]report.PublishResult{
+			"BFE1": {Result: report.PublishFailed, InputRevision: 50, Reason: "row BFE1/c would be 100% blackhole"},
+			"BFE2": {Result: report.PublishUnchanged, Lineage: "L1", Version: 3, InputRevision: 40},
+		}},
+	}
+	d := build(Inputs{}, false, ptrs, rec, false, now)
+	if d.NoLeader || len(d.Rollout) != 2 {
+		t.Fatalf("no leader %v, rollout %+v", d.NoLeader, d.Rollout)
+	}
+	b1, b2 := d.Rollout[0], d.Rollout[1]
+	var got []string
+	for _, p := range b1.Proxies {
+		got = append(got, p.ID+"="+p.State)
+	}
+	if want := "p1=SYNCED p2=AHEAD p3=STALE p4=PENDING p5=REJECTED p6=GONE"; strings.Join(got, " ") != want {
+		t.Fatalf("BFE1 states %v, want %s", got, want)
+	}
+	p3, p4, p6 := b1.Proxies[2], b1.Proxies[3], b1.Proxies[5]
+	if !p3.LastSeen.Equal(now.Add(-time.Minute)) || p3.Reason != "last seen 2026-12-01T09:59:00Z (1m0s ago)" {
+		t.Errorf("STALE p3: %+v", p3)
+	}
+	if p6.Reason != "status lease expired; last seen 2026-12-01T09:58:00Z (2m0s ago)" || !p6.LastSeen.Equal(now.Add(-2*time.Minute)) || p6.VersionsBehind != 1 {
+		t.Errorf("GONE p6: %+v", p6)
+	}
+	if p4.AppliedLineage != "L0" || p4.PreviousLineage != "L9" || p4.LineageChanges != 1 || p4.VersionsBehind != 0 || !strings.Contains(p4.Reason, "applied lineage") {
+		t.Errorf("lineage of p4: %+v", p4)
+	}
+	if b1.Blocked != "input revision 50 not published: row BFE1/c would be 100% blackhole" || b1.Waiting != "" || b1.Converged || b1.LiveLineage != "L1" {
+		t.Errorf("BFE1: blocked %q waiting %q converged %v", b1.Blocked, b1.Waiting, b1.Converged)
+	}
+	if b2.Waiting != "the scheduler has not published input revision 50 yet (it last computed 40)" || b2.Blocked != "" || b2.Converged {
+		t.Errorf("BFE2: blocked %q waiting %q converged %v", b2.Blocked, b2.Waiting, b2.Converged)
+	}
+
+	// No leader; a GONE proxy that went away before the live version was
+	// published does not count: BFE1 with only p1 live converges.
+	rec = records{sts: statuses{"a": ps("p1", "L1", 7, nil)}, seen: statuses{"f": rec.seen["f"]},
+		started: map[string]time.Time{"BFE1": now.Add(-time.Minute)}}
+	d = build(Inputs{}, false, live{"BFE1": ptrs["BFE1"]}, rec, false, now)
+	if b1 := d.Rollout[0]; !d.NoLeader || !b1.Converged || len(b1.Proxies) != 2 || !b1.Proxies[1].NotCounted || b1.Waiting != "" {
+		t.Fatalf("no leader %v, rollout %+v", d.NoLeader, d.Rollout)
 	}
 }
 
@@ -280,5 +362,30 @@ func TestTrafficWindow(t *testing.T) {
 	tr.sampleLocked(t0.Add(199*sampleEvery + window))
 	if got := tr.listLocked(); len(got) != 0 {
 		t.Fatalf("series kept after the window: %+v", got[0].Points[:1])
+	}
+}
+
+// The dashboard rebuilds when the clock alone changes a state: just after
+// the first live status turns STALE or a last-seen record expires, at most
+// after Refresh.
+func TestNextFlip(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	rec := records{
+		sts: statuses{
+			"a": {UpdatedAt: now.Add(-4 * time.Second), ReportIntervalSeconds: 5}, // STALE at +6 s
+			"b": {UpdatedAt: now.Add(-time.Minute)},                               // already STALE
+			"c": {},                                                               // no time
+		},
+		seen: statuses{"d": {UpdatedAt: now.Add(-report.GoneFor + 3*time.Second)}}, // drops at +3 s
+	}
+	if got := nextFlip(rec, now, 5*time.Second); got != 3*time.Second+10*time.Millisecond {
+		t.Fatalf("nextFlip = %s, want 3.01s", got)
+	}
+	delete(rec.seen, "d")
+	if got := nextFlip(rec, now, 5*time.Second); got != 5*time.Second {
+		t.Fatalf("nextFlip = %s, want the 5s refresh", got)
+	}
+	if got := nextFlip(rec, now, 10*time.Second); got != 6*time.Second+10*time.Millisecond {
+		t.Fatalf("nextFlip = %s, want 6.01s", got)
 	}
 }

@@ -1,11 +1,12 @@
 package dashboard
 
 import (
-	"sort"
+	"slices"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -52,7 +53,9 @@ type Doc struct {
 	// Traffic: requests/s, 5xx/s and blackhole drops/s per (proxy
 	// cluster, cluster) over the last 15 minutes, from the demand reports.
 	Traffic []TrafficSeries `json:"traffic"`
-	Ready   bool            `json:"ready"`
+	// NoLeader: no scheduler holds leadership (nothing new is published).
+	NoLeader bool `json:"no_leader"`
+	Ready    bool `json:"ready"`
 }
 
 // ClusterView is one backend cluster's W matrix and health.
@@ -97,31 +100,50 @@ type RowView struct {
 	Explanation *snapshot.Explanation `json:"explanation,omitempty"`
 }
 
-// RolloutView is one proxy cluster's rollout.
+// RolloutView is one proxy cluster's rollout, as api/rollout decides it
+// (the same verdict lbctl rollout status prints).
 type RolloutView struct {
 	ProxyCluster string `json:"proxy_cluster"`
+	LiveLineage  string `json:"live_lineage,omitempty"`
 	LiveVersion  uint64 `json:"live_version"`
 	LiveHash     string `json:"live_hash,omitempty"`
 	// Unpublished is true when the computed content differs from the live one.
 	Unpublished bool `json:"unpublished"`
-	// Blocked says why the scheduler does not publish this proxy cluster
-	// (empty: it is not blocked). Filled by blockedReason.
-	Blocked string      `json:"blocked,omitempty"`
-	Proxies []ProxyView `json:"proxies"`
+	// Blocked says why the scheduler could not publish this proxy
+	// cluster's newest input (empty: it is not blocked).
+	Blocked string `json:"blocked,omitempty"`
+	// Waiting says why the scheduler has not published the newest input
+	// revision it saw for this proxy cluster yet (empty: it has).
+	Waiting string `json:"waiting,omitempty"`
+	// Converged: every proxy that counts runs the live snapshot, and the
+	// proxy cluster is neither blocked nor waiting.
+	Converged bool        `json:"converged"`
+	Proxies   []ProxyView `json:"proxies"`
 }
 
-// ProxyView is one proxy's status.
+// ProxyView is one proxy's status: live ones, then GONE ones from their
+// last-seen records.
 type ProxyView struct {
 	ID string `json:"id"`
-	// State is the rollout word (see proxyState).
-	State           string    `json:"state"`
-	Reason          string    `json:"reason,omitempty"`
+	// State is the rollout word (api/rollout): SYNCED, PENDING, REJECTED,
+	// AHEAD, STALE or GONE.
+	State  string `json:"state"`
+	Reason string `json:"reason,omitempty"`
+	// LastSeen is set for STALE and GONE proxies.
+	LastSeen time.Time `json:"last_seen,omitzero"`
+	// NotCounted: a GONE proxy that went away before the live version was
+	// published does not hold the rollout back.
+	NotCounted      bool      `json:"not_counted,omitempty"`
+	AppliedLineage  string    `json:"applied_lineage,omitempty"`
 	AppliedVersion  uint64    `json:"applied_version"`
 	VersionsBehind  uint64    `json:"versions_behind"`
 	WatchLagSeconds float64   `json:"watch_lag_seconds"`
-	AppliedAt       time.Time `json:"applied_at,omitempty"`
+	AppliedAt       time.Time `json:"applied_at,omitzero"`
 	Source          string    `json:"source,omitempty"`
 	UpdatedAt       time.Time `json:"updated_at"`
+	// LineageChanges and PreviousLineage: the lineages it followed.
+	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
+	PreviousLineage string `json:"previous_lineage,omitempty"`
 }
 
 // ShiftView is one shift with its progress.
@@ -130,48 +152,39 @@ type ShiftView struct {
 	Progress *config.ShiftProgress `json:"progress,omitempty"`
 }
 
-// Rollout words, as lbctl rollout status prints them.
+// Rollout words (api/rollout), as lbctl rollout status prints them.
 const (
-	StateSynced   = "SYNCED"
-	StatePending  = "PENDING"
-	StateRejected = "REJECTED"
-	StateStale    = "STALE"
+	StateSynced   = rollout.Synced
+	StatePending  = rollout.Pending
+	StateRejected = rollout.Rejected
+	StateStale    = rollout.Stale
+	StateGone     = rollout.Gone
+	StateAhead    = rollout.Ahead
 )
-
-// staleAfter: a status not refreshed for this long is STALE (as lbctl).
-const staleAfter = 30 * time.Second
-
-// proxyState is the one place a proxy's rollout word is decided.
-func proxyState(st report.ProxyStatus, live uint64, now time.Time) (state, reason string) {
-	switch {
-	case !st.EtcdConnected:
-		return StateStale, "not connected to etcd"
-	case !st.UpdatedAt.IsZero() && now.Sub(st.UpdatedAt) > staleAfter:
-		return StateStale, "status not refreshed"
-	case live != 0 && st.AppliedVersion >= live:
-		return StateSynced, ""
-	case live != 0 && st.RejectedVersion >= live:
-		return StateRejected, st.RejectedReason
-	default:
-		return StatePending, ""
-	}
-}
-
-// blockedReason is the one place a proxy cluster's "blocked" reason is
-// decided; main's scheduler records none yet.
-func blockedReason(pc string) string { return "" }
 
 // live is what current/<pc> points to.
 type live map[string]snapshot.Pointer
 
-// statuses are the proxy status reports, by key.
+// statuses are the proxy status reports (or last-seen records), by key.
 type statuses map[string]report.ProxyStatus
 
+// records is what the rollout verdict is computed from, besides the
+// pointers: the live statuses, the last-seen records, the scheduler
+// leader's status (nil: no leader) and when each live version was
+// published (for GONE proxies; see rollout.Input.Started).
+type records struct {
+	sts     statuses
+	seen    statuses
+	sched   *report.SchedulerStatus
+	started map[string]time.Time
+}
+
 // build assembles the document (pure).
-func build(in Inputs, ok bool, ptrs live, sts statuses, actions bool, now time.Time) *Doc {
+func build(in Inputs, ok bool, ptrs live, rec records, actions bool, now time.Time) *Doc {
 	d := &Doc{Actions: actions, Clusters: []ClusterView{}, Rollout: []RolloutView{}, Shifts: []ShiftView{}, Ready: ok && in.State != nil}
 	d.SchedulerID, d.Leader, d.ComputedAt, d.StateRevision = in.SchedulerID, in.Leader, in.ComputedAt, in.StateRevision
-	d.Rollout = rollout(in, ptrs, sts, now)
+	d.Rollout = rolloutViews(in, ptrs, rec, now)
+	d.NoLeader = rec.sched == nil
 	if !d.Ready {
 		return d
 	}
@@ -246,12 +259,17 @@ func clusterView(in Inputs, cn string, shifts []ShiftView) ClusterView {
 	return cv
 }
 
-func rollout(in Inputs, ptrs live, sts statuses, now time.Time) []RolloutView {
+func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutView {
 	byPC := map[string][]report.ProxyStatus{}
-	for _, s := range sts {
+	for _, s := range rec.sts {
 		byPC[s.ProxyCluster] = append(byPC[s.ProxyCluster], s)
 	}
+	seenByPC := map[string][]report.ProxyStatus{}
 	pcs := map[string]bool{}
+	for _, s := range rec.seen {
+		seenByPC[s.ProxyCluster] = append(seenByPC[s.ProxyCluster], s)
+		pcs[s.ProxyCluster] = true
+	}
 	for pc := range ptrs {
 		pcs[pc] = true
 	}
@@ -266,18 +284,37 @@ func rollout(in Inputs, ptrs live, sts statuses, now time.Time) []RolloutView {
 	out := []RolloutView{}
 	for _, pc := range sortedKeys(pcs) {
 		p := ptrs[pc]
-		rv := RolloutView{ProxyCluster: pc, LiveVersion: p.Version, LiveHash: p.Hash, Blocked: blockedReason(pc), Proxies: []ProxyView{}}
+		targets := map[string]rollout.Target{pc: {Pointer: p}}
+		rv := RolloutView{ProxyCluster: pc, LiveLineage: p.Lineage, LiveVersion: p.Version, LiveHash: p.Hash, Proxies: []ProxyView{}}
 		if h, ok := in.Hashes[pc]; ok && h != p.Hash {
 			rv.Unpublished = true
 		}
-		list := byPC[pc]
-		sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
-		for _, s := range list {
-			state, reason := proxyState(s, p.Version, now)
-			pv := ProxyView{ID: s.ID, State: state, Reason: reason, AppliedVersion: s.AppliedVersion, WatchLagSeconds: s.WatchLagSeconds,
-				AppliedAt: s.AppliedAt, Source: s.Source, UpdatedAt: s.UpdatedAt}
-			if p.Version > s.AppliedVersion {
-				pv.VersionsBehind = p.Version - s.AppliedVersion
+		var waiting map[string]string
+		if rec.sched != nil && p.Version != 0 {
+			// The newest input the leader saw, not yet published for pc.
+			waiting, _ = rollout.ForRevision(rec.sched.InputRevision, rec.sched, map[string]rollout.Target{pc: {}})
+		}
+		res := rollout.Compute(rollout.Input{Statuses: byPC[pc], LastSeen: seenByPC[pc], Targets: targets, Started: rec.started,
+			Scheduler: rec.sched, ProxyCluster: pc, Now: now})
+		rv.Blocked, rv.Waiting = res.Blocked[pc], waiting[pc]
+		if rv.Blocked != "" {
+			rv.Waiting = "" // the BLOCKED line says why
+		}
+		rv.Converged = res.Converged && rv.Waiting == ""
+		full := map[string]report.ProxyStatus{}
+		for _, s := range append(slices.Clone(seenByPC[pc]), byPC[pc]...) {
+			full[s.ID] = s
+		}
+		for _, r := range res.Proxies {
+			s := full[r.ID]
+			pv := ProxyView{ID: r.ID, State: r.State, Reason: r.Reason, LastSeen: r.Since, NotCounted: r.NotCounted,
+				AppliedLineage: r.Lineage, AppliedVersion: r.Applied, WatchLagSeconds: s.WatchLagSeconds,
+				AppliedAt: s.AppliedAt, Source: s.Source, UpdatedAt: s.UpdatedAt, LineageChanges: s.LineageChanges, PreviousLineage: s.PreviousLineage}
+			if r.State == rollout.Gone {
+				pv.WatchLagSeconds = 0
+			}
+			if p.Version > r.Applied && r.Lineage == p.Lineage {
+				pv.VersionsBehind = p.Version - r.Applied
 			}
 			rv.Proxies = append(rv.Proxies, pv)
 		}

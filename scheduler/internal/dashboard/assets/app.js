@@ -143,24 +143,38 @@ function renderExplain() {
   $('explain-body').replaceChildren(dl);
 }
 
+function shortLineage(l) { return l ? l.slice(0, 8) : '(none)'; }
+
 function renderRollout() {
   const out = [];
+  if (doc.no_leader) {
+    out.push(el('p', { class: 'badge unpub', id: 'no-leader', role: 'status',
+      text: 'no scheduler is leading: nothing new will be published until one is' }));
+  }
   for (const r of doc.rollout) {
     const marks = [];
     if (r.unpublished) marks.push(el('span', { class: 'badge unpub', text: 'UNPUBLISHED' }));
-    if (r.blocked) marks.push(el('span', { class: 'badge unpub', title: r.blocked, text: 'BLOCKED' }), ' ', r.blocked);
-    const h = el('h3', {}, `${r.proxy_cluster}: live v${r.live_version} `, ...marks, ' ',
+    if (r.blocked) marks.push(el('span', { class: 'badge unpub state-BLOCKED', 'data-blocked': r.proxy_cluster, title: r.blocked, text: 'BLOCKED' }), ' ', `(${r.blocked})`);
+    if (r.waiting) marks.push(el('span', { class: 'badge unpub', 'data-waiting': r.proxy_cluster, title: r.waiting, text: 'WAITING' }), ' ', `(${r.waiting})`);
+    if (r.converged) marks.push(el('span', { class: 'badge state-SYNCED', text: 'converged' }));
+    const h = el('h3', { 'data-rollout': r.proxy_cluster }, `${r.proxy_cluster}: live v${r.live_version} (lineage ${shortLineage(r.live_lineage)}) `, ...marks, ' ',
       el('button', { type: 'button', 'data-key': `history/${r.proxy_cluster}`, onclick: () => showHistory(r.proxy_cluster) }, 'History'));
-    const rows = r.proxies.map((p) => el('tr', { 'data-proxy': `${r.proxy_cluster}/${p.id}` },
-      el('td', { text: p.id }),
-      el('td', { class: 'state-' + p.state, title: p.reason || '' }, p.state, p.reason ? el('small', { text: ' ' + p.reason }) : null),
-      el('td', { class: 'num', text: 'v' + p.applied_version }),
-      el('td', { class: 'num', text: String(p.versions_behind) }),
-      el('td', { class: 'num', text: p.watch_lag_seconds.toFixed(1) + ' s' }),
-      el('td', { text: p.source || '' })));
-    if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 6, class: 'meta', text: 'no proxy reports a status' })));
+    const rows = r.proxies.map((p) => {
+      let lineage = shortLineage(p.applied_lineage);
+      if (p.lineage_changes) lineage += ` (${p.lineage_changes} change${p.lineage_changes > 1 ? 's' : ''}, from ${shortLineage(p.previous_lineage)})`;
+      const word = p.state + (p.not_counted ? ' (not counted)' : '');
+      return el('tr', { 'data-proxy': `${r.proxy_cluster}/${p.id}` },
+        el('td', { text: p.id }),
+        el('td', { class: 'state-' + p.state, title: p.reason || '' }, word, p.reason ? el('small', { text: ' ' + p.reason }) : null),
+        el('td', { class: 'num', text: 'v' + p.applied_version }),
+        el('td', { title: p.applied_lineage || '', text: lineage }),
+        el('td', { class: 'num', text: String(p.versions_behind) }),
+        el('td', { class: 'num', text: p.state === 'GONE' ? '' : p.watch_lag_seconds.toFixed(1) + ' s' }),
+        el('td', { text: p.source || '' }));
+    });
+    if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'meta', text: 'no proxy reports a status' })));
     out.push(el('div', { class: 'card' }, h, el('div', { class: 'scroll' }, el('table', {},
-      el('thead', {}, el('tr', {}, ...['proxy', 'state', 'applied', 'versions behind', 'watch lag', 'source'].map((x) => el('th', { scope: 'col', text: x })))),
+      el('thead', {}, el('tr', {}, ...['proxy', 'state', 'applied', 'lineage', 'versions behind', 'watch lag', 'source'].map((x) => el('th', { scope: 'col', text: x })))),
       el('tbody', {}, rows)))));
   }
   $('rollout-body').replaceChildren(...out);

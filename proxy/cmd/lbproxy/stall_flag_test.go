@@ -1,0 +1,26 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+// --watch-stall-timeout (SLUICE_WATCH_STALL_TIMEOUT) must be positive: the
+// refusal names the flag and the value before anything starts.
+func TestWatchStallTimeoutMustBePositive(t *testing.T) {
+	for _, v := range []string{"0s", "-4s"} {
+		app := newApp()
+		app.Writer = &bytes.Buffer{}
+		err := app.Run([]string{"lbproxy", "--proxy-cluster", "BFE1", "--watch-stall-timeout", v})
+		if err == nil || !strings.Contains(err.Error(), "--watch-stall-timeout "+v) || !strings.Contains(err.Error(), "want a positive duration") {
+			t.Errorf("--watch-stall-timeout %s: %v", v, err)
+		}
+	}
+	t.Setenv("SLUICE_WATCH_STALL_TIMEOUT", "0s")
+	app := newApp()
+	app.Writer = &bytes.Buffer{}
+	if err := app.Run([]string{"lbproxy", "--proxy-cluster", "BFE1"}); err == nil || !strings.Contains(err.Error(), "--watch-stall-timeout 0s") {
+		t.Errorf("SLUICE_WATCH_STALL_TIMEOUT=0s: %v", err)
+	}
+}
