@@ -4,12 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/policy"
 	"github.com/sluicelb/sluice/api/statusmatch"
 )
 
@@ -20,7 +20,7 @@ const (
 	MaxHealthCount    = 100
 	MaxDuration       = time.Hour
 	MaxConnectTimeout = time.Minute
-	MaxRandomChoices  = 10
+	MaxRandomChoices  = policy.MaxRandomChoices
 	MaxBoundedLoad    = 1000
 	MaxHistory        = 10000
 )
@@ -65,31 +65,31 @@ func (c *collector) oneOf(path, v string, allowed ...string) {
 	c.add(path, "%q is not one of %s", v, strings.Join(allowed, ", "))
 }
 
-var instanceModes = []string{
-	config.InstanceWRR, config.InstanceWLC, config.InstanceWLCRandom, config.InstanceP2CEWMA,
-	config.InstanceSticky, config.InstanceStickyCookie, config.InstanceStaticRR, config.InstanceRoundRobin,
-	config.InstanceLeastConn, config.InstanceFirst, config.InstanceRandom, "random(N)", config.InstanceSource,
+// parsed reports a policy parser's error at path.
+func (c *collector) parsed(path string, err error) {
+	if err != nil {
+		c.add(path, "%v", err)
+	}
 }
 
 // policy checks a cluster policy at path (e.g. clusters.demo-main.policy).
 func (c *collector) policy(path string, p config.Policy) {
 	b := p.Balance
 	bp := path + ".balance"
-	c.oneOf(bp+".subcluster_mode", b.SubclusterMode, config.SubclusterConsistent, config.SubclusterBFE, config.SubclusterRequest)
-	c.instanceMode(bp+".instance", b.Instance)
-	c.oneOf(bp+".hash.key", b.Hash.Key, config.HashClientIP, config.HashHeader, config.HashHeaderOrIP, config.HashURI)
-	switch b.Hash.Key {
-	case config.HashHeader, config.HashHeaderOrIP:
-		if b.Hash.Header == "" {
-			c.add(bp+".hash.header", "is empty; hash key %q needs a header name (or \"Cookie:NAME\")", b.Hash.Key)
-		}
+	_, err := policy.ParseMode(b.SubclusterMode)
+	c.parsed(bp+".subcluster_mode", err)
+	_, err = policy.ParseInstance(b.Instance)
+	c.parsed(bp+".instance", err)
+	key, err := policy.ParseKey(b.Hash.Key)
+	c.parsed(bp+".hash.key", err)
+	if err == nil && key.NeedsHeader() && b.Hash.Header == "" {
+		c.add(bp+".hash.header", "is empty; hash key %q needs a header name (or \"Cookie:NAME\")", b.Hash.Key)
 	}
 	if b.Hash.Header != "" {
 		c.hashHeader(bp+".hash.header", b.Hash.Header)
 	}
-	if b.HashType != "" {
-		c.oneOf(bp+".hash_type", b.HashType, "map-based", "consistent")
-	}
+	_, err = policy.ParseHashType(b.HashType)
+	c.parsed(bp+".hash_type", err)
 	if b.BoundedLoadPercent != 0 && (b.BoundedLoadPercent < 100 || b.BoundedLoadPercent > MaxBoundedLoad) {
 		c.add(bp+".bounded_load_percent", "%d is neither 0 (off) nor in 100..%d", b.BoundedLoadPercent, MaxBoundedLoad)
 	}
@@ -168,22 +168,6 @@ func (c *collector) policy(path string, p config.Policy) {
 	c.inRange(path+".blackhole.status", p.Blackhole.Status, 200, 599)
 	c.duration(path+".blackhole.retry_after", p.Blackhole.RetryAfter, false, MaxDuration)
 	c.inRange(path+".blackhole.max_percent", p.Blackhole.MaxPercent, 0, 100)
-}
-
-func (c *collector) instanceMode(path, m string) {
-	if n, ok := strings.CutPrefix(m, "random("); ok && strings.HasSuffix(n, ")") {
-		k, err := strconv.Atoi(strings.TrimSuffix(n, ")"))
-		if err != nil || k < 2 || k > MaxRandomChoices {
-			c.add(path, "%q: N in random(N) must be an integer in 2..%d", m, MaxRandomChoices)
-		}
-		return
-	}
-	for _, a := range instanceModes {
-		if m == a && a != "random(N)" {
-			return
-		}
-	}
-	c.add(path, "%q is not one of %s", m, strings.Join(instanceModes, ", "))
 }
 
 func (c *collector) hashHeader(path, h string) {

@@ -4,8 +4,27 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
+// Checked is a snapshot that passed every rule of Snapshot. Only Check
+// makes one, so a function that takes a Checked (server.Apply, balance.Build)
+// cannot be handed an unchecked snapshot. The zero Checked holds nothing;
+// its Snapshot is nil. Whoever holds a Checked must not modify the snapshot.
+type Checked struct{ s *snapshot.Snapshot }
+
+// Snapshot returns the checked snapshot (nil for the zero Checked).
+func (c Checked) Snapshot() *snapshot.Snapshot { return c.s }
+
+// Check validates s as Snapshot does and, when it passes, returns it as a
+// Checked. On error the Checked is the zero value.
+func Check(s *snapshot.Snapshot) (Checked, error) {
+	if err := Snapshot(s); err != nil {
+		return Checked{}, err
+	}
+	return Checked{s}, nil
+}
+
 // Snapshot checks a snapshot before it is published or applied. It returns
-// nil or Errors, every broken rule at once, sorted by path.
+// nil or Errors, every broken rule at once, sorted by path. Code that goes
+// on to apply the snapshot calls Check instead.
 func Snapshot(s *snapshot.Snapshot) error {
 	var c collector
 	if s == nil {

@@ -112,8 +112,21 @@ func explainOffline(e *env, path string, q url.Values) (explain.Explanation, err
 }
 
 // loadSnapshotOrState decodes a snapshot, or a desired state compiled for
-// proxyCluster with snapshot.FromState; either is validated.
-func loadSnapshotOrState(raw []byte, proxyCluster string) (*snapshot.Snapshot, error) {
+// proxyCluster with snapshot.FromState; either is validated and comes back
+// checked.
+func loadSnapshotOrState(raw []byte, proxyCluster string) (validate.Checked, error) {
+	s, err := decodeSnapshotOrState(raw, proxyCluster)
+	if err != nil {
+		return validate.Checked{}, err
+	}
+	c, err := validate.Check(s)
+	if err != nil {
+		return validate.Checked{}, fmt.Errorf("snapshot is invalid:\n%w", err)
+	}
+	return c, nil
+}
+
+func decodeSnapshotOrState(raw []byte, proxyCluster string) (*snapshot.Snapshot, error) {
 	j, err := codec.ToJSON(raw)
 	if err != nil {
 		return nil, err
@@ -121,14 +134,7 @@ func loadSnapshotOrState(raw []byte, proxyCluster string) (*snapshot.Snapshot, e
 	var probe map[string]json.RawMessage
 	_ = json.Unmarshal(j, &probe)
 	if _, isSnap := probe["meta"]; isSnap {
-		s, err := snapshot.Unmarshal(j)
-		if err != nil {
-			return nil, err
-		}
-		if err := validate.Snapshot(s); err != nil {
-			return nil, fmt.Errorf("snapshot is invalid:\n%w", err)
-		}
-		return s, nil
+		return snapshot.Unmarshal(j)
 	}
 	var st config.State
 	if err := codec.UnmarshalJSON(j, &st); err != nil {

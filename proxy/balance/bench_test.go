@@ -148,7 +148,7 @@ func BenchmarkBuild10000(b *testing.B) {
 		r.mu.Lock()
 		clear(r.progress)
 		r.mu.Unlock()
-		if _, err := Build(s, r); err != nil {
+		if _, err := build(s, r); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,39 +4,39 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
-	"strings"
 
 	"github.com/sluicelb/sluice/api/config"
+	polparse "github.com/sluicelb/sluice/api/policy"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/statusmatch"
 )
 
-// instance algorithm identifiers.
-type algo int
+// algo is an instance algorithm, parsed by api/policy (the parser
+// api/validate uses too).
+type algo = polparse.Algo
 
 const (
-	algoWRR algo = iota
-	algoWLC
-	algoWLCRandom
-	algoP2C
-	algoSticky
-	algoStickyCookie
-	algoStaticRR
-	algoRoundRobin
-	algoLeastConn
-	algoFirst
-	algoRandom
-	algoSource
+	algoWRR          = polparse.WRR
+	algoWLC          = polparse.WLC
+	algoWLCRandom    = polparse.WLCRandom
+	algoP2C          = polparse.P2CEWMA
+	algoSticky       = polparse.Sticky
+	algoStickyCookie = polparse.StickyCookie
+	algoStaticRR     = polparse.StaticRR
+	algoRoundRobin   = polparse.RoundRobin
+	algoLeastConn    = polparse.LeastConn
+	algoFirst        = polparse.First
+	algoRandom       = polparse.Random
+	algoSource       = polparse.Source
 )
 
-// subMode is policy.balance.subcluster_mode, compiled.
-type subMode uint8
+// subMode is policy.balance.subcluster_mode, parsed by api/policy.
+type subMode = polparse.Mode
 
 const (
-	modeConsistent subMode = iota
-	modeBFE
-	modeRequest
+	modeConsistent = polparse.Consistent
+	modeBFE        = polparse.BFE
+	modeRequest    = polparse.Request
 )
 
 func rulesOf(p config.Policy) healthRules {
@@ -53,86 +53,36 @@ func rulesOf(p config.Policy) healthRules {
 	return h
 }
 
-func parseAlgo(s string) (algo, int, error) {
-	switch s {
-	case "", config.InstanceWRR:
-		return algoWRR, 0, nil
-	case config.InstanceWLC:
-		return algoWLC, 0, nil
-	case config.InstanceWLCRandom:
-		return algoWLCRandom, 0, nil
-	case config.InstanceP2CEWMA:
-		return algoP2C, 0, nil
-	case config.InstanceSticky:
-		return algoSticky, 0, nil
-	case config.InstanceStickyCookie:
-		return algoStickyCookie, 0, nil
-	case config.InstanceStaticRR:
-		return algoStaticRR, 0, nil
-	case config.InstanceRoundRobin:
-		return algoRoundRobin, 0, nil
-	case config.InstanceLeastConn:
-		return algoLeastConn, 0, nil
-	case config.InstanceFirst:
-		return algoFirst, 0, nil
-	case config.InstanceRandom:
-		return algoRandom, 1, nil
-	case config.InstanceSource:
-		return algoSource, 0, nil
-	}
-	if inner, ok := strings.CutPrefix(s, config.InstanceRandom+"("); ok {
-		if n, err := strconv.Atoi(strings.TrimSuffix(inner, ")")); err == nil && strings.HasSuffix(inner, ")") && n >= 1 && n <= 16 {
-			return algoRandom, n, nil
-		}
-		return 0, 0, fmt.Errorf("policy.balance.instance %q: want random(N) with N in 1..16", s)
-	}
-	return 0, 0, fmt.Errorf("policy.balance.instance %q: unknown mode", s)
-}
-
 // compileCluster checks and compiles one cluster; it does not touch the registry.
 func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrPort, error) {
 	p := sc.Policy
 	c := &Cluster{name: name, pol: p, mode: p.Balance.SubclusterMode, key: compileKey(p.Balance.Hash), cookie: p.Balance.StickyCookie}
-	if c.mode == "" {
-		c.mode = config.SubclusterConsistent
+	// The policy strings are parsed by api/policy, as api/validate parses
+	// them: a snapshot that passed validation compiles.
+	var err error
+	if c.modeKind, err = polparse.ParseMode(c.mode); err != nil {
+		return nil, nil, fmt.Errorf("policy.balance.subcluster_mode: %w", err)
 	}
-	switch c.mode {
-	case config.SubclusterConsistent:
-		c.modeKind = modeConsistent
-	case config.SubclusterBFE:
-		c.modeKind = modeBFE
-	case config.SubclusterRequest:
-		c.modeKind = modeRequest
-	default:
-		return nil, nil, fmt.Errorf("policy.balance.subcluster_mode %q: want consistent, bfe or request", c.mode)
+	key, err := polparse.ParseKey(p.Balance.Hash.Key)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy.balance.hash.key: %w", err)
 	}
-	switch c.key.kind {
-	case config.HashClientIP, config.HashURI:
-	case config.HashHeader, config.HashHeaderOrIP:
-		if c.key.header == "" {
-			return nil, nil, fmt.Errorf("policy.balance.hash.header is empty: key %q needs a header or Cookie:NAME", c.key.kind)
-		}
-	default:
-		return nil, nil, fmt.Errorf("policy.balance.hash.key %q: want client_ip, header, header_or_ip or uri", c.key.kind)
+	if key.NeedsHeader() && c.key.header == "" {
+		return nil, nil, fmt.Errorf("policy.balance.hash.header is empty: key %q needs a header or Cookie:NAME", c.key.kind)
 	}
 	if c.cookie == "" {
 		c.cookie = "SLUICE_STICKY"
 	}
-	var err error
-	if c.algo, c.randomN, err = parseAlgo(p.Balance.Instance); err != nil {
-		return nil, nil, err
+	in, err := polparse.ParseInstance(p.Balance.Instance)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy.balance.instance: %w", err)
 	}
-	c.algoName = p.Balance.Instance
-	if c.algoName == "" {
-		c.algoName = config.InstanceWRR
+	c.algo, c.randomN, c.algoName = in.Algo, in.Choices, p.Balance.Instance
+	ht, err := polparse.ParseHashType(p.Balance.HashType)
+	if err != nil {
+		return nil, nil, fmt.Errorf("policy.balance.hash_type: %w", err)
 	}
-	switch p.Balance.HashType {
-	case "", "map-based":
-	case "consistent":
-		c.consistent = true
-	default:
-		return nil, nil, fmt.Errorf("policy.balance.hash_type %q: want map-based or consistent", p.Balance.HashType)
-	}
+	c.consistent = ht == polparse.ConsistentHash
 	if p.Health.OutlierStatus != "" {
 		m, err := statusmatch.Parse(p.Health.OutlierStatus)
 		if err != nil {
@@ -202,10 +152,10 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 	c.stickyCookie = c.algo == algoStickyCookie
 	c.latency = c.algo == algoP2C
 	c.fast = c.modeKind == modeConsistent && c.key.ipOnly && c.rowTotal > 0 && (c.algo == algoWRR || c.algo == algoRoundRobin)
-	switch c.mode {
-	case config.SubclusterConsistent:
+	switch c.modeKind {
+	case modeConsistent:
 		c.slots = buildSlots(c)
-	case config.SubclusterBFE, config.SubclusterRequest:
+	case modeBFE, modeRequest:
 		// Request mode draws a random point in the same ranges.
 		c.bfeRanges = bfeRanges(c, nil)
 	}

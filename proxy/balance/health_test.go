@@ -190,7 +190,7 @@ func TestRunProbesCheckingAddress(t *testing.T) {
 	cl := s.Clusters["demo"]
 	cl.SubClusters["A"] = config.SubCluster{Instances: []config.Instance{{Addr: addr.Addr().String(), Port: int(addr.Port()), Weight: 1}}}
 	r := NewRegistry(RegistryOptions{})
-	tb, err := Build(s, r)
+	tb, err := build(s, r)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -224,7 +224,7 @@ func TestRunProbesCheckingAddress(t *testing.T) {
 
 func mustBuild(t *testing.T, s interface{}, r *Registry) *Table {
 	t.Helper()
-	tb, err := Build(s.(*snapshot.Snapshot), r)
+	tb, err := build(s.(*snapshot.Snapshot), r)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func newEnv(t tb, s *snapshot.Snapshot) *env {
 
 func (e *env) apply(s *snapshot.Snapshot) {
 	e.t.Helper()
-	tb, err := Build(s, e.reg)
+	tb, err := build(s, e.reg)
 	if err != nil {
 		e.t.Fatalf("build: %v", err)
 	}

@@ -32,7 +32,7 @@ func TestDefaultProbeIsTheSharedProber(t *testing.T) {
 		cl := s.Clusters["demo"]
 		cl.SubClusters["A"] = config.SubCluster{Instances: []config.Instance{{Addr: addr.Addr().String(), Port: int(addr.Port()), Weight: 1}}}
 		r := NewRegistry(RegistryOptions{})
-		tb, err := Build(s, r)
+		tb, err := build(s, r)
 		if err != nil {
 			t.Fatal(err)
 		}

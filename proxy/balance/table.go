@@ -10,6 +10,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/statusmatch"
+	"github.com/sluicelb/sluice/api/validate"
 )
 
 // Table is the immutable balancing state compiled from one snapshot. Safe for
@@ -151,10 +152,13 @@ type group struct {
 	rr       atomic.Uint64 // leastconn's rotating tie-break start
 }
 
-// Build compiles a snapshot into a Table. It changes nothing visible to
-// requests: runtime state is only created for new addresses (and smooth-WRR
-// progress looked up); an error leaves everything as it was.
-func Build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
+// Build compiles a checked snapshot into a Table. It changes nothing
+// visible to requests: runtime state is only created for new addresses (and
+// smooth-WRR progress looked up); an error leaves everything as it was.
+func Build(c validate.Checked, r *Registry) (*Table, error) { return build(c.Snapshot(), r) }
+
+// build is Build on a snapshot the caller vouches for (this package's tests).
+func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 	if s == nil {
 		return nil, fmt.Errorf("build table: nil snapshot")
 	}

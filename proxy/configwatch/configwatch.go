@@ -31,6 +31,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 )
 
@@ -68,10 +69,10 @@ type Config struct {
 	Client       *clientv3.Client
 	Layout       keys.Layout
 	ProxyCluster string
-	// Apply builds and atomically swaps in a snapshot that already passed
-	// validate.Snapshot; an error means it was rejected and nothing changed
-	// (I5). It is called from Run's goroutine only, never concurrently.
-	Apply func(*snapshot.Snapshot) error
+	// Apply builds and atomically swaps in a checked snapshot; an error
+	// means it was rejected and nothing changed (I5). It is called from
+	// Run's goroutine only, never concurrently.
+	Apply func(validate.Checked) error
 	// Cache persists the last good snapshot; nil means no disk cache.
 	Cache *diskcache.Cache
 	// Logger defaults to slog.Default().
@@ -219,7 +220,7 @@ func (w *Watcher) applyCache() {
 	if w.Status().AppliedVersion != 0 {
 		return
 	}
-	s, err := c.Load()
+	checked, err := c.Load()
 	switch {
 	case diskcache.IsNotExist(err):
 		w.log.Info("no cached snapshot on disk", "path", c.Path())
@@ -229,8 +230,8 @@ func (w *Watcher) applyCache() {
 		w.log.Error("cached snapshot unusable; waiting for etcd", "err", err)
 		return
 	}
-	if err := w.apply(s, SourceDiskCache); err != nil {
-		w.log.Error("cached snapshot rejected by apply", "version", s.Meta.Version, "err", err)
+	if err := w.apply(checked, SourceDiskCache); err != nil {
+		w.log.Error("cached snapshot rejected by apply", "version", checked.Snapshot().Meta.Version, "err", err)
 	}
 }
 
@@ -446,8 +447,9 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	return nil
 }
 
-// apply hands a decoded, validated snapshot to Apply and records the outcome.
-func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
+// apply hands a decoded, checked snapshot to Apply and records the outcome.
+func (w *Watcher) apply(checked validate.Checked, source string) error {
+	s := checked.Snapshot()
 	if s.Meta.ProxyCluster != w.cfg.ProxyCluster {
 		err := fmt.Errorf("snapshot is for proxy cluster %q, not %q", s.Meta.ProxyCluster, w.cfg.ProxyCluster)
 		w.reject(pointerOf(s), err.Error())
@@ -458,7 +460,7 @@ func (w *Watcher) apply(s *snapshot.Snapshot, source string) error {
 		return fmt.Errorf("snapshot %s is older than applied v%d", s.Meta.ID(), cur.AppliedVersion)
 	}
 	start := w.cfg.Now()
-	err := w.cfg.Apply(s)
+	err := w.cfg.Apply(checked)
 	w.m.applyDur.Observe(w.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		w.reject(pointerOf(s), fmt.Sprintf("apply: %v", err))

@@ -112,7 +112,7 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "disk cache holds v30", func() bool {
 		s, err := cache.Load()
-		return err == nil && s.Meta.Version == 30 && s.Meta.Hash == want.Meta.Hash
+		return err == nil && s.Snapshot().Meta.Version == 30 && s.Snapshot().Meta.Hash == want.Meta.Hash
 	})
 	if v := testutil.ToFloat64(w.m.version); v != 30 {
 		t.Fatalf("version gauge = %v, want 30", v)
@@ -369,7 +369,7 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 		eventually(t, 20*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
 		eventually(t, 10*time.Second, "v3 cached", func() bool {
 			s, err := cache.Load()
-			return err == nil && s.Meta.Version == 3
+			return err == nil && s.Snapshot().Meta.Version == 3
 		})
 		cancel()
 		<-done

@@ -11,35 +11,35 @@ import (
 )
 
 // fetch reads, decodes and validates the snapshot p points to.
-func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (*snapshot.Snapshot, error) {
+func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (validate.Checked, error) {
 	mkey, err := w.cfg.Layout.Snapshot(w.cfg.ProxyCluster, p.Version)
 	if err != nil {
-		return nil, err
+		return validate.Checked{}, err
 	}
 	raw, found, err := w.get(ctx, mkey)
 	if err != nil {
-		return nil, err
+		return validate.Checked{}, err
 	}
 	if !found {
 		// History trimming may remove the manifest of a pointer we only see
 		// late (watch replay); skip it if the pointer has moved on.
 		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
-			return nil, err
+			return validate.Checked{}, err
 		} else if found {
 			var now snapshot.Pointer
 			if codec.UnmarshalJSON(cur, &now) == nil && now != p {
-				return nil, errSuperseded
+				return validate.Checked{}, errSuperseded
 			}
 		}
-		return nil, fmt.Errorf("manifest %s is missing", mkey)
+		return validate.Checked{}, fmt.Errorf("manifest %s is missing", mkey)
 	}
 	var m snapshot.Manifest
 	if err := codec.UnmarshalJSON(raw, &m); err != nil {
-		return nil, fmt.Errorf("manifest %s: %w", mkey, err)
+		return validate.Checked{}, fmt.Errorf("manifest %s: %w", mkey, err)
 	}
 	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash || m.Meta.Lineage != p.Lineage {
 		want := snapshot.Meta{ProxyCluster: w.cfg.ProxyCluster, Lineage: p.Lineage, Version: p.Version}
-		return nil, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
+		return validate.Checked{}, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
 			m.Meta.ID(), m.Meta.Hash, want.ID(), p.Hash)
 	}
 	s, err := snapshot.Decode(m, func(digest string) ([]byte, error) {
@@ -58,15 +58,16 @@ func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (*snapshot.Snap
 	})
 	var ee etcdError
 	if errors.As(err, &ee) {
-		return nil, ee
+		return validate.Checked{}, ee
 	}
 	if err != nil {
-		return nil, err
+		return validate.Checked{}, err
 	}
-	if err := validate.Snapshot(s); err != nil {
-		return nil, fmt.Errorf("invalid snapshot: %w", err)
+	checked, err := validate.Check(s)
+	if err != nil {
+		return validate.Checked{}, fmt.Errorf("invalid snapshot: %w", err)
 	}
-	return s, nil
+	return checked, nil
 }
 
 func (w *Watcher) get(ctx context.Context, key string) ([]byte, bool, error) {

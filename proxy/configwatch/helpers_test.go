@@ -19,6 +19,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/diskcache"
 )
 
@@ -133,7 +134,8 @@ type recorder struct {
 
 func newRecorder() *recorder { return &recorder{refuse: map[uint64]error{}} }
 
-func (r *recorder) apply(s *snapshot.Snapshot) error {
+func (r *recorder) apply(c validate.Checked) error {
+	s := c.Snapshot()
 	r.mu.Lock()
 	err := r.refuse[s.Meta.Version]
 	if err == nil {

@@ -134,20 +134,21 @@ func (c *Cache) Save(s *snapshot.Snapshot) error {
 
 // Load returns the cached snapshot. A missing file gives an error wrapping
 // fs.ErrNotExist; an untrustworthy one an error wrapping ErrCorrupt (and the
-// file is moved aside to Path()+".corrupt").
-func (c *Cache) Load() (*snapshot.Snapshot, error) {
+// file is moved aside to Path()+".corrupt"). The snapshot comes back checked
+// (validate.Check), ready for server.Apply.
+func (c *Cache) Load() (validate.Checked, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	raw, err := readLimited(c.path)
 	if err != nil {
-		return nil, fmt.Errorf("load disk cache: %w", err)
+		return validate.Checked{}, fmt.Errorf("load disk cache: %w", err)
 	}
 	s, err := c.parse(raw)
 	if err != nil {
 		if rerr := os.Rename(c.path, c.path+".corrupt"); rerr == nil {
 			err = fmt.Errorf("%w (moved to %s)", err, c.path+".corrupt")
 		}
-		return nil, fmt.Errorf("load disk cache %s: %w: %w", c.path, ErrCorrupt, err)
+		return validate.Checked{}, fmt.Errorf("load disk cache %s: %w: %w", c.path, ErrCorrupt, err)
 	}
 	return s, nil
 }
@@ -163,41 +164,42 @@ func readLimited(path string) ([]byte, error) {
 	return os.ReadFile(path)
 }
 
-func (c *Cache) parse(raw []byte) (*snapshot.Snapshot, error) {
+func (c *Cache) parse(raw []byte) (validate.Checked, error) {
 	nl := bytes.IndexByte(raw, '\n')
 	if nl < 0 {
-		return nil, errors.New("no header line")
+		return validate.Checked{}, errors.New("no header line")
 	}
 	hdr, body := string(raw[:nl]), raw[nl+1:]
 	f := strings.Fields(hdr)
 	if len(f) != 4 || f[0] != magic {
-		return nil, fmt.Errorf("header %q is not %q followed by len, sha256 and version", truncate(hdr), magic)
+		return validate.Checked{}, fmt.Errorf("header %q is not %q followed by len, sha256 and version", truncate(hdr), magic)
 	}
 	n, err := strconv.Atoi(strings.TrimPrefix(f[1], "len="))
 	if err != nil || !strings.HasPrefix(f[1], "len=") {
-		return nil, fmt.Errorf("header field %q is not len=<bytes>", truncate(f[1]))
+		return validate.Checked{}, fmt.Errorf("header field %q is not len=<bytes>", truncate(f[1]))
 	}
 	if n != len(body) {
-		return nil, fmt.Errorf("body is %d bytes, header says %d (truncated write?)", len(body), n)
+		return validate.Checked{}, fmt.Errorf("body is %d bytes, header says %d (truncated write?)", len(body), n)
 	}
 	sum := sha256.Sum256(body)
 	if got, want := hex.EncodeToString(sum[:]), strings.TrimPrefix(f[2], "sha256="); got != want {
-		return nil, fmt.Errorf("body sha256 is %s, header says %s", got, truncate(want))
+		return validate.Checked{}, fmt.Errorf("body sha256 is %s, header says %s", got, truncate(want))
 	}
 	s, err := snapshot.Unmarshal(body)
 	if err != nil {
-		return nil, err
+		return validate.Checked{}, err
 	}
 	if s.Meta.ProxyCluster != c.proxyCluster {
-		return nil, fmt.Errorf("snapshot is for proxy cluster %q, cache is for %q", s.Meta.ProxyCluster, c.proxyCluster)
+		return validate.Checked{}, fmt.Errorf("snapshot is for proxy cluster %q, cache is for %q", s.Meta.ProxyCluster, c.proxyCluster)
 	}
 	if h := snapshot.ContentHash(s); h != s.Meta.Hash {
-		return nil, fmt.Errorf("content hash is %s, meta.hash says %s", h, s.Meta.Hash)
+		return validate.Checked{}, fmt.Errorf("content hash is %s, meta.hash says %s", h, s.Meta.Hash)
 	}
-	if err := validate.Snapshot(s); err != nil {
-		return nil, fmt.Errorf("invalid snapshot v%d: %w", s.Meta.Version, err)
+	checked, err := validate.Check(s)
+	if err != nil {
+		return validate.Checked{}, fmt.Errorf("invalid snapshot v%d: %w", s.Meta.Version, err)
 	}
-	return s, nil
+	return checked, nil
 }
 
 func truncate(s string) string {

@@ -49,7 +49,8 @@ func FuzzLoad(f *testing.F) {
 		if err := os.WriteFile(c.Path(), file, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		s, err := c.Load()
+		checked, err := c.Load()
+		s := checked.Snapshot()
 		if err != nil {
 			if s != nil {
 				t.Fatalf("Load returned a snapshot with error %v", err)
@@ -71,11 +72,11 @@ func FuzzLoad(f *testing.F) {
 		if err := c.Save(s); err != nil {
 			t.Fatalf("Save of a loaded snapshot: %v", err)
 		}
-		back, err := c.Load()
+		backChecked, err := c.Load()
 		if err != nil {
 			t.Fatalf("Load after Save: %v", err)
 		}
-		if !reflect.DeepEqual(s, back) {
+		if back := backChecked.Snapshot(); !reflect.DeepEqual(s, back) {
 			t.Fatalf("Save∘Load changed the snapshot:\n%+v\n%+v", s, back)
 		}
 	})

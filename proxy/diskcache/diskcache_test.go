@@ -65,8 +65,8 @@ func TestSaveLoadRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := testSnapshot(3)
-	if got.Meta.Version != 3 || got.Meta.Hash != want.Meta.Hash || snapshot.ContentHash(got) != want.Meta.Hash {
-		t.Fatalf("loaded v%d hash %s, want v3 hash %s", got.Meta.Version, got.Meta.Hash, want.Meta.Hash)
+	if got.Snapshot().Meta.Version != 3 || got.Snapshot().Meta.Hash != want.Meta.Hash || snapshot.ContentHash(got.Snapshot()) != want.Meta.Hash {
+		t.Fatalf("loaded v%d hash %s, want v3 hash %s", got.Snapshot().Meta.Version, got.Snapshot().Meta.Hash, want.Meta.Hash)
 	}
 	if fi, err := os.Stat(c.Path()); err != nil || fi.Mode().Perm()&0o077 != 0 {
 		t.Fatalf("cache file mode: %v %v; want no group/other access", fi.Mode(), err)
@@ -85,7 +85,7 @@ func TestCrashMidWriteKeepsOldFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := c.Load()
-	if err != nil || got.Meta.Version != 5 {
+	if err != nil || got.Snapshot().Meta.Version != 5 {
 		t.Fatalf("Load after crash = %v, %v; want v5", got, err)
 	}
 	// A recent temp file may be a Save in progress: Open keeps it.
@@ -102,7 +102,7 @@ func TestCrashMidWriteKeepsOldFile(t *testing.T) {
 	if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("temp file still there after Open: %v", err)
 	}
-	if got, err := c2.Load(); err != nil || got.Meta.Version != 5 {
+	if got, err := c2.Load(); err != nil || got.Snapshot().Meta.Version != 5 {
 		t.Fatalf("Load after reopen = %v, %v; want v5", got, err)
 	}
 }
@@ -160,7 +160,7 @@ func TestCorruptFiles(t *testing.T) {
 				t.Fatal(err)
 			}
 			s, err := c.Load()
-			if s != nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.wantErr) {
+			if s.Snapshot() != nil || !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.wantErr) {
 				t.Fatalf("Load = %v, %v; want ErrCorrupt mentioning %q", s, err, tc.wantErr)
 			}
 			if _, err := os.Stat(c.Path() + ".corrupt"); err != nil {

@@ -17,7 +17,7 @@ func TestLineageKeptAndOldFilesUnknown(t *testing.T) {
 		t.Fatal(err)
 	}
 	got, err := c.Load()
-	if err != nil || got.Meta.Lineage != s.Meta.Lineage || got.Meta.Version != 18 {
+	if err != nil || got.Snapshot().Meta.Lineage != s.Meta.Lineage || got.Snapshot().Meta.Version != 18 {
 		t.Fatalf("Load = %+v, %v", got, err)
 	}
 	// An old file: the same format without the lineage field.
@@ -29,7 +29,7 @@ func TestLineageKeptAndOldFilesUnknown(t *testing.T) {
 		t.Fatalf("old-format file has a lineage field: %v", err)
 	}
 	got, err = open(t, dir).Load()
-	if err != nil || got.Meta.Lineage != "" || got.Meta.Version != 18 {
+	if err != nil || got.Snapshot().Meta.Lineage != "" || got.Snapshot().Meta.Version != 18 {
 		t.Fatalf("old file Load = %+v, %v", got, err)
 	}
 }

@@ -21,7 +21,7 @@ import (
 	"strings"
 
 	"github.com/sluicelb/sluice/api/route"
-	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/clientip"
 )
@@ -53,7 +53,11 @@ type Evaluator struct {
 // its own: every instance healthy, nothing in flight (lbctl explain
 // --config). extraTrusted are added to settings.trusted_proxies, as
 // lbproxy's --trusted-proxy flags are.
-func Compile(s *snapshot.Snapshot, extraTrusted []netip.Prefix) (*Evaluator, error) {
+func Compile(checked validate.Checked, extraTrusted []netip.Prefix) (*Evaluator, error) {
+	s := checked.Snapshot()
+	if s == nil {
+		return nil, fmt.Errorf("explain: no snapshot (the zero validate.Checked)")
+	}
 	router, err := route.Compile(s.Products, s.DefaultProduct)
 	if err != nil {
 		return nil, fmt.Errorf("version %d: routes: %w", s.Meta.Version, err)
@@ -62,7 +66,7 @@ func Compile(s *snapshot.Snapshot, extraTrusted []netip.Prefix) (*Evaluator, err
 	if err != nil {
 		return nil, fmt.Errorf("version %d: settings.trusted_proxies: %w", s.Meta.Version, err)
 	}
-	t, err := balance.Build(s, balance.NewRegistry(balance.RegistryOptions{}))
+	t, err := balance.Build(checked, balance.NewRegistry(balance.RegistryOptions{}))
 	if err != nil {
 		return nil, fmt.Errorf("version %d: %w", s.Meta.Version, err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/explain"
 	"github.com/sluicelb/sluice/proxy/forward"
@@ -31,10 +32,11 @@ func TestMain(m *testing.M) {
 
 // fleet is four real backends in two sub-clusters behind a real proxy.
 type fleet struct {
-	snap   *snapshot.Snapshot
-	srv    *server.Server
-	url    string
-	byAddr map[string]string // backend address → name
+	snap    *snapshot.Snapshot
+	checked validate.Checked
+	srv     *server.Server
+	url     string
+	byAddr  map[string]string // backend address → name
 }
 
 func newFleet(t *testing.T, mutate func(*config.Policy)) *fleet {
@@ -75,7 +77,12 @@ func newFleet(t *testing.T, mutate func(*config.Policy)) *fleet {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := srv.Apply(f.snap); err != nil {
+	checked, err := validate.Check(f.snap)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.checked = checked
+	if err := srv.Apply(checked); err != nil {
 		t.Fatal(err)
 	}
 	f.srv = srv
@@ -125,7 +132,7 @@ func TestExplainThenSend(t *testing.T) {
 				p.Balance.Instance = algo
 				p.Balance.Hash = config.Hash{Key: config.HashHeader, Header: "X-User"}
 			})
-			offline, err := explain.Compile(f.snap, nil)
+			offline, err := explain.Compile(f.checked, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -72,9 +72,12 @@ type Config struct {
 	// own meta.proxy_cluster must match it when both are set. BFE imports
 	// default to bfe.DefaultProxyCluster.
 	ProxyCluster string
-	// Apply swaps in a validated snapshot; an error leaves the previous one.
-	Apply  func(*snapshot.Snapshot) error
-	Logger *slog.Logger
+	// Apply swaps in a checked snapshot; an error leaves the previous one.
+	Apply func(validate.Checked) error
+	// OnChange, when set, is called after each apply or reject has been
+	// logged and recorded in State (as configwatch's OnChange).
+	OnChange func()
+	Logger   *slog.Logger
 	// PollInterval between change checks (content hash). Default 2s.
 	PollInterval time.Duration
 	// Signals trigger a reload. Default SIGHUP.
@@ -89,7 +92,28 @@ type Config struct {
 }
 
 // Load reads, decodes and validates the source once.
-func Load(cfg Config) (*snapshot.Snapshot, error) {
+func Load(cfg Config) (validate.Checked, error) {
+	s, err := decode(cfg)
+	if err != nil {
+		return validate.Checked{}, err
+	}
+	return check(cfg, s)
+}
+
+// check validates a decoded snapshot of the source.
+func check(cfg Config, s *snapshot.Snapshot) (validate.Checked, error) {
+	c, err := validate.Check(s)
+	if err != nil {
+		if cfg.Kind == KindBFE {
+			return c, fmt.Errorf("load bfe conf %s: %w", cfg.Path, err)
+		}
+		return c, fmt.Errorf("load config %s: invalid snapshot: %w", cfg.Path, err)
+	}
+	return c, nil
+}
+
+// decode reads and decodes the source once; check validates the result.
+func decode(cfg Config) (*snapshot.Snapshot, error) {
 	if cfg.Path == "" {
 		return nil, errors.New("load config: path is empty")
 	}
@@ -127,9 +151,6 @@ func loadFile(cfg Config) (*snapshot.Snapshot, error) {
 	}
 	if err != nil {
 		return nil, fmt.Errorf("load config %s: %w", cfg.Path, err)
-	}
-	if err := validate.Snapshot(s); err != nil {
-		return nil, fmt.Errorf("load config %s: invalid snapshot: %w", cfg.Path, err)
 	}
 	return s, nil
 }
@@ -277,9 +298,10 @@ func Run(ctx context.Context, cfg Config) error {
 		state = new(State)
 	}
 	// apply applies s and records the outcome in the metrics and the state.
-	apply := func(s *snapshot.Snapshot) error {
+	apply := func(c validate.Checked) error {
+		s := c.Snapshot()
 		start := time.Now()
-		err := cfg.Apply(s)
+		err := cfg.Apply(c)
 		now := time.Now()
 		sm.applyDur.Observe(now.Sub(start).Seconds())
 		if err != nil {
@@ -292,6 +314,11 @@ func Run(ctx context.Context, cfg Config) error {
 		state.applied(s.Meta, now)
 		return nil
 	}
+	changed := func() {
+		if cfg.OnChange != nil {
+			cfg.OnChange()
+		}
+	}
 	log := cfg.Logger.With("component", "filesource", "path", cfg.Path, "kind", cfg.Kind.String())
 
 	// Listen before the first load so a SIGHUP sent once it is applied
@@ -301,43 +328,56 @@ func Run(ctx context.Context, cfg Config) error {
 	defer signal.Stop(sig)
 
 	seen, _ := fingerprint(cfg)
-	s, err := Load(cfg)
+	first, err := Load(cfg)
 	if err != nil {
 		return err
 	}
-	if err := apply(s); err != nil {
+	if err := apply(first); err != nil {
 		return fmt.Errorf("file source: apply %s: %w", cfg.Path, err)
 	}
-	applied := s.Meta
+	applied := first.Snapshot().Meta
 	reloads.WithLabelValues("applied").Inc()
 	log.Info("configuration loaded", "version", applied.Version, "hash", applied.Hash)
+	changed()
 
+	invalid := func(why string, err error) {
+		reloads.WithLabelValues("invalid").Inc()
+		// The version it would have had: the next one.
+		sm.applies.WithLabelValues("rejected").Inc()
+		state.rejected(applied.Version+1, err.Error(), time.Now())
+		log.Error("configuration reload failed; keeping the last good one", "trigger", why, "err", err)
+		changed()
+	}
 	reload := func(why string) {
-		s, err := Load(cfg)
+		s, err := decode(cfg)
 		if err != nil {
-			reloads.WithLabelValues("invalid").Inc()
-			// The version it would have had: the next one.
-			sm.applies.WithLabelValues("rejected").Inc()
-			state.rejected(applied.Version+1, err.Error(), time.Now())
-			log.Error("configuration reload failed; keeping the last good one", "trigger", why, "err", err)
+			invalid(why, err)
 			return
 		}
-		if s.Meta.Hash == applied.Hash {
+		if s.Meta.Hash == applied.Hash && validate.Snapshot(s) == nil {
 			reloads.WithLabelValues("unchanged").Inc()
 			sm.applies.WithLabelValues("unchanged").Inc()
 			log.Info("configuration unchanged", "trigger", why)
 			return
 		}
+		// Renumbered before the check, so what is applied is what was checked.
 		s.Meta.Version = max(s.Meta.Version, applied.Version+1)
 		s.Meta.Parent = applied.Version
-		if err := apply(s); err != nil {
+		c, err := check(cfg, s)
+		if err != nil {
+			invalid(why, err)
+			return
+		}
+		if err := apply(c); err != nil {
 			reloads.WithLabelValues("rejected").Inc()
 			log.Error("configuration rejected by apply; keeping the last good one", "trigger", why, "err", err)
+			changed()
 			return
 		}
 		applied = s.Meta
 		reloads.WithLabelValues("applied").Inc()
 		log.Info("configuration reloaded", "trigger", why, "version", applied.Version, "hash", applied.Hash)
+		changed()
 	}
 
 	t := time.NewTicker(cfg.PollInterval)

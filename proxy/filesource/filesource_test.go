@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -72,10 +73,10 @@ type recorder struct {
 	snaps []*snapshot.Snapshot
 }
 
-func (r *recorder) apply(s *snapshot.Snapshot) error {
+func (r *recorder) apply(c validate.Checked) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.snaps = append(r.snaps, s)
+	r.snaps = append(r.snaps, c.Snapshot())
 	return nil
 }
 
@@ -158,10 +159,11 @@ func TestLoadSnapshotFileJSONAndYAML(t *testing.T) {
 	dir := t.TempDir()
 	p := filepath.Join(dir, "snap.json")
 	writeJSON(t, p, testSnapshot(8001))
-	s, err := Load(Config{Path: p, ProxyCluster: "BFE1"})
+	checked, err := Load(Config{Path: p, ProxyCluster: "BFE1"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := checked.Snapshot()
 	if s.Meta.Version != 1 || s.Meta.Hash != snapshot.ContentHash(s) || s.Meta.ProxyCluster != "BFE1" {
 		t.Fatalf("meta = %+v", s.Meta)
 	}
@@ -176,10 +178,11 @@ clusters:
     subclusters: {SC1: {idc: IDC1, instances: [{addr: 127.0.0.1, port: 8001, weight: 1}]}}
     row: {denominator: 100, weights: {SC1: 100}}
 `)
-	sy, err := Load(Config{Path: y})
+	checkedY, err := Load(Config{Path: y})
 	if err != nil {
 		t.Fatal(err)
 	}
+	sy := checkedY.Snapshot()
 	if sy.Meta.Version != 4 || sy.Clusters["demo-main"].Policy.Retry.RetryMax != 2 {
 		t.Fatalf("yaml snapshot: meta %+v, retry %+v (defaults must be filled)", sy.Meta, sy.Clusters["demo-main"].Policy.Retry)
 	}
@@ -235,10 +238,11 @@ clusters:
       SC1: {idc: IDC1, instances: [{addr: 127.0.0.1, port: 8001, weight: 3}]}
       SC2: {idc: IDC2, instances: [{addr: 127.0.0.2, port: 8001, weight: 1}]}
 `)
-	s, err := Load(Config{Path: p})
+	checked, err := Load(Config{Path: p})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := checked.Snapshot()
 	row := s.Clusters["demo-main"].Row
 	if s.Meta.ProxyCluster != "BFE1" || row.Denominator != 100 || row.Weights["SC1"] != 75 || row.Weights["SC2"] != 25 {
 		t.Fatalf("snapshot from state: meta %+v row %+v", s.Meta, row)
@@ -319,10 +323,11 @@ func TestBFEConfDir(t *testing.T) {
 	if err := os.CopyFS(dir, os.DirFS(bfeConf)); err != nil {
 		t.Fatal(err)
 	}
-	s, err := Load(Config{Path: dir, Kind: KindBFE, ProxyCluster: "BFE1"})
+	checked, err := Load(Config{Path: dir, Kind: KindBFE, ProxyCluster: "BFE1"})
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := checked.Snapshot()
 	if s.Meta.ProxyCluster != "BFE1" || s.Clusters["web_plain"].Policy.Balance.SubclusterMode != config.SubclusterBFE ||
 		len(s.Products["shop"].Rules) == 0 {
 		t.Fatalf("BFE snapshot: meta %+v, clusters %d, products %d", s.Meta, len(s.Clusters), len(s.Products))

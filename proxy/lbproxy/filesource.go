@@ -8,7 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/filesource"
 )
 
@@ -18,17 +18,17 @@ import (
 // watched path. There is exactly one loader: the first load is Run's own, so
 // an edit racing the start-up is never missed. state receives what was
 // applied and rejected (/v1/status).
-func startFileSource(cfg Config, log *slog.Logger, apply func(*snapshot.Snapshot) error,
+func startFileSource(cfg Config, log *slog.Logger, apply func(validate.Checked) error,
 	goBG func(string, func(context.Context) error), metrics prometheus.Registerer, state *filesource.State) (string, error) {
 	first := make(chan struct{})
 	var once sync.Once
 	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics, State: state,
-		Apply: func(s *snapshot.Snapshot) error {
-			err := apply(s)
-			if err == nil {
+		Apply: apply,
+		// Called once the outcome is logged and recorded in state.
+		OnChange: func() {
+			if state.Status().AppliedVersion != 0 {
 				once.Do(func() { close(first) })
 			}
-			return err
 		}}
 	if cfg.ConfigFile != "" {
 		fc.Path, fc.Kind = cfg.ConfigFile, filesource.KindSnapshot

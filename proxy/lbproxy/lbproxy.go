@@ -6,38 +6,26 @@
 package lbproxy
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/configwatch"
-	"github.com/sluicelb/sluice/proxy/diskcache"
 	"github.com/sluicelb/sluice/proxy/filesource"
-	"github.com/sluicelb/sluice/proxy/forward"
-	"github.com/sluicelb/sluice/proxy/internal/logbuf"
-	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/proxy/server"
-	"github.com/sluicelb/sluice/proxy/statusreport"
-	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // Etcd says how to reach etcd.
@@ -143,6 +131,10 @@ type Config struct {
 	Version string
 	// Started, when set, is called once every listener is bound.
 	Started func(Addrs)
+
+	// onReport, when set (tests), is called on every notification of the
+	// status reporter.
+	onReport func()
 }
 
 // Addrs are the bound addresses.
@@ -221,290 +213,6 @@ func (c *Config) check() error {
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = 5 * time.Second
 	}
-	return nil
-}
-
-// Run serves until ctx is done, then shuts down gracefully: stops accepting,
-// lets in-flight requests finish within ShutdownTimeout, revokes its etcd
-// leases and returns nil. It returns an error only when it cannot start.
-func Run(ctx context.Context, cfg Config) (err error) {
-	if err := cfg.check(); err != nil {
-		return err
-	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
-	log = log.With("proxy_cluster", cfg.ProxyCluster, "id", cfg.ID)
-	started := time.Now()
-
-	tel, err := telemetry.Setup(ctx, telemetry.Options{
-		ServiceName: "lbproxy", ServiceInstance: cfg.ID, Version: cfg.Version,
-		Exporter: cfg.TraceExporter, SampleRatio: cfg.TraceSample, SpanProcessor: cfg.SpanProcessor, Stdout: cfg.TraceOutput,
-	})
-	if err != nil {
-		return fmt.Errorf("lbproxy: %w", err)
-	}
-	defer func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if e := tel.Shutdown(sctx); e != nil {
-			log.Warn("telemetry shutdown", "err", e)
-		}
-	}()
-
-	promReg := prometheus.NewRegistry()
-	promReg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-
-	trusted, err := server.ParseTrusted(cfg.TrustedProxies)
-	if err != nil {
-		return fmt.Errorf("lbproxy: %w", err)
-	}
-	certs, err := loadCerts(cfg.Certs)
-	if err != nil {
-		return err
-	}
-	var accessLog *slog.Logger
-	var accessBuf *logbuf.Writer
-	if cfg.AccessLog != nil {
-		w := cfg.AccessLog
-		if cfg.AccessLogBuffer > 0 {
-			accessBuf = logbuf.New(w, cfg.AccessLogBuffer)
-			defer accessBuf.Flush() // when Run fails before its flusher starts
-			w = accessBuf
-		}
-		accessLog = slog.New(slog.NewJSONHandler(w, nil))
-	}
-	reg := balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, Logger: log, StickySecret: cfg.StickySecret})
-	pools := forward.NewPools(forward.Options{})
-	defer pools.Close()
-	srv, err := server.New(server.Options{
-		Registry: reg, Pools: pools, TrustedProxies: trusted, MaxBodyBytes: cfg.MaxBodyBytes,
-		UpstreamClient: cfg.UpstreamClient,
-		AccessLog:      accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
-		Metrics: promReg,
-	})
-	if err != nil {
-		return fmt.Errorf("lbproxy: %w", err)
-	}
-	promReg.MustRegister(newTableCollector(srv), prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "sluice_proxy_ejections_total",
-		Help: "Instances ejected by passive health checks (fail_num consecutive failures: NORMAL → CHECKING).",
-	}, func() float64 { return float64(reg.Ejections()) }))
-	if accessBuf != nil {
-		promReg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "sluice_proxy_access_log_dropped_bytes_total",
-			Help: "Bytes of buffered access-log lines lost to failed writes (--access-log-buffer).",
-		}, func() float64 { return float64(accessBuf.Dropped()) }))
-	}
-
-	// Listeners first: a port clash is a start-up error, not a late surprise.
-	var closers []io.Closer
-	defer func() {
-		if err != nil {
-			for _, c := range closers {
-				c.Close()
-			}
-		}
-	}()
-	listen := func(l net.Listener, addr string) (net.Listener, error) {
-		if l != nil || addr == "" {
-			return l, nil
-		}
-		l, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("lbproxy: listen %s: %w", addr, err)
-		}
-		closers = append(closers, l)
-		return l, nil
-	}
-	httpL, err := listen(cfg.Listener, cfg.Listen)
-	if err != nil {
-		return err
-	}
-	tlsL, err := listen(cfg.TLSListener, cfg.ListenTLS)
-	if err != nil {
-		return err
-	}
-	adminL, err := listen(cfg.AdminListener, cfg.Admin)
-	if err != nil {
-		return err
-	}
-
-	// Background work is owned by bgCtx, cancelled after the listeners drained.
-	bgCtx, stopBG := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopBG()
-	var wg sync.WaitGroup
-	goBG := func(name string, f func(context.Context) error) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := f(bgCtx); err != nil && bgCtx.Err() == nil {
-				log.Error(name+" stopped", "err", err)
-			}
-		}()
-	}
-	goBG("health checks", func(ctx context.Context) error { reg.Run(ctx); return nil })
-	if accessBuf != nil {
-		every := cfg.AccessLogFlush
-		if every <= 0 {
-			every = time.Second
-		}
-		// Flushes once more when bgCtx ends: after the listeners drained.
-		goBG("access log flush", func(ctx context.Context) error { accessBuf.Run(ctx, every); return nil })
-	}
-
-	src := &source{srv: srv, log: log}
-	var rep *statusreport.Reporter
-	apply := func(s *snapshot.Snapshot) error {
-		err := srv.Apply(s)
-		if err != nil {
-			log.Warn("snapshot rejected", "version", s.Meta.Version, "err", err)
-		} else {
-			log.Info("snapshot applied", "version", s.Meta.Version, "hash", s.Meta.Hash)
-		}
-		if rep != nil {
-			rep.Notify()
-		}
-		return err
-	}
-
-	switch {
-	case len(cfg.Etcd.Endpoints) > 0:
-		etcd, err := newEtcdClient(cfg.Etcd, log)
-		if err != nil {
-			return err
-		}
-		defer etcd.Close()
-		cli := etcd.Client
-		src.etcd = etcd
-		promReg.MustRegister(etcd.Collector())
-		layout, err := keys.New(cfg.Prefix)
-		if err != nil {
-			return fmt.Errorf("lbproxy: prefix: %w", err)
-		}
-		dir := cfg.CacheDir
-		if dir == "" {
-			dir = DefaultCacheDir()
-		}
-		cache, err := diskcache.Open(dir, cfg.ProxyCluster)
-		if err != nil {
-			return fmt.Errorf("lbproxy: disk cache: %w", err)
-		}
-		w, err := configwatch.New(configwatch.Config{
-			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, Apply: apply, Cache: cache,
-			Logger: log, StallTimeout: cfg.StallTimeout, Metrics: promReg,
-			// Rejections never reach apply: report them promptly too.
-			OnChange: func() {
-				if rep != nil {
-					rep.Notify()
-				}
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("lbproxy: %w", err)
-		}
-		src.watcher = w
-		dm := &demandMeter{window: 10 * time.Second, now: time.Now, counts: srv.Counts}
-		rep, err = statusreport.New(statusreport.Config{
-			Client: cli, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
-			Interval: cfg.ReportInterval, Logger: log,
-			Status: func() report.ProxyStatus {
-				st := src.proxyStatus(cfg, started)
-				st.AdminAddr, st.ListenAddr = addrOf(adminL), addrOf(httpL)
-				return st
-			},
-			Demand: func() report.Demand {
-				rates, secs := dm.rates()
-				return report.Demand{ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Clusters: rates,
-					WindowSeconds: secs, UpdatedAt: time.Now()}
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("lbproxy: %w", err)
-		}
-		goBG("config watch", w.Run)
-		goBG("status report", rep.Run)
-	default:
-		src.fileState = new(filesource.State)
-		path, err := startFileSource(cfg, log, apply, goBG, promReg, src.fileState)
-		if err != nil {
-			return err
-		}
-		src.file = path
-	}
-
-	adminH, err := admin.New(admin.Config{
-		Server: srv, Registry: reg, Gatherer: promReg, Token: cfg.AdminToken, Logger: log,
-		Pprof:  cfg.Pprof,
-		Status: func() any { return src.adminStatus() },
-	})
-	if err != nil {
-		return fmt.Errorf("lbproxy: %w", err)
-	}
-	front := cfg.Front
-	front.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	var servers []server.Front
-	serve := func(name string, l net.Listener, hs server.Front, tlsOn bool) {
-		servers = append(servers, hs)
-		l = sockio.Listener{Listener: l} // every listener's connections make raw system calls
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			var err error
-			if tlsOn {
-				err = hs.(*http.Server).ServeTLS(l, "", "")
-			} else {
-				err = hs.Serve(l)
-			}
-			if err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error(name+" server stopped", "err", err)
-			}
-		}()
-	}
-	if httpL != nil {
-		hs, err := srv.NewFront(cfg.FrontKind, front)
-		if err != nil {
-			return err
-		}
-		serve("http", httpL, hs, false)
-	}
-	if tlsL != nil {
-		f := front
-		f.Certificates = certs
-		hs, err := srv.HTTPServer(f)
-		if err != nil {
-			return err
-		}
-		serve("https", tlsL, hs, true)
-	}
-	adminHS := &http.Server{Handler: adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
-	serve("admin", adminL, adminHS, false)
-	addrs := Addrs{HTTP: addrOf(httpL), HTTPS: addrOf(tlsL), Admin: addrOf(adminL)}
-	log.Info("lbproxy started", "http", addrs.HTTP, "https", addrs.HTTPS, "admin", addrs.Admin, "version", cfg.Version)
-	if cfg.Started != nil {
-		cfg.Started(addrs)
-	}
-
-	<-ctx.Done()
-	log.Info("shutting down", "timeout", cfg.ShutdownTimeout.String())
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
-	defer cancel()
-	var swg sync.WaitGroup
-	for _, hs := range servers {
-		swg.Add(1)
-		go func() {
-			defer swg.Done()
-			if err := hs.Shutdown(sctx); err != nil {
-				log.Warn("in-flight requests cut at the shutdown deadline", "err", err)
-				hs.Close()
-			}
-		}()
-	}
-	swg.Wait()
-	stopBG() // the status reporter revokes its lease on the way out
-	wg.Wait()
-	log.Info("stopped")
 	return nil
 }
 

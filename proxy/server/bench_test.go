@@ -51,7 +51,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := s.Apply(snap); err != nil {
+			if err := s.Apply(checked(b, snap)); err != nil {
 				b.Fatal(err)
 			}
 			r := httptest.NewRequest(http.MethodGet, "http://demo.test/index.html?q=1", nil)

@@ -61,58 +61,41 @@ func (rp *reply) finish() {
 var forwardedSkip = []string{"Forwarded"}
 
 // serveFast runs the attempts of one request over forward's HTTP/1.1 client
-// and relays the answer: the same decisions as roundTrip (next, attempt,
-// tryAgain) without ReverseProxy's request cloning and Transport's
-// goroutine hand-offs.
+// and relays the answer: the same loop as roundTrip (attemptLoop) without
+// ReverseProxy's request cloning and Transport's goroutine hand-offs.
 func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-	h := w.Header()
-	fr := st.outbound(r)
-	var last *failure
-	var held *reply
-	for {
-		pick, err := st.next(last)
-		if err != nil {
-			if held != nil {
-				st.relay(w, held) // no further attempt: the backend's own answer
-				return
-			}
-			st.generated(w, st.giveUp(err, last))
-			return
-		}
-		if held != nil {
-			held.finish()
-			clear(h)
-			held = nil
-		}
-		rep, f := st.attemptFast(ctx, fr, pick, h)
-		if f == nil {
-			st.relay(w, rep)
-			return
-		}
-		last = f
-		if f.kind == failStatus {
-			held = rep
-		} else {
-			clear(h)
-		}
-		bodySent := st.stream != nil && st.stream.read.Load() > 0
-		if !tryAgain(f, st.replayable, bodySent) {
-			if held != nil {
-				st.relay(w, held)
-				return
-			}
-			st.generated(w, failError(f))
-			return
-		}
-		if st.recording {
-			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
-				attribute.Int("sluice.attempt", pick.Attempt()+1),
-				attribute.String("sluice.retry.after", failError(f).code),
-				attribute.String("sluice.subcluster", pick.SubCluster()),
-				attribute.String("sluice.instance", st.instance)))
-			sp.End()
-		}
+	rep, ge := attemptLoop[*reply](st, fastAttempter{st: st, ctx: ctx, fr: st.outbound(r), h: w.Header()})
+	if ge != nil {
+		st.generated(w, ge)
+		return
 	}
+	st.relay(w, rep)
+}
+
+// fastAttempter is one attempt over forward's HTTP/1.1 client; the answer's
+// header goes straight into the client's response header h.
+type fastAttempter struct {
+	st  *reqState
+	ctx context.Context
+	fr  *forward.Request
+	h   http.Header
+}
+
+func (a fastAttempter) attempt(pick balance.Pick) (*reply, bool, *failure) {
+	rep, f := a.st.attemptFast(a.ctx, a.fr, pick, a.h)
+	switch {
+	case f == nil:
+		return rep, false, nil
+	case f.kind == failStatus:
+		return rep, true, f
+	}
+	clear(a.h)
+	return nil, false, f
+}
+
+func (a fastAttempter) release(rep *reply) {
+	rep.finish()
+	clear(a.h)
 }
 
 // outbound fills the request every attempt sends: the client's request with

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/forward"
 )
@@ -175,7 +176,7 @@ func newProxy(t testing.TB, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 		t.Fatal(err)
 	}
 	if snap != nil {
-		if err := s.Apply(snap); err != nil {
+		if err := s.Apply(checked(t, snap)); err != nil {
 			t.Fatalf("apply: %v", err)
 		}
 	}
@@ -237,4 +238,36 @@ func get(t *testing.T, c *http.Client, url string, hdr map[string]string) (*http
 		t.Fatalf("GET %s: body: %v", url, err)
 	}
 	return res, string(b)
+}
+
+// checked validates s for Apply, failing the test when it does not pass.
+// Tests that must never eject an instance set health.fail_num above
+// validate's bound (MaxHealthCount): such a snapshot is checked at the
+// bound and given its own fail_num back afterwards (tests only: the
+// checked snapshot is the caller's to keep unchanged).
+func checked(t testing.TB, s *snapshot.Snapshot) validate.Checked {
+	t.Helper()
+	failNum := map[string]int{}
+	for name, c := range s.Clusters {
+		if c.Policy.Health.FailNum > validate.MaxHealthCount {
+			failNum[name] = c.Policy.Health.FailNum
+			c.Policy.Health.FailNum = validate.MaxHealthCount
+			s.Clusters[name] = c
+		}
+	}
+	hash := s.Meta.Hash
+	if len(failNum) > 0 {
+		s.Meta.Hash = snapshot.ContentHash(s)
+	}
+	c, err := validate.Check(s)
+	if err != nil {
+		t.Fatalf("validate snapshot v%d: %v", s.Meta.Version, err)
+	}
+	for name, n := range failNum {
+		cl := s.Clusters[name]
+		cl.Policy.Health.FailNum = n
+		s.Clusters[name] = cl
+	}
+	s.Meta.Hash = hash
+	return c
 }

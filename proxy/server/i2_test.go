@@ -72,7 +72,7 @@ func TestI2OneTablePerRequestUnderSwaps(t *testing.T) {
 	}
 	const last = 200
 	for v := uint64(3); v <= last; v++ {
-		if err := p.s.Apply(build(v)); err != nil {
+		if err := p.s.Apply(checked(t, build(v))); err != nil {
 			t.Fatal(err)
 		}
 		if v%20 == 0 {

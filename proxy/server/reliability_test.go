@@ -380,9 +380,9 @@ func TestD8SwapUnderLoadDropsNothing(t *testing.T) {
 	for v := uint64(2); v < 42; v++ {
 		var err error
 		if v%2 == 0 {
-			err = p.s.Apply(build(v, b1, b2))
+			err = p.s.Apply(checked(t, build(v, b1, b2)))
 		} else {
-			err = p.s.Apply(build(v, b2))
+			err = p.s.Apply(checked(t, build(v, b2)))
 		}
 		if err != nil {
 			t.Fatal(err)

@@ -35,6 +35,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/route"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/forward"
 )
@@ -163,10 +164,14 @@ func New(o Options) (*Server, error) {
 	return s, nil
 }
 
-// Apply compiles a snapshot that already passed validate.Snapshot and swaps
-// it in. On error nothing changed (I5). Requests in flight keep the runtime
-// they loaded; new requests see the new one.
-func (s *Server) Apply(snap *snapshot.Snapshot) error {
+// Apply compiles a snapshot that passed validation (validate.Check) and
+// swaps it in. On error nothing changed (I5). Requests in flight keep the
+// runtime they loaded; new requests see the new one.
+func (s *Server) Apply(checked validate.Checked) error {
+	snap := checked.Snapshot()
+	if snap == nil {
+		return fmt.Errorf("apply: no snapshot (the zero validate.Checked)")
+	}
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	start := time.Now()
@@ -178,7 +183,7 @@ func (s *Server) Apply(snap *snapshot.Snapshot) error {
 	if err != nil {
 		return fmt.Errorf("apply version %d: settings.trusted_proxies: %w", snap.Meta.Version, err)
 	}
-	table, err := balance.Build(snap, s.reg)
+	table, err := balance.Build(checked, s.reg)
 	if err != nil {
 		return fmt.Errorf("apply version %d: %w", snap.Meta.Version, err)
 	}

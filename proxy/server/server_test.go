@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 func TestForwardsAndSetsForwardingHeaders(t *testing.T) {
@@ -45,7 +46,8 @@ func TestNotReadyAndNoRoute(t *testing.T) {
 	b := newBackend(t, "b1", nil)
 	s := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
 	s.DefaultProduct = ""
-	if err := p.s.Apply(s); err != nil {
+	s.Meta.Hash = snapshot.ContentHash(s)
+	if err := p.s.Apply(checked(t, s)); err != nil {
 		t.Fatal(err)
 	}
 	res, _ = get(t, c, p.url+"/", map[string]string{"Host": "other.test"})

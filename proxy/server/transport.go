@@ -81,41 +81,33 @@ func tryAgain(f *failure, replayable bool, bodySent bool) bool {
 }
 
 func (st *reqState) roundTrip(out *http.Request) (*http.Response, error) {
-	var last *failure
-	for {
-		pick, err := st.next(last)
-		if err != nil {
-			if last != nil && last.res != nil {
-				// No further attempt: relay the backend's own answer unchanged.
-				return last.res, nil
-			}
-			return nil, st.giveUp(err, last)
-		}
-		if last != nil && last.res != nil {
-			last.res.Body.Close() // reports that pick's Done
-		}
-		res, f := st.attempt(out, pick)
-		if f == nil {
-			return res, nil
-		}
-		last = f
-		bodySent := st.stream != nil && st.stream.read.Load() > 0
-		if !tryAgain(f, st.replayable, bodySent) {
-			if f.res != nil {
-				return f.res, nil
-			}
-			return nil, failError(f)
-		}
-		if st.recording {
-			_, sp := st.s.tracer.Start(st.ctx, "sluice.retry", trace.WithAttributes(
-				attribute.Int("sluice.attempt", pick.Attempt()+1),
-				attribute.String("sluice.retry.after", failError(f).code),
-				attribute.String("sluice.subcluster", pick.SubCluster()),
-				attribute.String("sluice.instance", st.instance)))
-			sp.End()
-		}
+	res, ge := attemptLoop[*http.Response](st, stdAttempter{st: st, out: out})
+	if ge != nil {
+		return nil, ge
 	}
+	return res, nil
 }
+
+// stdAttempter is one attempt over http.Transport (the std upstream client
+// and upgrades).
+type stdAttempter struct {
+	st  *reqState
+	out *http.Request
+}
+
+func (a stdAttempter) attempt(pick balance.Pick) (*http.Response, bool, *failure) {
+	res, f := a.st.attempt(a.out, pick)
+	switch {
+	case f == nil:
+		return res, false, nil
+	case f.res != nil:
+		return f.res, true, f
+	}
+	return nil, false, f
+}
+
+// release closes a kept answer's body, which reports that pick's Done.
+func (stdAttempter) release(res *http.Response) { res.Body.Close() }
 
 // next asks the selection for the next pick and records the decision.
 func (st *reqState) next(last *failure) (balance.Pick, error) {
