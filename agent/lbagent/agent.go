@@ -2,7 +2,6 @@ package lbagent
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/sluicelb/sluice/agent/internal/register"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/etcdclient"
+	"github.com/sluicelb/sluice/api/httpauth"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/probe"
@@ -481,17 +481,9 @@ func (a *Agent) adminHandler() http.Handler {
 
 // authorized requires "Authorization: Bearer <AdminToken>" when a token is set.
 func (a *Agent) authorized(h http.Handler) http.Handler {
-	if a.cfg.AdminToken == "" {
-		return h
-	}
-	want := []byte("Bearer " + a.cfg.AdminToken)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), want) != 1 {
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return httpauth.Require(a.cfg.AdminToken, "", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+	}, h)
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -9,7 +9,6 @@
 package admin
 
 import (
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -25,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/httpauth"
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/explain"
 	"github.com/sluicelb/sluice/proxy/server"
@@ -115,19 +115,9 @@ func New(cfg Config) (http.Handler, error) {
 type api struct{ cfg Config }
 
 func (a *api) auth(h http.Handler) http.Handler {
-	if a.cfg.Token == "" {
-		return h
-	}
-	want := []byte("Bearer " + a.cfg.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lbproxy-admin"`)
-			writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
+	return httpauth.Require(a.cfg.Token, "lbproxy-admin", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+	}, h)
 }
 
 func (a *api) readyz(w http.ResponseWriter, r *http.Request) {

@@ -6,7 +6,7 @@
 // closed channel, watch error or stall (no event and no progress
 // notification for StallTimeout) restarts that cycle after a jittered
 // backoff; so does a store that is no longer the one listed (etcd wiped,
-// replaced or restored: see watchStore). Within a lineage it never applies a
+// replaced or restored). Those list-then-watch rules are api/etcdwatch's. Within a lineage it never applies a
 // version older than the one applied (I1), also across restarts thanks to
 // the disk cache, which is also what a proxy started while etcd is down
 // serves (I3); a pointer of another lineage is applied whatever its version
@@ -25,10 +25,11 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/etcdwatch"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
@@ -37,13 +38,11 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultStallTimeout = 30 * time.Second
-	DefaultOpTimeout    = 5 * time.Second
-	// DefaultStoreCheckInterval is how often a session checks that etcd is
-	// still the store it listed (see watchStore).
-	DefaultStoreCheckInterval = 3 * time.Second
-	minBackoff                = 100 * time.Millisecond
-	maxBackoff                = 5 * time.Second
+	DefaultStallTimeout = etcdwatch.DefaultStallTimeout
+	DefaultOpTimeout    = etcdwatch.DefaultOpTimeout
+	// DefaultStoreCheckInterval is how often the watch checks that etcd is
+	// still the store it listed (see api/etcdwatch).
+	DefaultStoreCheckInterval = etcdwatch.DefaultStoreCheckInterval
 )
 
 // Sources of an applied snapshot (Status.Source).
@@ -54,14 +53,14 @@ const (
 
 // Watch restart reasons (Status.WatchRestarts keys and the metric label).
 const (
-	ReasonCompacted  = "compacted"   // the watch revision was compacted away
-	ReasonClosed     = "closed"      // the watch channel closed without an error
-	ReasonWatchError = "watch_error" // the watch failed (no leader, canceled, ...)
-	ReasonStall      = "stall"       // nothing arrived for StallTimeout
-	ReasonSyncError  = "sync_error"  // listing the pointer or fetching a snapshot failed
+	ReasonCompacted  = string(etcdwatch.ReasonCompacted)  // the watch revision was compacted away
+	ReasonClosed     = string(etcdwatch.ReasonClosed)     // the watch channel closed without an error
+	ReasonWatchError = string(etcdwatch.ReasonWatchError) // the watch failed (no leader, canceled, ...)
+	ReasonStall      = string(etcdwatch.ReasonStall)      // nothing arrived for StallTimeout
+	ReasonSyncError  = string(etcdwatch.ReasonSyncError)  // listing the pointer or fetching a snapshot failed
 	// ReasonStoreReplaced: etcd behind the endpoints is another store than
 	// the one listed (wiped, replaced, restored from a backup).
-	ReasonStoreReplaced = "store_replaced"
+	ReasonStoreReplaced = string(etcdwatch.ReasonStoreReplaced)
 )
 
 // Config configures a Watcher. Client, ProxyCluster and Apply are required.
@@ -171,46 +170,55 @@ func New(cfg Config) (*Watcher, error) {
 
 // Run applies the cached snapshot (if nothing is applied yet), then lists and
 // watches etcd until ctx is done; it returns nil then. It never gives up on
-// etcd errors: it resyncs with a jittered exponential backoff.
+// etcd errors: it resyncs with a jittered exponential backoff (api/etcdwatch
+// holds the list-then-watch rules; this package what a pointer means).
 func (w *Watcher) Run(ctx context.Context) error {
 	if !w.running.CompareAndSwap(false, true) {
 		return errors.New("configwatch: Run is already running")
 	}
 	defer w.running.Store(false)
 	w.applyCache()
-	attempt := 0
-	for {
-		reason, synced := w.session(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		w.countRestart(reason)
-		if synced {
-			attempt = 0
-		}
-		d := backoff(attempt, w.rnd.Float64())
-		attempt++
-		w.log.Info("restarting snapshot watch", "reason", reason, "backoff", d)
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nil
-		case <-t.C:
-		}
-	}
+	return etcdwatch.Run(ctx, etcdwatch.Config{
+		Client: w.cfg.Client, Key: w.currentKey, LineageKey: w.lineageKey,
+		StallTimeout: w.cfg.StallTimeout, OpTimeout: w.cfg.OpTimeout, StoreCheckInterval: w.cfg.StoreCheckInterval,
+		Logger: w.log, Rand: w.rnd,
+		OnRestart: func(reason etcdwatch.Reason, _ bool, _ error) {
+			w.setDisconnected()
+			w.countRestart(string(reason))
+		},
+		// The store's pointers carry its lineage.
+		Lineage: func() string { return w.Status().PointerLineage },
+	}, &pointerSink{ctx: ctx, w: w})
 }
 
-// backoff is the wait before the attempt-th consecutive retry: exponential
-// from minBackoff to maxBackoff, jittered into [d/2, d) by u in [0,1).
-func backoff(attempt int, u float64) time.Duration {
-	d := minBackoff
-	for i := 0; i < attempt && d < maxBackoff; i++ {
-		d *= 2
-	}
-	d = min(d, maxBackoff)
-	return d/2 + time.Duration(u*float64(d/2))
+// pointerSink hands the watched pointer to the watcher.
+type pointerSink struct {
+	ctx context.Context // Run's: bounds the snapshot fetches
+	w   *Watcher
 }
+
+func (s *pointerSink) Reset(kvs []*mvccpb.KeyValue, _ int64) error {
+	s.w.setSynced()
+	if len(kvs) == 0 {
+		s.w.log.Info("no snapshot published yet", "key", s.w.currentKey)
+		return nil
+	}
+	return s.w.handlePointer(s.ctx, kvs[0].Value)
+}
+
+func (s *pointerSink) Apply(evs []*clientv3.Event, _ int64) error {
+	s.w.setSynced()
+	// Events of one response are in revision order: only the newest
+	// pointer matters.
+	ev := evs[len(evs)-1]
+	if ev.Type == clientv3.EventTypeDelete {
+		s.w.log.Error("snapshot pointer deleted; keeping the last good snapshot", "key", s.w.currentKey)
+		return nil
+	}
+	return s.w.handlePointer(s.ctx, ev.Kv.Value)
+}
+
+func (s *pointerSink) Heard(int64) { s.w.setSynced() }
 
 func (w *Watcher) applyCache() {
 	c := w.cfg.Cache
@@ -233,164 +241,6 @@ func (w *Watcher) applyCache() {
 	if err := w.apply(checked, SourceDiskCache); err != nil {
 		w.log.Error("cached snapshot rejected by apply", "version", checked.Snapshot().Meta.Version, "err", err)
 	}
-}
-
-// session lists the pointer, then watches it until something goes wrong. It
-// returns the restart reason and whether it got as far as a successful list.
-func (w *Watcher) session(ctx context.Context) (reason string, synced bool) {
-	store, err := w.list(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			w.setDisconnected()
-			w.log.Warn("snapshot sync failed", "err", err)
-		}
-		return ReasonSyncError, false
-	}
-	rev := store.seen.Load()
-	replaced := make(chan struct{})
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := w.cfg.Client.Watch(wctx, w.currentKey, clientv3.WithRev(rev+1), clientv3.WithProgressNotify())
-	wg.Add(2)
-	go func() {
-		defer wg.Done()
-		w.requestProgress(wctx)
-	}()
-	go func() {
-		defer wg.Done()
-		w.watchStore(wctx, store, replaced)
-	}()
-	stall := time.NewTimer(w.cfg.StallTimeout)
-	defer stall.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return "", true
-		case <-replaced:
-			w.setDisconnected()
-			return ReasonStoreReplaced, true
-		case <-stall.C:
-			if w.idleButAlive(ctx, rev+1) {
-				w.setSynced()
-				stall.Reset(w.cfg.StallTimeout)
-				continue
-			}
-			w.setDisconnected()
-			w.log.Warn("snapshot watch stalled", "after", w.cfg.StallTimeout)
-			return ReasonStall, true
-		case resp, ok := <-wch:
-			if !ok {
-				if ctx.Err() != nil {
-					return "", true
-				}
-				w.setDisconnected()
-				return ReasonClosed, true
-			}
-			if err := resp.Err(); err != nil {
-				if ctx.Err() != nil {
-					return "", true
-				}
-				w.setDisconnected()
-				if errors.Is(err, rpctypes.ErrCompacted) || resp.CompactRevision != 0 {
-					w.log.Warn("snapshot watch compacted; resyncing", "compact_revision", resp.CompactRevision)
-					return ReasonCompacted, true
-				}
-				w.log.Warn("snapshot watch failed", "err", err)
-				return ReasonWatchError, true
-			}
-			if store.replacedBy(resp.Header.ClusterId, resp.Header.Revision) {
-				w.setDisconnected()
-				w.log.Warn("snapshot watch answered by another etcd than the one listed (wiped, replaced or restored); resyncing",
-					"listed_cluster_id", store.cluster, "cluster_id", resp.Header.ClusterId)
-				return ReasonStoreReplaced, true
-			}
-			store.raise(resp.Header.Revision)
-			w.setSynced()
-			stall.Reset(w.cfg.StallTimeout)
-			if len(resp.Events) == 0 {
-				continue // progress notification
-			}
-			// Events of one response are in revision order: only the newest
-			// pointer matters.
-			ev := resp.Events[len(resp.Events)-1]
-			if ev.Type == clientv3.EventTypeDelete {
-				w.log.Error("snapshot pointer deleted; keeping the last good snapshot", "key", w.currentKey)
-				continue
-			}
-			if err := w.handlePointer(ctx, ev.Kv.Value); err != nil {
-				if ctx.Err() != nil {
-					return "", true
-				}
-				w.setDisconnected()
-				w.log.Warn("snapshot fetch failed", "err", err)
-				return ReasonSyncError, true
-			}
-			store.learnLineage(w.Status().PointerLineage) // the store's pointers carry its lineage
-		}
-	}
-}
-
-// requestProgress asks etcd for a progress notification on the watch
-// stream of wctx every StallTimeout/3 until wctx is done: a healthy but idle
-// watch then proves itself alive well within StallTimeout, whatever etcd's
-// own progress-notify interval is. It runs apart from the event loop because
-// a request on a stalled stream blocks.
-func (w *Watcher) requestProgress(wctx context.Context) {
-	every := w.cfg.StallTimeout / 3
-	t := time.NewTicker(every)
-	defer t.Stop()
-	for {
-		select {
-		case <-wctx.Done():
-			return
-		case <-t.C:
-			pctx, cancel := context.WithTimeout(wctx, every)
-			if err := w.cfg.Client.RequestProgress(pctx); err != nil && wctx.Err() == nil {
-				w.log.Debug("progress request failed", "err", err)
-			}
-			cancel()
-		}
-	}
-}
-
-// idleButAlive tells an idle etcd from a stalled watch. etcd answers a
-// progress request only once the store revision has reached the watch's
-// start revision, so a watch from rev+1 on a store nobody has written to
-// since gets no progress notifications at all. When a fresh read shows that
-// the store is still below startRev, nothing can have been missed and etcd
-// is reachable: the watch is idle, not stalled.
-func (w *Watcher) idleButAlive(ctx context.Context, startRev int64) bool {
-	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	defer cancel()
-	resp, err := w.cfg.Client.Get(octx, w.currentKey, clientv3.WithCountOnly())
-	return err == nil && resp.Header.Revision < startRev
-}
-
-// list reads the pointer (and, in the same request, the lineage key),
-// handles it and returns which store it read: its revision (to watch
-// after), cluster id and lineage record.
-func (w *Watcher) list(ctx context.Context) (*storeIdentity, error) {
-	octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
-	resp, err := w.cfg.Client.Txn(octx).Then(clientv3.OpGet(w.currentKey), clientv3.OpGet(w.lineageKey)).Commit()
-	cancel()
-	if err != nil {
-		return nil, fmt.Errorf("list %s: %w", w.currentKey, err)
-	}
-	w.setSynced()
-	id := &storeIdentity{cluster: resp.Header.ClusterId}
-	id.learnLineage(lineageOf(resp.Responses[1].GetResponseRange().Kvs))
-	id.raise(resp.Header.Revision)
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) == 0 {
-		w.log.Info("no snapshot published yet", "key", w.currentKey)
-		return id, nil
-	}
-	if err := w.handlePointer(ctx, kvs[0].Value); err != nil {
-		return nil, err
-	}
-	return id, nil
 }
 
 // etcdError marks a failure to talk to etcd (retry later), as opposed to

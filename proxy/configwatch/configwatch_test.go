@@ -20,27 +20,6 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-func TestBackoff(t *testing.T) {
-	cases := []struct {
-		attempt int
-		u       float64
-		want    time.Duration
-	}{
-		{0, 0, 50 * time.Millisecond},
-		{0, 0.5, 75 * time.Millisecond},
-		{1, 0, 100 * time.Millisecond},
-		{3, 0.999999, 800*time.Millisecond - 1},
-		{6, 0, 2500 * time.Millisecond},
-		{100, 0, 2500 * time.Millisecond},
-	}
-	for _, c := range cases {
-		got := backoff(c.attempt, c.u)
-		if got < c.want-time.Microsecond || got > c.want+time.Microsecond {
-			t.Errorf("backoff(%d, %v) = %v, want %v", c.attempt, c.u, got, c.want)
-		}
-	}
-}
-
 func TestStaleSeconds(t *testing.T) {
 	t0 := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 	cases := []struct {

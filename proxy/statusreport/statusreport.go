@@ -12,13 +12,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 )
@@ -30,7 +30,6 @@ const (
 	// revokeTimeout bounds the lease revoke at shutdown.
 	revokeTimeout = 2 * time.Second
 	opTimeout     = 5 * time.Second
-	maxBackoff    = 5 * time.Second
 )
 
 // Config configures a Reporter. Client, ProxyCluster, ID, Status and Demand
@@ -135,24 +134,16 @@ func (r *Reporter) Run(ctx context.Context) error {
 		return errors.New("statusreport: Run is already running")
 	}
 	defer r.running.Store(false)
-	attempt := 0
+	var bo backoff.Policy // 100ms doubling to 5s, jittered
 	for ctx.Err() == nil {
 		ok := r.session(ctx)
 		if ctx.Err() != nil {
 			break
 		}
 		if ok {
-			attempt = 0
+			bo.Reset()
 		}
-		d := min(maxBackoff, 100*time.Millisecond<<min(attempt, 6))
-		d = d/2 + rand.N(d/2+1)
-		attempt++
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
+		backoff.Sleep(ctx, bo.Next())
 	}
 	return nil
 }

@@ -16,7 +16,6 @@ package api
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -32,6 +31,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/httpauth"
 	"github.com/sluicelb/sluice/api/keys"
 )
 
@@ -118,19 +118,9 @@ func Handler(o Options) http.Handler {
 type handler struct{ o Options }
 
 func (h *handler) auth(next http.Handler) http.Handler {
-	if h.o.Token == "" {
-		return next
-	}
-	want := []byte("Bearer " + h.o.Token)
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got := []byte(r.Header.Get("Authorization"))
-		if subtle.ConstantTimeCompare(got, want) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="lbscheduler"`)
-			writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
+	return httpauth.Require(h.o.Token, "lbscheduler", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusUnauthorized, errors.New("missing or wrong bearer token"))
+	}, next)
 }
 
 func (h *handler) getPlan(w http.ResponseWriter, r *http.Request) {

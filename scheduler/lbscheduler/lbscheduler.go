@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -263,21 +264,21 @@ func (s *Scheduler) Publisher() *publish.Publisher { return s.pub }
 // campaignLoop campaigns, holds leadership until the session ends, the
 // control loop reports being fenced, or ctx is done; then campaigns again.
 func (s *Scheduler) campaignLoop(ctx context.Context) {
-	backoff := 200 * time.Millisecond
+	bo := backoff.Policy{Min: 200 * time.Millisecond, Max: 5 * time.Second}
 	for ctx.Err() == nil {
 		l, err := s.elector.Campaign(ctx, s.APIAddr())
 		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}
-			s.log.Warn("campaign failed", "err", err, "backoff", backoff)
-			if !sleepCtx(ctx, backoff) {
+			d := bo.Next()
+			s.log.Warn("campaign failed", "err", err, "backoff", d)
+			if !backoff.Sleep(ctx, d) {
 				return
 			}
-			backoff = min(2*backoff, 5*time.Second)
 			continue
 		}
-		backoff = 200 * time.Millisecond
+		bo.Reset()
 		s.lead.Store(l)
 		s.m.leader.Set(1)
 		s.log.Info("became leader", "election_key", l.Key, "rev", l.Rev)
@@ -312,16 +313,5 @@ func (s *Scheduler) poke() {
 	select {
 	case s.kick <- struct{}{}:
 	default:
-	}
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

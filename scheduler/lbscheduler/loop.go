@@ -12,6 +12,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/inventory"
@@ -42,7 +43,7 @@ func (s *Scheduler) controlLoop(ctx context.Context) {
 			continue
 		}
 		// Debounce: let a burst of changes settle, then reconcile once.
-		if !sleepCtx(ctx, s.cfg.Debounce) {
+		if !backoff.Sleep(ctx, s.cfg.Debounce) {
 			return
 		}
 		select {

@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 )
@@ -53,7 +54,7 @@ type Options struct {
 	// OpTimeout bounds one etcd operation (default 5s).
 	OpTimeout time.Duration
 	// BackoffMin and BackoffMax bound the wait after a failed attempt
-	// (defaults 200ms and 5s); each wait is doubled, then jittered ±50 %.
+	// (defaults 200ms and 5s); each wait is doubled, then jittered into [d/2, d).
 	BackoffMin, BackoffMax time.Duration
 	// Meaningful decides whether a load-only change is worth a write
 	// (default Meaningful).
@@ -364,24 +365,10 @@ func (r *Registrar) hookErr(op string, err error) {
 }
 
 // backoff returns the wait after the n-th consecutive failure (n ≥ 1):
-// BackoffMin·2^(n-1) capped at BackoffMax, times a jitter in [0.5, 1.5).
+// BackoffMin·2^(n-1) capped at BackoffMax, jittered into [d/2, d)
+// (api/backoff).
 func (r *Registrar) backoff(n int) time.Duration {
-	return Backoff(n, r.o.BackoffMin, r.o.BackoffMax, r.o.Rand())
-}
-
-// Backoff is the wait after the n-th consecutive failure: lo·2^(n-1)
-// capped at hi, multiplied by 0.5+jitter (jitter in [0,1)).
-func Backoff(n int, lo, hi time.Duration, jitter float64) time.Duration {
-	d := hi
-	if n < 1 {
-		n = 1
-	}
-	if n <= 32 {
-		if e := lo << (n - 1); e > 0 && e < hi {
-			d = e
-		}
-	}
-	return time.Duration(float64(d) * (0.5 + jitter))
+	return backoff.Delay(max(n, 1)-1, r.o.Rand(), r.o.BackoffMin, r.o.BackoffMax)
 }
 
 // Meaningful reports whether next differs enough from written to be worth a

@@ -236,25 +236,3 @@ func TestMeaningful(t *testing.T) {
 		}
 	}
 }
-
-func TestBackoff(t *testing.T) {
-	lo, hi := 100*time.Millisecond, time.Second
-	cases := []struct {
-		n      int
-		jitter float64
-		want   time.Duration
-	}{
-		{1, 0.5, 100 * time.Millisecond},
-		{2, 0.5, 200 * time.Millisecond},
-		{4, 0.5, 800 * time.Millisecond},
-		{5, 0.5, time.Second},
-		{60, 0.5, time.Second},
-		{1, 0, 50 * time.Millisecond},
-		{5, 0.999, 1499 * time.Millisecond},
-	}
-	for _, c := range cases {
-		if got := Backoff(c.n, lo, hi, c.jitter); got != c.want {
-			t.Errorf("Backoff(%d, jitter %v) = %s, want %s", c.n, c.jitter, got, c.want)
-		}
-	}
-}

@@ -2,7 +2,6 @@ package dashboard
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,6 +18,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/api/httpauth"
 	"github.com/sluicelb/sluice/api/keys"
 )
 
@@ -108,8 +108,7 @@ func (d *Dashboard) authorize(r *http.Request) error {
 	if r.Header.Get(CSRFHeader) != "1" || !sameOrigin(r) {
 		return &actionError{http.StatusForbidden, errCrossSite}
 	}
-	got := []byte(r.Header.Get("Authorization"))
-	if subtle.ConstantTimeCompare(got, []byte("Bearer "+d.o.Token)) != 1 {
+	if !httpauth.Valid(r, d.o.Token) {
 		return &actionError{http.StatusUnauthorized, errToken}
 	}
 	return nil
