@@ -176,6 +176,11 @@ type addrConn struct {
 	idle    atomic.Bool     // between two requests (fasthttp StateIdle)
 	park    atomic.Int32    // connServing, connParking, connParked, connClosed
 	looping bool            // a parked goroutine serves it (owned by that goroutine)
+	// waitReadable's state, owned by the parked goroutine.
+	peek    func(fd uintptr) bool
+	peekBuf [1]byte
+	woken   bool
+	peekErr error
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {

@@ -20,33 +20,38 @@ func waitReadable(c *addrConn, idle time.Duration) error {
 			return err
 		}
 	}
-	var b [1]byte
-	var rerr error
-	woken := false
-	err := c.raw.Read(func(fd uintptr) bool {
-		if woken {
-			// The poller saw the socket readable (data, end or error):
-			// fasthttp's read finds out which, without one more syscall.
-			return true
-		}
-		woken = true
-		for {
-			n, _, e := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK)
-			switch {
-			case errors.Is(e, syscall.EINTR):
-				continue
-			case errors.Is(e, syscall.EAGAIN):
-				return false
-			case e != nil:
-				rerr = e
-			case n == 0:
-				rerr = io.EOF
-			}
-			return true
-		}
-	})
+	if c.peek == nil {
+		c.peek = c.peekReadable // once per connection: no allocation per request
+	}
+	c.woken, c.peekErr = false, nil
+	err := c.raw.Read(c.peek)
 	if err != nil {
 		return err
 	}
-	return rerr
+	return c.peekErr
+}
+
+// peekReadable is the raw read callback of waitReadable: false (wait) while
+// the socket has nothing, true with c.peekErr set at its end or on an error.
+func (c *addrConn) peekReadable(fd uintptr) bool {
+	if c.woken {
+		// The poller saw the socket readable (data, end or error):
+		// fasthttp's read finds out which, without one more syscall.
+		return true
+	}
+	c.woken = true
+	for {
+		n, _, e := syscall.Recvfrom(int(fd), c.peekBuf[:], syscall.MSG_PEEK)
+		switch {
+		case errors.Is(e, syscall.EINTR):
+			continue
+		case errors.Is(e, syscall.EAGAIN):
+			return false
+		case e != nil:
+			c.peekErr = e
+		case n == 0:
+			c.peekErr = io.EOF
+		}
+		return true
+	}
 }
