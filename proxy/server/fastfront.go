@@ -10,10 +10,10 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 
 	"github.com/valyala/fasthttp"
 )
@@ -161,7 +161,10 @@ func (l addrListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &addrConn{Conn: c, raw: rawConn(c)}, nil
+	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
+	ac := &addrConn{Conn: c}
+	ac.wait, _ = c.(readableWaiter)
+	return ac, nil
 }
 
 // addrConn formats the remote address once per connection, not per
@@ -172,15 +175,10 @@ type addrConn struct {
 	remote   string // set on first use by the connection's goroutine
 	rdl, wdl time.Time
 
-	raw     syscall.RawConn // nil: never parked (idlepark.go)
-	idle    atomic.Bool     // between two requests (fasthttp StateIdle)
-	park    atomic.Int32    // connServing, connParking, connParked, connClosed
-	looping bool            // a parked goroutine serves it (owned by that goroutine)
-	// waitReadable's state, owned by the parked goroutine.
-	peek    func(fd uintptr) bool
-	peekBuf [1]byte
-	woken   bool
-	peekErr error
+	wait    readableWaiter // nil: never parked (idlepark.go)
+	idle    atomic.Bool    // between two requests (fasthttp StateIdle)
+	park    atomic.Int32   // connServing, connParking, connParked, connClosed
+	looping bool           // a parked goroutine serves it (owned by that goroutine)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {

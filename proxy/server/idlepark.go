@@ -3,7 +3,6 @@ package server
 import (
 	"io"
 	"net"
-	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -19,7 +18,8 @@ import (
 // requests and with nothing buffered, reads the first byte of the next one,
 // addrConn.Read answers io.EOF instead of blocking, fasthttp ends its loop and
 // returns every buffer to its pools, and a small goroutine waits for the
-// socket to become readable (no buffer, the idle timeout as deadline) before
+// socket to become readable (sockio.Conn.AwaitReadable: no buffer, the idle
+// timeout as deadline) before
 // handing the connection back to fasthttp (Server.ServeConn). A parked
 // connection costs that goroutine's stack and the socket.
 //
@@ -35,7 +35,7 @@ const (
 // fasthttp reads while idle only with an empty buffer (a pipelined request
 // already buffered is served without a read), so no byte is lost.
 func (c *addrConn) Read(p []byte) (int, error) {
-	if c.raw != nil && c.idle.Load() && c.park.CompareAndSwap(connServing, connParking) {
+	if c.wait != nil && c.idle.Load() && c.park.CompareAndSwap(connServing, connParking) {
 		return 0, io.EOF
 	}
 	return c.Conn.Read(p)
@@ -153,19 +153,17 @@ func (f *FastFront) beginClose() {
 	}
 }
 
-// rawConn is the connection's syscall.RawConn when it can wait for
-// readability without a buffer (TCP on Unix), nil otherwise (never parked).
-func rawConn(c net.Conn) syscall.RawConn {
-	if !canPark {
-		return nil
+// readableWaiter is a connection that can wait for its next byte without a
+// buffer (sockio.Conn: TCP on Linux); others are never parked.
+type readableWaiter interface{ AwaitReadable() error }
+
+// waitReadable waits until c has something to read (a byte, its end, an
+// error) or idle passes.
+func waitReadable(c *addrConn, idle time.Duration) error {
+	if idle > 0 {
+		if err := c.SetReadDeadline(time.Now().Add(idle)); err != nil {
+			return err
+		}
 	}
-	tc, ok := c.(*net.TCPConn)
-	if !ok {
-		return nil
-	}
-	rc, err := tc.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	return rc
+	return c.wait.AwaitReadable()
 }
