@@ -106,7 +106,7 @@ type Config struct {
 	// FrontKind is the server of the plain HTTP listener: server.FrontFastHTTP
 	// or server.FrontStd (net/http). Empty: fasthttp, or std with the std
 	// upstream client (the fasthttp front needs the fast one). TLS listeners
-	// always use net/http (HTTP/2).
+	// serve HTTP/2 (ALPN h2) with net/http and HTTP/1.1 with this kind.
 	FrontKind string
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
@@ -445,18 +445,13 @@ func Run(ctx context.Context, cfg Config) (err error) {
 	front := cfg.Front
 	front.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	var servers []server.Front
-	serve := func(name string, l net.Listener, hs server.Front, tlsOn bool) {
+	serve := func(name string, l net.Listener, hs server.Front) {
 		servers = append(servers, hs)
 		l = sockio.Listener{Listener: l} // every listener's connections make raw system calls
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var err error
-			if tlsOn {
-				err = hs.(*http.Server).ServeTLS(l, "", "")
-			} else {
-				err = hs.Serve(l)
-			}
+			err := hs.Serve(l)
 			if err != nil && !errors.Is(err, http.ErrServerClosed) {
 				log.Error(name+" server stopped", "err", err)
 			}
@@ -467,19 +462,19 @@ func Run(ctx context.Context, cfg Config) (err error) {
 		if err != nil {
 			return err
 		}
-		serve("http", httpL, hs, false)
+		serve("http", httpL, hs)
 	}
 	if tlsL != nil {
 		f := front
 		f.Certificates = certs
-		hs, err := srv.HTTPServer(f)
+		hs, err := srv.TLSFront(cfg.FrontKind, f) // ALPN h2 to net/http, HTTP/1.1 to the same kind as --front
 		if err != nil {
 			return err
 		}
-		serve("https", tlsL, hs, true)
+		serve("https", tlsL, hs)
 	}
 	adminHS := &http.Server{Handler: adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
-	serve("admin", adminL, adminHS, false)
+	serve("admin", adminL, adminHS)
 	addrs := Addrs{HTTP: addrOf(httpL), HTTPS: addrOf(tlsL), Admin: addrOf(adminL)}
 	log.Info("lbproxy started", "http", addrs.HTTP, "https", addrs.HTTPS, "admin", addrs.Admin, "version", cfg.Version)
 	if cfg.Started != nil {

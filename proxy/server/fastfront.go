@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,7 @@ type Front interface {
 }
 
 // NewFront returns the cleartext front of the given kind ("" is FrontStd).
-// TLS listeners always use HTTPServer.
+// TLS listeners use TLSFront (the same kind for HTTP/1.1).
 func (s *Server) NewFront(kind string, o FrontOptions) (Front, error) {
 	switch kind {
 	case "", FrontStd:
@@ -87,10 +88,12 @@ type FastFront struct {
 }
 
 // FastHTTPServer returns the fasthttp front with the limits of o (the same
-// defaults as HTTPServer). Certificates are refused: TLS stays on net/http.
+// defaults as HTTPServer). Certificates are refused: a TLS listener is
+// served by TLSFront, which makes the handshake and hands HTTP/1.1
+// connections to a FastFront.
 func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 	if len(o.Certificates) > 0 {
-		return nil, errors.New("server: the fasthttp front serves cleartext HTTP/1.1 only; TLS listeners use the std front")
+		return nil, errors.New("server: the fasthttp front serves cleartext HTTP/1.1 only; TLS listeners use TLSFront")
 	}
 	if !s.fast {
 		// ReverseProxy writes every body through Write: the front would
@@ -164,6 +167,10 @@ func (l addrListener) Accept() (net.Conn, error) {
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
 	ac := &addrConn{Conn: c}
 	ac.wait, _ = c.(readableWaiter)
+	if tc, ok := c.(*tls.Conn); ok { // from TLSFront: the handshake is done
+		st := tc.ConnectionState()
+		ac.tls = &st
+	}
 	return ac, nil
 }
 
@@ -175,10 +182,11 @@ type addrConn struct {
 	remote   string // set on first use by the connection's goroutine
 	rdl, wdl time.Time
 
-	wait    readableWaiter // nil: never parked (idlepark.go)
-	idle    atomic.Bool    // between two requests (fasthttp StateIdle)
-	park    atomic.Int32   // connServing, connParking, connParked, connClosed
-	looping bool           // a parked goroutine serves it (owned by that goroutine)
+	tls     *tls.ConnectionState // over TLS (TLSFront): the request's r.TLS
+	wait    readableWaiter       // nil: never parked (idlepark.go)
+	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
+	park    atomic.Int32         // connServing, connParking, connParked, connClosed
+	looping bool                 // a parked goroutine serves it (owned by that goroutine)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {
