@@ -72,6 +72,18 @@ func readAnswers(t *testing.T, br *bufio.Reader, want ...int) {
 	}
 }
 
+// dialFront opens a client connection, closed at cleanup.
+func dialFront(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	conn.SetDeadline(time.Now().Add(20 * time.Second))
+	return conn, bufio.NewReader(conn)
+}
+
 const smallGET = "GET /small HTTP/1.1\r\nHost: demo.test\r\n\r\n"
 
 // TestFastFrontParksIdleConnections: a keep-alive connection parks between
@@ -80,13 +92,7 @@ const smallGET = "GET /small HTTP/1.1\r\nHost: demo.test\r\n\r\n"
 func TestFastFrontParksIdleConnections(t *testing.T) {
 	p, log := parkProxy(t, FrontOptions{})
 	f := p.hs.(*FastFront)
-	conn, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialFront(t, p.addr)
 	small := len("small body\n")
 	for round := 0; round < 3; round++ {
 		if _, err := io.WriteString(conn, smallGET); err != nil {
@@ -129,13 +135,7 @@ func TestFastFrontParksIdleConnections(t *testing.T) {
 // IdleTimeout.
 func TestFastFrontParkedIdleTimeout(t *testing.T) {
 	p, log := parkProxy(t, FrontOptions{IdleTimeout: 300 * time.Millisecond})
-	conn, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialFront(t, p.addr)
 	io.WriteString(conn, smallGET)
 	readAnswers(t, br, len("small body\n"))
 	start := time.Now()
@@ -153,13 +153,7 @@ func TestFastFrontParkedIdleTimeout(t *testing.T) {
 func TestFastFrontShutdownClosesParked(t *testing.T) {
 	p, log := parkProxy(t, FrontOptions{})
 	f := p.hs.(*FastFront)
-	conn, err := net.Dial("tcp", p.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	conn.SetDeadline(time.Now().Add(20 * time.Second))
-	br := bufio.NewReader(conn)
+	conn, br := dialFront(t, p.addr)
 	io.WriteString(conn, smallGET)
 	readAnswers(t, br, len("small body\n"))
 	eventually(t, 5*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })

@@ -206,24 +206,7 @@ func BenchmarkTLSFront(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer conn.Close()
-			br := bufio.NewReader(conn)
-			req := []byte("GET /index.html?q=1 HTTP/1.1\r\nHost: demo.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				if _, err := conn.Write(req); err != nil {
-					b.Fatal(err)
-				}
-				res, err := http.ReadResponse(br, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				n, _ := io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				if res.StatusCode != 200 || n != 100 {
-					b.Fatalf("status %d, %d bytes", res.StatusCode, n)
-				}
-			}
+			benchGETs(b, conn)
 		})
 	}
 }
