@@ -4,6 +4,7 @@
 //	benchtool load -url URL -conns 64 -duration 10s          closed loop: req/s
 //	benchtool rate -url URL -rate 2000 -duration 10s         open loop: p50/p99 latency
 //	benchtool sink -addr 127.0.0.1:19200                     OTLP/HTTP trace sink (answers 200, counts)
+//	benchtool idle -addr ADDR -pid PID -conns 10000          idle keep-alive connections: memory per connection
 //
 // It uses only the standard library so the harness builds anywhere.
 package main
@@ -28,7 +29,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -41,6 +42,8 @@ func main() {
 		err = rate(os.Args[2:])
 	case "sink":
 		err = sink(os.Args[2:])
+	case "idle":
+		err = idle(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

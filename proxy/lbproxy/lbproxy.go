@@ -93,9 +93,14 @@ type Config struct {
 	Front server.FrontOptions
 	// FrontKind is the server of the plain HTTP listener: server.FrontFastHTTP
 	// or server.FrontStd (net/http). Empty: fasthttp, or std with the std
-	// upstream client (the fasthttp front needs the fast one). TLS listeners
-	// always use net/http (HTTP/2).
+	// upstream client (the fasthttp front needs the fast one).
 	FrontKind string
+	// TLSFrontKind serves HTTP/1.1 on TLS listeners (HTTP/2, ALPN h2, is
+	// always net/http's): server.FrontStd (default) or server.FrontFastHTTP.
+	// std is the default because, measured, fasthttp over crypto/tls holds
+	// 86 KiB of heap per idle connection against net/http's 17 KiB and was not
+	// faster per request (docs/BENCHMARKS.md).
+	TLSFrontKind string
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
 	Pprof bool
@@ -188,6 +193,17 @@ func (c *Config) check() error {
 		}
 	default:
 		return fmt.Errorf("lbproxy: front %q: want %q or %q", c.FrontKind, server.FrontStd, server.FrontFastHTTP)
+	}
+	switch c.TLSFrontKind {
+	case "":
+		c.TLSFrontKind = server.FrontStd
+	case server.FrontStd:
+	case server.FrontFastHTTP:
+		if c.UpstreamClient == server.UpstreamStd {
+			return fmt.Errorf("lbproxy: TLS front %q needs the %q upstream client", c.TLSFrontKind, server.UpstreamFast)
+		}
+	default:
+		return fmt.Errorf("lbproxy: TLS front %q: want %q or %q", c.TLSFrontKind, server.FrontStd, server.FrontFastHTTP)
 	}
 	if (c.ListenTLS != "" || c.TLSListener != nil) && len(c.Certs) == 0 {
 		return errors.New("lbproxy: a TLS listener needs at least one certificate and key pair")

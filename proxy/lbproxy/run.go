@@ -339,19 +339,19 @@ func (p *proxy) serveAll() error {
 		if err != nil {
 			return err
 		}
-		p.serve("http", p.httpL, hs, false)
+		p.serve("http", p.httpL, hs)
 	}
 	if p.tlsL != nil {
 		f := front
 		f.Certificates = p.certs
-		hs, err := p.srv.HTTPServer(f)
+		hs, err := p.srv.TLSFront(cfg.TLSFrontKind, f) // ALPN h2 to net/http, HTTP/1.1 to --tls-front
 		if err != nil {
 			return err
 		}
-		p.serve("https", p.tlsL, hs, true)
+		p.serve("https", p.tlsL, hs)
 	}
 	adminHS := &http.Server{Handler: p.adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
-	p.serve("admin", p.adminL, adminHS, false)
+	p.serve("admin", p.adminL, adminHS)
 	addrs := Addrs{HTTP: addrOf(p.httpL), HTTPS: addrOf(p.tlsL), Admin: addrOf(p.adminL)}
 	p.log.Info("lbproxy started", "http", addrs.HTTP, "https", addrs.HTTPS, "admin", addrs.Admin, "version", cfg.Version)
 	if cfg.Started != nil {
@@ -360,19 +360,13 @@ func (p *proxy) serveAll() error {
 	return nil
 }
 
-func (p *proxy) serve(name string, l net.Listener, hs server.Front, tlsOn bool) {
+func (p *proxy) serve(name string, l net.Listener, hs server.Front) {
 	p.servers = append(p.servers, hs)
 	l = sockio.Listener{Listener: l} // every listener's connections make raw system calls
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		var err error
-		if tlsOn {
-			err = hs.(*http.Server).ServeTLS(l, "", "")
-		} else {
-			err = hs.Serve(l)
-		}
-		if err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			p.log.Error(name+" server stopped", "err", err)
 		}
 	}()

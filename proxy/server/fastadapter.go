@@ -63,6 +63,10 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	}
 	u := &a.url
 	r.URL = u
+	r.TLS = nil
+	if ac, ok := ctx.Conn().(*addrConn); ok {
+		r.TLS = ac.tls
+	}
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
 	if !rh.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0

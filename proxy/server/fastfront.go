@@ -3,15 +3,18 @@ package server
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 
 	"github.com/valyala/fasthttp"
 )
@@ -37,7 +40,7 @@ type Front interface {
 }
 
 // NewFront returns the cleartext front of the given kind ("" is FrontStd).
-// TLS listeners always use HTTPServer.
+// TLS listeners use TLSFront (the same kind for HTTP/1.1).
 func (s *Server) NewFront(kind string, o FrontOptions) (Front, error) {
 	switch kind {
 	case "", FrontStd:
@@ -67,23 +70,30 @@ const handoffMax = 64 << 10
 // exchange stays bounded by the policy timeouts), and Upgrade requests (other
 // than h2c, which is refused as on the std front) are handed with their
 // connection to a net/http server. fasthttp's read buffer is also its header
-// limit, so every client connection holds MaxHeaderBytes + 4 KiB (68 KiB by
-// default) for its lifetime, where net/http starts at 4 KiB.
+// limit (MaxHeaderBytes + 4 KiB, 68 KiB by default): a connection holds it
+// only while a request is in progress; an idle keep-alive connection is
+// parked without buffers (idlepark.go).
 type FastFront struct {
 	s    *Server
 	fs   *fasthttp.Server
 	std  *http.Server // serves connections handed over for an Upgrade
 	hook func(net.Conn, http.ConnState)
 
-	mu    sync.Mutex
-	conns map[net.Conn]struct{}
+	mu        sync.Mutex
+	conns     map[net.Conn]struct{}
+	closing   bool          // Shutdown or Close began: parked connections close
+	serving   int           // parked connections handed back to fasthttp
+	drained   chan struct{} // closed when closing and serving is 0
+	drainOnce sync.Once
 }
 
 // FastHTTPServer returns the fasthttp front with the limits of o (the same
-// defaults as HTTPServer). Certificates are refused: TLS stays on net/http.
+// defaults as HTTPServer). Certificates are refused: a TLS listener is
+// served by TLSFront, which makes the handshake and hands HTTP/1.1
+// connections to a FastFront.
 func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 	if len(o.Certificates) > 0 {
-		return nil, errors.New("server: the fasthttp front serves cleartext HTTP/1.1 only; TLS listeners use the std front")
+		return nil, errors.New("server: the fasthttp front serves cleartext HTTP/1.1 only; TLS listeners use TLSFront")
 	}
 	if !s.fast {
 		// ReverseProxy writes every body through Write: the front would
@@ -95,7 +105,7 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 		return nil, err
 	}
 	std.ConnState = o.ConnState
-	f := &FastFront{s: s, std: std, hook: o.ConnState, conns: make(map[net.Conn]struct{})}
+	f := &FastFront{s: s, std: std, hook: o.ConnState, conns: make(map[net.Conn]struct{}), drained: make(chan struct{})}
 	readTimeout := std.ReadHeaderTimeout
 	f.fs = &fasthttp.Server{
 		Handler:      f.serve,
@@ -154,7 +164,14 @@ func (l addrListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &addrConn{Conn: c}, nil
+	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
+	ac := &addrConn{Conn: c}
+	ac.wait, _ = c.(readableWaiter)
+	if tc, ok := c.(*tls.Conn); ok { // from TLSFront: the handshake is done
+		st := tc.ConnectionState()
+		ac.tls = &st
+	}
+	return ac, nil
 }
 
 // addrConn formats the remote address once per connection, not per
@@ -164,6 +181,12 @@ type addrConn struct {
 	net.Conn
 	remote   string // set on first use by the connection's goroutine
 	rdl, wdl time.Time
+
+	tls     *tls.ConnectionState // over TLS (TLSFront): the request's r.TLS
+	wait    readableWaiter       // nil: never parked (idlepark.go)
+	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
+	park    atomic.Int32         // connServing, connParking, connParked, connClosed
+	looping bool                 // a parked goroutine serves it (owned by that goroutine)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {
@@ -196,10 +219,20 @@ func (c *addrConn) remoteAddr() string {
 	return c.remote
 }
 
-// Shutdown stops accepting, closes idle connections and waits for busy ones
-// (and connections handed over for an Upgrade) until ctx is done.
+// Shutdown stops accepting, closes idle (and parked) connections and waits
+// for busy ones (and connections handed over for an Upgrade) until ctx is
+// done.
 func (f *FastFront) Shutdown(ctx context.Context) error {
+	f.beginClose()
 	err := f.fs.ShutdownWithContext(ctx)
+	f.beginClose() // those that parked meanwhile
+	select {
+	case <-f.drained:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
 	if serr := f.std.Shutdown(ctx); err == nil {
 		err = serr
 	}
@@ -208,6 +241,7 @@ func (f *FastFront) Shutdown(ctx context.Context) error {
 
 // Close stops accepting and closes every connection now.
 func (f *FastFront) Close() error {
+	f.beginClose()
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	_ = f.fs.ShutdownWithContext(ctx)
@@ -220,6 +254,9 @@ func (f *FastFront) Close() error {
 }
 
 func (f *FastFront) connState(c net.Conn, st fasthttp.ConnState) {
+	if ac, ok := c.(*addrConn); ok && f.parkState(ac, st) {
+		return // parked, not closed
+	}
 	switch st {
 	case fasthttp.StateNew:
 		f.mu.Lock()

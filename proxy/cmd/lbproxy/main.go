@@ -77,7 +77,8 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "trace-file", Usage: "with --trace-exporter stdout: append the spans to this file, not to stdout (keeps them out of the log)", EnvVars: env("TRACE_FILE")},
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
-			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). TLS always uses net/http (HTTP/2)", EnvVars: env("FRONT")},
+			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). (--tls-front chooses for --listen-tls)", EnvVars: env("FRONT")},
+			&cli.StringFlag{Name: "tls-front", Value: "std", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): std (default; 17 KiB per idle connection) or fasthttp (measured: more memory per idle connection, not faster yet)", EnvVars: env("TLS_FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "watch-stall-timeout", Value: 30e9, Usage: "restart the etcd snapshot watch when no event and no progress notification arrived for this long", EnvVars: env("WATCH_STALL_TIMEOUT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
@@ -132,7 +133,7 @@ func run(c *cli.Context) error {
 		TrustedProxies: c.StringSlice("trusted-proxy"), Logger: logger,
 		TraceExporter: c.String("trace-exporter"), TraceSample: c.Float64("trace-sample"),
 		ShutdownTimeout: c.Duration("shutdown-timeout"), MaxBodyBytes: c.Int64("max-body-bytes"),
-		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"), FrontKind: c.String("front"),
+		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"), FrontKind: c.String("front"), TLSFrontKind: c.String("tls-front"),
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
 			MaxHeaderBytes: c.Int("max-header-bytes"),

@@ -37,6 +37,9 @@ type Conn struct {
 	peekN     int
 	peekErrno syscall.Errno
 	peekByte  byte
+
+	awaitReadFn func(uintptr) bool // Conn.awaitRead, made on first use (await.go)
+	woken       bool               // AwaitReadable: the poller woke it
 }
 
 // half is the state of one direction's call, kept in the Conn so the

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"bufio"
+	"crypto/tls"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// idle opens -conns keep-alive connections to -addr, each sending one GET
+// and reading its answer, keeps them open and idle, and prints what the
+// server process (-pid) holds per connection: RSS from /proc, and with
+// -admin (lbproxy's admin API, --pprof with -token) the Go heap and stack
+// from /metrics after a forced collection (/debug/pprof/heap?gc=1).
+//
+//	benchtool idle -addr 127.0.0.1:28083 -pid 1234 -conns 10000 [-admin 127.0.0.1:29083 -token T] [-tls]
+func idle(args []string) error {
+	fs := flag.NewFlagSet("idle", flag.ExitOnError)
+	addr := fs.String("addr", "", "server address (loopback)")
+	host := fs.String("host", "bench.test", "Host header")
+	pid := fs.Int("pid", 0, "server process whose RSS is read")
+	conns := fs.Int("conns", 10000, "idle connections")
+	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
+	token := fs.String("token", "", "admin token (--admin-token)")
+	useTLS := fs.Bool("tls", false, "TLS (ALPN http/1.1, any certificate)")
+	label := fs.String("label", "", "row label")
+	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
+	fs.Parse(args)
+	if *addr == "" || *pid == 0 {
+		return fmt.Errorf("idle: -addr and -pid are required")
+	}
+	before, err := measure(*pid, *admin, *token)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	open, err := openIdle(*addr, *host, *conns, *useTLS)
+	defer func() {
+		for _, c := range open {
+			c.Close()
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	opened := time.Since(start)
+	time.Sleep(*settle) // let the server settle (a benchmark, not a test)
+	after, err := measure(*pid, *admin, *token)
+	if err != nil {
+		return err
+	}
+	n := float64(len(open))
+	per := func(k string) string {
+		a, okA := after[k]
+		b, okB := before[k]
+		if !okA || !okB {
+			return "-"
+		}
+		return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
+	}
+	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
+		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
+		per("go_memstats_stack_inuse_bytes"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
+	return nil
+}
+
+func fmtCount(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
+
+// openIdle opens n connections (64 at a time), each answered once.
+func openIdle(addr, host string, n int, useTLS bool) ([]net.Conn, error) {
+	out := make([]net.Conn, n)
+	errs := make(chan error, 64)
+	var wg sync.WaitGroup
+	next := make(chan int)
+	req := "GET / HTTP/1.1\r\nHost: " + host + "\r\n\r\n"
+	for w := 0; w < 64; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				c, err := dialIdle(addr, i, useTLS)
+				if err == nil {
+					err = oneGET(c, req)
+				}
+				if err != nil {
+					if c != nil {
+						c.Close()
+					}
+					select {
+					case errs <- fmt.Errorf("connection %d: %w", i, err):
+					default:
+					}
+					continue
+				}
+				out[i] = c
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	var kept []net.Conn
+	for _, c := range out {
+		if c != nil {
+			kept = append(kept, c)
+		}
+	}
+	select {
+	case err := <-errs:
+		return kept, err
+	default:
+	}
+	return kept, nil
+}
+
+// dialIdle spreads connections over source addresses 127.0.0.2... (20 000
+// each) so that many fit in the ephemeral port range.
+func dialIdle(addr string, i int, useTLS bool) (net.Conn, error) {
+	d := net.Dialer{Timeout: 5 * time.Second,
+		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(i/20000), byte(2+i%200))}}
+	if !useTLS {
+		return d.Dial("tcp", addr)
+	}
+	return tls.DialWithDialer(&d, "tcp", addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"http/1.1"}}) // #nosec G402: loopback benchmark
+}
+
+func oneGET(c net.Conn, req string) error {
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, req); err != nil {
+		return err
+	}
+	br := bufio.NewReaderSize(c, 4096)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return err
+	}
+	_, err = io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if err == nil && res.StatusCode != 200 {
+		err = fmt.Errorf("status %d", res.StatusCode)
+	}
+	if err == nil && br.Buffered() > 0 {
+		err = fmt.Errorf("%d bytes after the answer", br.Buffered())
+	}
+	c.SetDeadline(time.Time{})
+	return err
+}
+
+// measure reads the process's RSS and, with admin, lbproxy's Go memory
+// after a collection.
+func measure(pid int, admin, token string) (map[string]float64, error) {
+	m := map[string]float64{}
+	if admin != "" {
+		if err := adminGet("http://"+admin+"/debug/pprof/heap?gc=1", token, nil); err != nil {
+			return nil, err
+		}
+		if err := adminGet("http://"+admin+"/metrics", token, m); err != nil {
+			return nil, err
+		}
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return nil, err
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			m["rss"] = kb * 1024
+		}
+	}
+	return m, nil
+}
+
+// adminGet fetches url; with m, it keeps the go_* gauges of the text exposition.
+func adminGet(url, token string, m map[string]float64) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode != 200 {
+		return fmt.Errorf("%s: status %d", url, res.StatusCode)
+	}
+	if m == nil {
+		_, err = io.Copy(io.Discard, res.Body)
+		return err
+	}
+	sc := bufio.NewScanner(res.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				m[f[0]] = v
+			}
+		}
+	}
+	return sc.Err()
+}

@@ -1,0 +1,200 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// TLSFront serves a TLS listener. It makes the handshake itself and hands
+// each connection on by the protocol the client chose (ALPN): "h2" to
+// net/http's HTTP/2 server, "http/1.1" or none to the fasthttp front over
+// the TLS connection (the std front's HTTP/1.1 when fasthttp is not the
+// kind, or the std upstream client is used).
+type TLSFront struct {
+	cfg       *tls.Config
+	handshake time.Duration // bounds each handshake (ReadHeaderTimeout)
+	std       *http.Server
+	fast      *FastFront // nil: std serves HTTP/1.1 too
+	h2, h1    *connQueue // the handshaken connections for std and fast
+
+	ctx    context.Context // ends the handshakes under way at Shutdown and Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // handshakes and the two inner Serve loops
+
+	mu      sync.Mutex
+	ln      net.Listener
+	closing bool
+}
+
+// TLSFront returns the front of a TLS listener: o.Certificates are required;
+// kind is the HTTP/1.1 server as for NewFront ("" is FrontStd).
+func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
+	if len(o.Certificates) == 0 {
+		return nil, errors.New("server: a TLS front needs at least one certificate")
+	}
+	std, err := s.HTTPServer(o)
+	if err != nil {
+		return nil, err
+	}
+	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
+	switch kind {
+	case "", FrontStd:
+	case FrontFastHTTP:
+		fo := o
+		fo.Certificates = nil
+		if t.fast, err = s.FastHTTPServer(fo); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("server: front %q: want %q or %q", kind, FrontStd, FrontFastHTTP)
+	}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	return t, nil
+}
+
+// Serve accepts TLS clients on l (plain TCP: TLSFront makes the handshake)
+// until Shutdown or Close, then answers http.ErrServerClosed.
+func (t *TLSFront) Serve(l net.Listener) error {
+	t.mu.Lock()
+	if t.closing {
+		t.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	t.ln = l
+	t.wg.Add(1)
+	go func() { defer t.wg.Done(); _ = t.std.Serve(t.h2) }()
+	if t.fast != nil {
+		t.wg.Add(1)
+		go func() { defer t.wg.Done(); _ = t.fast.Serve(t.h1) }()
+	}
+	t.mu.Unlock()
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			t.mu.Lock()
+			closing := t.closing
+			t.mu.Unlock()
+			if closing {
+				return http.ErrServerClosed
+			}
+			return err
+		}
+		t.mu.Lock()
+		if t.closing { // no wg.Add once Shutdown or Close may be waiting
+			t.mu.Unlock()
+			c.Close()
+			return http.ErrServerClosed
+		}
+		t.wg.Add(1)
+		t.mu.Unlock()
+		go t.serveConn(c)
+	}
+}
+
+// serveConn makes the handshake and hands the connection on by ALPN.
+func (t *TLSFront) serveConn(c net.Conn) {
+	defer t.wg.Done()
+	tc := tls.Server(c, t.cfg)
+	ctx, cancel := context.WithTimeout(t.ctx, t.handshake)
+	err := tc.HandshakeContext(ctx)
+	cancel()
+	if err != nil {
+		c.Close()
+		return
+	}
+	q := t.h2
+	if t.fast != nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
+		q = t.h1
+	}
+	q.push(tc)
+}
+
+// Shutdown stops accepting and handshaking, then shuts both servers down
+// (idle connections closed, busy ones waited for until ctx is done).
+func (t *TLSFront) Shutdown(ctx context.Context) error {
+	t.stop()
+	var err error
+	if t.fast != nil {
+		err = t.fast.Shutdown(ctx)
+	}
+	if serr := t.std.Shutdown(ctx); err == nil {
+		err = serr
+	}
+	t.wg.Wait()
+	return err
+}
+
+// Close closes the listener and every connection now.
+func (t *TLSFront) Close() error {
+	t.stop()
+	var err error
+	if t.fast != nil {
+		err = t.fast.Close()
+	}
+	if serr := t.std.Close(); err == nil {
+		err = serr
+	}
+	t.wg.Wait()
+	return err
+}
+
+func (t *TLSFront) stop() {
+	t.mu.Lock()
+	t.closing = true
+	ln := t.ln
+	t.mu.Unlock()
+	if ln != nil {
+		ln.Close()
+	}
+	t.cancel()
+	t.h2.Close()
+	t.h1.Close()
+}
+
+// connQueue is the listener an inner server accepts handshaken connections
+// from.
+type connQueue struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newConnQueue() *connQueue {
+	return &connQueue{ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// push hands c to the server, or closes it once the queue is closed.
+func (q *connQueue) push(c net.Conn) {
+	select {
+	case q.ch <- c:
+	case <-q.done:
+		c.Close()
+	}
+}
+
+func (q *connQueue) Accept() (net.Conn, error) {
+	select {
+	case c := <-q.ch:
+		return c, nil
+	case <-q.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (q *connQueue) Close() error {
+	q.once.Do(func() { close(q.done) })
+	return nil
+}
+
+func (q *connQueue) Addr() net.Addr { return queueAddr{} }
+
+type queueAddr struct{}
+
+func (queueAddr) Network() string { return "tls" }
+func (queueAddr) String() string  { return "tls-front" }

@@ -1,0 +1,212 @@
+package server
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/forward"
+)
+
+// testCertificate is a self-signed ECDSA P-256 certificate for demo.test.
+func testCertificate(t testing.TB) (tls.Certificate, *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "demo.test"},
+		DNSNames: []string{"demo.test"}, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	pool.AddCert(leaf)
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, pool
+}
+
+// tlsProxy is a Server behind a TLSFront of the given kind on loopback.
+func tlsProxy(t testing.TB, kind string, snap *snapshot.Snapshot) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
+	done := make(chan struct{})
+	go func() { reg.Run(ctx); close(done) }()
+	pools := forward.NewPools(forward.Options{})
+	s, err := New(Options{Registry: reg, Pools: pools, UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(checked(t, snap)); err != nil {
+		t.Fatal(err)
+	}
+	cert, pool := testCertificate(t)
+	tf, err := s.TLSFront(kind, FrontOptions{Certificates: []tls.Certificate{cert}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- tf.Serve(l) }()
+	t.Cleanup(func() {
+		tf.Close()
+		if err := <-served; err != http.ErrServerClosed {
+			t.Errorf("Serve: %v, want http.ErrServerClosed", err)
+		}
+		cancel()
+		<-done
+		pools.Close()
+	})
+	return tf, l.Addr().String(), pool
+}
+
+// frontSnapshot routes everything to one frontBackend.
+func frontSnapshot(t *testing.T) (*snapshot.Snapshot, *backend) {
+	b := newBackend(t, "b1", frontBackend)
+	return testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100}, nil)), b
+}
+
+func fastConns(f *FastFront) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.conns)
+}
+
+// TestTLSFrontDispatchesByALPN: h2 clients get HTTP/2 from net/http,
+// http/1.1 and ALPN-less clients HTTP/1.1 from the fasthttp front over TLS,
+// all with the request seen as TLS (X-Forwarded-Proto https).
+func TestTLSFrontDispatchesByALPN(t *testing.T) {
+	snap, b := frontSnapshot(t)
+	tf, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	for _, tc := range []struct {
+		name      string
+		protos    []string
+		wantProto string // response Proto
+		wantALPN  string
+		fast      bool // served by the fasthttp front
+	}{
+		{"h2", []string{"h2", "http/1.1"}, "HTTP/2.0", "h2", false},
+		{"http/1.1", []string{"http/1.1"}, "HTTP/1.1", "http/1.1", true},
+		{"no ALPN", nil, "HTTP/1.1", "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: tc.protos}
+			c, err := tls.Dial("tcp", addr, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got := c.ConnectionState().NegotiatedProtocol; got != tc.wantALPN {
+				t.Fatalf("ALPN %q, want %q", got, tc.wantALPN)
+			}
+			tr := &http.Transport{DialTLSContext: func(context.Context, string, string) (net.Conn, error) { return c, nil },
+				ForceAttemptHTTP2: tc.wantALPN == "h2"}
+			if tc.wantALPN != "h2" {
+				tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+			}
+			defer tr.CloseIdleConnections()
+			req, _ := http.NewRequest(http.MethodGet, "https://demo.test/headers", nil)
+			res, err := tr.RoundTrip(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != 200 || res.Proto != tc.wantProto {
+				t.Fatalf("answer %d %s, want 200 %s (%s)", res.StatusCode, res.Proto, tc.wantProto, body)
+			}
+			if got := b.last().Header.Get("X-Forwarded-Proto"); got != "https" {
+				t.Fatalf("X-Forwarded-Proto %q at the backend, want https", got)
+			}
+			if n := fastConns(tf.fast); (n == 1) != tc.fast {
+				t.Fatalf("fasthttp front holds %d connections, want served by it: %v", n, tc.fast)
+			}
+		})
+	}
+}
+
+// TestTLSFrontKeepAliveAndStd: HTTP/1.1 keep-alive requests over one TLS
+// connection on the fasthttp front, and the std kind serving HTTP/1.1 itself.
+func TestTLSFrontKeepAliveAndStd(t *testing.T) {
+	for _, kind := range []string{FrontFastHTTP, FrontStd} {
+		t.Run(kind, func(t *testing.T) {
+			snap, _ := frontSnapshot(t)
+			_, addr, pool := tlsProxy(t, kind, snap)
+			c, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			br := bufio.NewReader(c)
+			for i := 0; i < 3; i++ {
+				io.WriteString(c, smallGET)
+				readAnswers(t, br, len("small body\n"))
+			}
+		})
+	}
+}
+
+// TestTLSFrontHandshakeFailureCloses: a client speaking plain HTTP to the
+// TLS port is closed; the front goes on serving.
+func TestTLSFrontHandshakeFailureCloses(t *testing.T) {
+	snap, _ := frontSnapshot(t)
+	_, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(20 * time.Second))
+	io.WriteString(c, smallGET)
+	if _, err := io.ReadAll(c); err != nil && !os.IsTimeout(err) {
+		t.Logf("plain client: %v", err)
+	}
+	tc, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "demo.test"})
+	if err != nil {
+		t.Fatalf("TLS client after a failed handshake: %v", err)
+	}
+	tc.Close()
+}
+
+// BenchmarkTLSFront is one keep-alive GET over TLS (ECDSA P-256, ALPN
+// http/1.1) through each kind of front to 4 loopback backends, client, proxy
+// and backends in this process.
+func BenchmarkTLSFront(b *testing.B) {
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		b.Run(kind, func(b *testing.B) {
+			_, addr, pool := tlsProxy(b, kind, benchSnapshot(b))
+			conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"http/1.1"}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			benchGETs(b, conn)
+		})
+	}
+}
