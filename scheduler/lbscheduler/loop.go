@@ -118,6 +118,9 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("compute: %w", err)
 	}
 	s.observe(pl.Clusters)
+	if s.exec != nil {
+		s.exec.Observe(active, shiftResults(pl))
+	}
 	s.doc.Store(newPlanDoc(s.cfg.ID, lead != nil, now, view, pl, prev))
 	s.dash.Notify()
 
@@ -226,6 +229,15 @@ func (s *Scheduler) collect(ctx context.Context) {
 	if _, err := s.collectGone(ctx, lead); err != nil {
 		s.log.Warn("collecting gone proxies", "err", err)
 	}
+}
+
+// shiftResults is what the plan moved per shift, for the executor.
+func shiftResults(pl *plan.Plan) map[string]shift.Result {
+	out := map[string]shift.Result{}
+	for id, r := range pl.ShiftResults() {
+		out[id] = shift.Result{Moved: r.Moved, Reason: r.Reason}
+	}
+	return out
 }
 
 // followerShifts: followers do not run ramps; they show what the leader

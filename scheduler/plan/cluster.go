@@ -325,7 +325,9 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		shifted := false
 		if modes[pc] != ModeUnavailable {
 			for _, sh := range in.shifts[pc] {
-				if applyShift(row, sh, scs, subs, availSC, byCap, set, exps[b]) {
+				r := applyShift(row, sh, scs, subs, availSC, byCap, set, exps[b])
+				plan.addShift(sh.Shift.ID, r)
+				if r.Moved > 0 {
 					shifted = true
 				}
 			}
@@ -544,45 +546,6 @@ func unavailableRow(prev *snapshot.Row, scs []string, subs map[string]config.Sub
 	row[config.Blackhole] = den
 	e.Notes = append(e.Notes, "warning: every sub-cluster is drained or excluded: the whole row is dropped (the drains are the override)")
 	return row
-}
-
-// applyShift moves the shift's applied points of the row from the
-// sub-clusters in IDC From (in proportion to their weight, capped by what
-// they have) to the available sub-clusters in IDC To (in proportion to
-// capacity). It reports whether it moved anything.
-func applyShift(row map[string]int, as ActiveShift, scs []string, subs map[string]config.SubCluster, avail map[string]bool, byCap func(string) float64, set settings, e *snapshot.Explanation) bool {
-	sh := as.Shift
-	want := set.points(as.AppliedPercent)
-	if want <= 0 {
-		return false
-	}
-	var from, to []string
-	for _, name := range scs {
-		switch subs[name].IDC {
-		case sh.From:
-			from = append(from, name)
-		case sh.To:
-			if avail[name] {
-				to = append(to, name)
-			}
-		}
-	}
-	if len(to) == 0 {
-		e.Notes = append(e.Notes, fmt.Sprintf("shift %s cannot apply: no available sub-cluster in IDC %s", sh.ID, sh.To))
-		return false
-	}
-	moved := take(row, want, from)
-	if moved == 0 {
-		e.Notes = append(e.Notes, fmt.Sprintf("shift %s: nothing to move, IDC %s has no weight in this row", sh.ID, sh.From))
-		return false
-	}
-	spread(row, moved, to, byCap)
-	note := fmt.Sprintf("shift %s: moved %d points from IDC %s to IDC %s", sh.ID, moved, sh.From, sh.To)
-	if moved < want {
-		note += fmt.Sprintf(" (asked %d, capped by what IDC %s had)", want, sh.From)
-	}
-	e.Notes = append(e.Notes, note)
-	return true
 }
 
 func joinComma(xs []string) string {

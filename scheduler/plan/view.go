@@ -83,6 +83,9 @@ type ClusterPlan struct {
 	Utilisation map[string]float64 `json:"utilisation"`
 	// Recomputed is true when this call computed the cluster.
 	Recomputed bool `json:"recomputed"`
+	// Shifts is what each active shift of the cluster's rows moved, by
+	// shift id (absent: the row was not planned, e.g. unavailable).
+	Shifts map[string]ShiftResult `json:"shifts,omitempty"`
 }
 
 // Plan is a computed plan whose snapshots are assembled on first use. It is
