@@ -99,6 +99,7 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 	}
 
 	pv := planView(view, active)
+	pv.Now = now
 	start := time.Now()
 	if lead != nil {
 		s.book.begin(lead, now, inputRevision(view))
@@ -125,6 +126,9 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 	s.dash.Notify()
 
 	next := view.NextExpiry
+	if !pl.NextPace.IsZero() && (next.IsZero() || pl.NextPace.Before(next)) {
+		next = pl.NextPace // a paced row may take its next step
+	}
 	if lead == nil {
 		return next, nil
 	}

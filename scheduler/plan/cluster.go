@@ -1,10 +1,12 @@
 package plan
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -33,6 +35,7 @@ const (
 type settings struct {
 	den, maxStep, hysteresis, target, perWeight int
 	defaultDemand                               float64
+	stepInterval                                time.Duration
 }
 
 func normalise(s config.SchedulerSettings) settings {
@@ -50,6 +53,7 @@ func normalise(s config.SchedulerSettings) settings {
 		target:        or(s.TargetUtilisationPercent, d.TargetUtilisationPercent),
 		perWeight:     or(s.CapacityPerWeightRPS, d.CapacityPerWeightRPS),
 		defaultDemand: float64(max(0, s.DefaultDemandRPS)),
+		stepInterval:  cmp.Or(s.StepInterval.D(), config.DefaultStepInterval),
 	}
 }
 
@@ -59,17 +63,20 @@ func (s settings) points(percent int) int { return percent * s.den / 100 }
 // clusterInput is everything one backend cluster's plan depends on; its
 // digest is the cache key.
 type clusterInput struct {
-	name     string
-	cfg      config.Cluster
-	members  map[string][]config.Instance // nil: static instances
-	drained  map[string]bool
-	proxies  []string // sorted
-	topo     *config.Topology
-	set      settings
-	demand   []float64 // per proxy; 0 when unknown
-	known    []bool
-	pins     map[string]*config.Pin
-	shifts   map[string][]ActiveShift
+	name    string
+	cfg     config.Cluster
+	members map[string][]config.Instance // nil: static instances
+	drained map[string]bool
+	proxies []string // sorted
+	topo    *config.Topology
+	set     settings
+	demand  []float64 // per proxy; 0 when unknown
+	known   []bool
+	pins    map[string]*config.Pin
+	shifts  map[string][]ActiveShift
+	// paced[pc] is set when pc's row moved less than step_interval ago: it
+	// is held (but in the safe direction) until then.
+	paced    map[string]time.Time
 	prevRows map[string]*snapshot.Row
 	// prevOpt is the previous plan's optimum (points, before rounding) per
 	// proxy cluster, from the previous snapshot's explanation.
@@ -374,10 +381,20 @@ func computeCluster(in clusterInput) (clusterOutput, error) {
 		case prev.Denominator != set.den:
 			e.Notes = append(e.Notes, fmt.Sprintf("max-step not applied: denominator changed %d→%d", prev.Denominator, set.den))
 		default:
-			out, held := maxStep(keys, prev.Weights, row, set.points(set.maxStep), isAvail)
+			step := set.points(set.maxStep)
+			until, paced := in.paced[pc]
+			paced = paced && set.maxStep < 100 // 100 disables the guardrail
+			if paced {
+				step = 0
+			}
+			out, held := maxStep(keys, prev.Weights, row, step, isAvail)
 			if len(held) > 0 {
 				rows[b] = out
-				e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s (max_step_percent=%d)", GuardMaxStep, joinComma(held), set.maxStep))
+				why := fmt.Sprintf("max_step_percent=%d", set.maxStep)
+				if paced {
+					why += fmt.Sprintf(" per step_interval=%s: the row moved less than that ago, next step at %s", set.stepInterval, until.UTC().Format(time.RFC3339))
+				}
+				e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s (%s)", GuardMaxStep, joinComma(held), why))
 			}
 		}
 	}
