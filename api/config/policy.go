@@ -225,6 +225,9 @@ func DefaultPolicy() Policy {
 	}
 }
 
+// DefaultStepInterval is SchedulerSettings.StepInterval when unset.
+const DefaultStepInterval = 30 * time.Second
+
 // DefaultSchedulerSettings returns the documented defaults.
 func DefaultSchedulerSettings() SchedulerSettings {
 	return SchedulerSettings{

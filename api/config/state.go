@@ -161,9 +161,13 @@ type SchedulerSettings struct {
 	// Denominator is the sum of every computed row: 100 or 10000. Default 100.
 	Denominator int `json:"denominator"`
 	// MaxStepPercent bounds how many points a computed weight may move per
-	// publish (weight leaving a sub-cluster with nothing available moves at
-	// once). Default 10; 100 disables the guardrail.
+	// StepInterval (weight leaving a sub-cluster with nothing available moves
+	// at once). Default 10; 100 disables the guardrail.
 	MaxStepPercent int `json:"max_step_percent"`
+	// StepInterval paces MaxStepPercent: after a computed row moved, it does
+	// not move again (but in the safe direction) for this long. Default 30s
+	// (DefaultStepInterval).
+	StepInterval Duration `json:"step_interval,omitempty"`
 	// HysteresisPercent: changes smaller than this (in points of the row) are
 	// not published. Default 1.
 	HysteresisPercent int `json:"hysteresis_percent"`

@@ -55,16 +55,49 @@ func Undrain(s *config.State, cluster, subCluster string) (config.Drain, error) 
 }
 
 // SetShiftState moves a shift intent to state (config.ShiftPaused,
-// ShiftRunning or ShiftAborted); an aborted shift stays aborted and a done
-// one can only be aborted.
+// ShiftRunning or ShiftAborted); see ShiftState.
 func SetShiftState(sh *config.Shift, state string) error {
+	return ShiftState(sh, nil, state)
+}
+
+// ShiftState moves a shift intent to state (config.ShiftPaused, ShiftRunning
+// to resume, or ShiftAborted), given the scheduler's progress (nil: none
+// yet). Pause applies to a pending or running shift, resume to a paused
+// one; abort to any shift not already aborted (aborting a done shift puts
+// its rows back). Anything else is an error naming the shift and its state.
+func ShiftState(sh *config.Shift, p *config.ShiftProgress, state string) error {
 	switch state {
 	case config.ShiftPaused, config.ShiftRunning, config.ShiftAborted:
 	default:
 		return fmt.Errorf("shift %s: state %q is not one of %s, %s, %s", sh.ID, state, config.ShiftPaused, config.ShiftRunning, config.ShiftAborted)
 	}
-	if sh.State == config.ShiftAborted || sh.State == config.ShiftDone && state != config.ShiftAborted {
-		return fmt.Errorf("shift %s is %s", sh.ID, sh.State)
+	cur := sh.State
+	detail := ""
+	if p != nil && cur != config.ShiftAborted {
+		switch p.State {
+		case config.ShiftDone:
+			cur = config.ShiftDone
+			detail = fmt.Sprintf(" (%d of %d points moved)", p.AppliedPercent, p.TargetPercent)
+		case config.ShiftInvalid:
+			cur = config.ShiftInvalid
+			detail = ": " + p.Message
+		}
+	}
+	verb := map[string]string{config.ShiftPaused: "pause", config.ShiftRunning: "resume", config.ShiftAborted: "abort"}[state]
+	refuse := func(why string) error {
+		return fmt.Errorf("shift %s is %s%s: cannot %s it%s", sh.ID, cur, detail, verb, why)
+	}
+	switch {
+	case cur == config.ShiftAborted:
+		return refuse("")
+	case cur == config.ShiftDone && state != config.ShiftAborted:
+		return refuse(" (it is finished; abort it to put the rows back)")
+	case cur == config.ShiftInvalid && state != config.ShiftAborted:
+		return refuse(" (abort it and create a valid one)")
+	case state == config.ShiftPaused && cur == config.ShiftPaused:
+		return refuse(" (already paused)")
+	case state == config.ShiftRunning && cur != config.ShiftPaused:
+		return refuse(" (only a paused shift resumes)")
 	}
 	sh.State = state
 	return nil

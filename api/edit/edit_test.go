@@ -49,8 +49,11 @@ func TestSetShiftState(t *testing.T) {
 		{config.ShiftRunning, config.ShiftPaused, ""},
 		{config.ShiftPaused, config.ShiftRunning, ""},
 		{config.ShiftDone, config.ShiftAborted, ""},
-		{config.ShiftDone, config.ShiftPaused, "shift s is done"},
-		{config.ShiftAborted, config.ShiftRunning, "shift s is aborted"},
+		{config.ShiftDone, config.ShiftPaused, "shift s is done: cannot pause it (it is finished; abort it to put the rows back)"},
+		{config.ShiftPaused, config.ShiftPaused, "shift s is paused: cannot pause it (already paused)"},
+		{config.ShiftRunning, config.ShiftRunning, "shift s is running: cannot resume it (only a paused shift resumes)"},
+		{config.ShiftAborted, config.ShiftRunning, "shift s is aborted: cannot resume it"},
+		{config.ShiftAborted, config.ShiftAborted, "shift s is aborted: cannot abort it"},
 		{config.ShiftRunning, "done", `shift s: state "done" is not one of paused, running, aborted`},
 	} {
 		sh := config.Shift{ID: "s", State: c.from}

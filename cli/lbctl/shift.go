@@ -76,11 +76,14 @@ func shiftCreate(e *env) error {
 			missing = append(missing, "--"+f)
 		}
 	}
-	if c.Int("percent") == 0 {
+	if !c.IsSet("percent") {
 		missing = append(missing, "--percent")
 	}
 	if len(missing) > 0 {
 		return usageErr("lbctl shift needs %v", missing)
+	}
+	if c.IsSet("ramp") && c.Duration("ramp") <= 0 {
+		return fmt.Errorf("invalid shift; nothing was written: --ramp %s: a ramp must be positive (omit --ramp to move at once)", c.Duration("ramp"))
 	}
 	sh := config.Shift{
 		ID: newID("shift"), ProxyCluster: c.String("proxy-cluster"), Cluster: c.String("cluster"),
@@ -122,21 +125,15 @@ func shiftCreate(e *env) error {
 	}
 	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
 	defer wcancel()
-	return waitShift(wctx, e, sh)
+	return waitShift(wctx, e, sh, r.Header.Revision)
 }
 
 // checkShift validates a shift against the stored desired state before it
 // is written.
 func checkShift(ctx context.Context, e *env, sh config.Shift) error {
 	var errs []error
-	if sh.Percent < 1 || sh.Percent > 100 {
-		errs = append(errs, fmt.Errorf("--percent %d is outside 1..100", sh.Percent))
-	}
-	if sh.StepPercent < 1 || sh.StepPercent > 100 {
-		errs = append(errs, fmt.Errorf("--step %d is outside 1..100", sh.StepPercent))
-	}
-	if sh.From == sh.To {
-		errs = append(errs, fmt.Errorf("--from and --to are both %q", sh.From))
+	if err := sh.Check(); err != nil {
+		errs = append(errs, err)
 	}
 	st, err := e.readState(ctx)
 	if err != nil {
@@ -174,11 +171,32 @@ func clusterHasIDC(c config.Cluster, idc string) bool {
 	return false
 }
 
-// waitShift follows a shift's progress until it is done and its version is
-// live on every proxy of the proxy cluster.
-func waitShift(ctx context.Context, e *env, sh config.Shift) error {
+// shiftProgressLine is what --wait prints for a progress record, e.g.
+// "shift S: done, 15 of 50 points: IDC1 had 15 (v7)".
+func shiftProgressLine(id string, p config.ShiftProgress) string {
+	switch {
+	case p.State == config.ShiftInvalid:
+		return fmt.Sprintf("shift %s: invalid, not run: %s", id, p.Message)
+	case p.Message != "":
+		return fmt.Sprintf("shift %s: %s, %s (v%d)", id, p.State, p.Message, p.Version)
+	}
+	return fmt.Sprintf("shift %s: %s, %d of %d points moved (v%d)", id, p.State, p.AppliedPercent, p.TargetPercent, p.Version)
+}
+
+// waitShift waits like every write's --wait for the revision rev that
+// wrote the shift (a publish the scheduler could not make is final), then
+// follows the shift's progress until it is done and its version is live on
+// every proxy of the proxy cluster.
+func waitShift(ctx context.Context, e *env, sh config.Shift, rev int64) error {
 	cli, err := e.etcd()
 	if err != nil {
+		return err
+	}
+	e.progressf("waiting until every live %s proxy applied a snapshot computed from revision %d", sh.ProxyCluster, rev)
+	if r, err := e.waitFor(ctx, rolloutQuery{pc: sh.ProxyCluster, revision: rev}); err != nil {
+		if rerr := e.render(r, r.table); rerr != nil {
+			e.progressf("%v", rerr)
+		}
 		return err
 	}
 	pk, err := e.layout.ShiftProgress(sh.ID)
@@ -194,10 +212,7 @@ func waitShift(ctx context.Context, e *env, sh config.Shift) error {
 		if err == nil && len(r.Kvs) > 0 {
 			var p config.ShiftProgress
 			if err := codec.UnmarshalJSON(r.Kvs[0].Value, &p); err == nil {
-				line := fmt.Sprintf("shift %s: %s, %d of %d points moved (v%d)", sh.ID, p.State, p.AppliedPercent, p.TargetPercent, p.Version)
-				if p.Message != "" {
-					line += ": " + p.Message
-				}
+				line := shiftProgressLine(sh.ID, p)
 				if line != last {
 					e.progressf("%s", line)
 					last = line
@@ -205,6 +220,8 @@ func waitShift(ctx context.Context, e *env, sh config.Shift) error {
 				switch p.State {
 				case config.ShiftAborted:
 					return fmt.Errorf("shift %s was aborted", sh.ID)
+				case config.ShiftInvalid:
+					return fmt.Errorf("the scheduler refused shift %s: %s", sh.ID, p.Message)
 				case config.ShiftDone:
 					e.progressf("waiting for every %s proxy to apply v%d", sh.ProxyCluster, p.Version)
 					rep, err := e.waitRollout(ctx, sh.ProxyCluster, p.Version)
@@ -243,14 +260,27 @@ func shiftSetState(state string) func(*env) error {
 			return err
 		}
 		if len(r.Kvs) == 0 {
-			return fmt.Errorf("no shift %q", id)
+			return fmt.Errorf("no shift %q (lbctl shift list shows the shifts); nothing was written", id)
 		}
 		var sh config.Shift
 		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
 			return fmt.Errorf("shift %s: %w", id, err)
 		}
-		if err := edit.SetShiftState(&sh, state); err != nil {
-			return err
+		var prog *config.ShiftProgress
+		if pk, err := e.layout.ShiftProgress(id); err == nil {
+			pr, err := cli.Get(ctx, pk)
+			if err != nil {
+				return err
+			}
+			if len(pr.Kvs) > 0 {
+				var p config.ShiftProgress
+				if codec.UnmarshalJSON(pr.Kvs[0].Value, &p) == nil {
+					prog = &p
+				}
+			}
+		}
+		if err := edit.ShiftState(&sh, prog, state); err != nil {
+			return fmt.Errorf("%w; nothing was written", err)
 		}
 		b, _ := json.Marshal(sh)
 		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
@@ -293,19 +323,22 @@ func shiftList(e *env) error {
 		rows = append(rows, viewShift(sh, prog))
 	}
 	return e.render(rows, func(w io.Writer) error {
-		fmt.Fprintln(w, "ID\tPROXY CLUSTER\tCLUSTER\tFROM\tTO\tPERCENT\tRAMP\tSTATE\tMOVED\tVERSION")
+		fmt.Fprintln(w, "ID\tPROXY CLUSTER\tCLUSTER\tFROM\tTO\tPERCENT\tRAMP\tSTATE\tMOVED\tVERSION\tNOTE")
 		for _, r := range rows {
-			moved, v, st := "-", "-", r.State
+			moved, v, st, note := "-", "-", r.State, "-"
 			if r.Progress != nil {
 				moved = fmt.Sprintf("%d/%d", r.Progress.AppliedPercent, r.Progress.TargetPercent)
 				v = fmt.Sprintf("v%d", r.Progress.Version)
 				st = r.Progress.State
+				if r.Progress.Message != "" {
+					note = r.Progress.Message
+				}
 			}
 			ramp := "-"
 			if r.RampSeconds > 0 {
 				ramp = (time.Duration(r.RampSeconds * float64(time.Second))).String()
 			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\n", r.ID, r.ProxyCluster, r.Cluster, r.From, r.To, r.Percent, ramp, st, moved, v)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.ProxyCluster, r.Cluster, r.From, r.To, r.Percent, ramp, st, moved, v, note)
 		}
 		if len(rows) == 0 {
 			fmt.Fprintln(w, "(no shifts)")

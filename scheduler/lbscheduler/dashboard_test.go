@@ -452,7 +452,7 @@ func TestDashboardActions(t *testing.T) {
 			return nil
 		})
 	}
-	if code, msg := act(t, s, ok, `{"kind":"shift-resume","id":"s-1"}`); code != 400 || msg != "shift s-1 is aborted" {
+	if code, msg := act(t, s, ok, `{"kind":"shift-resume","id":"s-1"}`); code != 400 || msg != "shift s-1 is aborted: cannot resume it" {
 		t.Fatalf("resume an aborted shift: %d %q", code, msg)
 	}
 }

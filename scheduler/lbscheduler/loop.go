@@ -100,6 +100,7 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 	}
 
 	pv := planView(view, active)
+	pv.Now = now
 	start := time.Now()
 	if lead != nil {
 		s.book.begin(lead, now, inputRevision(view))
@@ -119,10 +120,16 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("compute: %w", err)
 	}
 	s.observe(pl.Clusters)
+	if s.exec != nil {
+		s.exec.Observe(active, shiftResults(pl))
+	}
 	s.doc.Store(newPlanDoc(s.cfg.ID, lead != nil, now, view, pl, prev))
 	s.dash.Notify()
 
 	next := view.NextExpiry
+	if !pl.NextPace.IsZero() && (next.IsZero() || pl.NextPace.Before(next)) {
+		next = pl.NextPace // a paced row may take its next step
+	}
 	if lead == nil {
 		return next, nil
 	}
@@ -227,6 +234,15 @@ func (s *Scheduler) collect(ctx context.Context) {
 	if _, err := s.collectGone(ctx, lead); err != nil {
 		s.log.Warn("collecting gone proxies", "err", err)
 	}
+}
+
+// shiftResults is what the plan moved per shift, for the executor.
+func shiftResults(pl *plan.Plan) map[string]shift.Result {
+	out := map[string]shift.Result{}
+	for id, r := range pl.ShiftResults() {
+		out[id] = shift.Result{Moved: r.Moved, Reason: r.Reason}
+	}
+	return out
 }
 
 // followerShifts: followers do not run ramps; they show what the leader

@@ -1,9 +1,11 @@
 package plan
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"sort"
+	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -32,6 +34,7 @@ const (
 type settings struct {
 	den, maxStep, hysteresis, target, perWeight int
 	defaultDemand                               float64
+	stepInterval                                time.Duration
 }
 
 func normalise(s config.SchedulerSettings) settings {
@@ -49,6 +52,7 @@ func normalise(s config.SchedulerSettings) settings {
 		target:        or(s.TargetUtilisationPercent, d.TargetUtilisationPercent),
 		perWeight:     or(s.CapacityPerWeightRPS, d.CapacityPerWeightRPS),
 		defaultDemand: float64(max(0, s.DefaultDemandRPS)),
+		stepInterval:  cmp.Or(s.StepInterval.D(), config.DefaultStepInterval),
 	}
 }
 
@@ -58,17 +62,20 @@ func (s settings) points(percent int) int { return percent * s.den / 100 }
 // clusterInput is everything one backend cluster's plan depends on; its
 // digest is the cache key.
 type clusterInput struct {
-	name     string
-	cfg      config.Cluster
-	members  map[string][]config.Instance // nil: static instances
-	drained  map[string]bool
-	proxies  []string // sorted
-	topo     *config.Topology
-	set      settings
-	demand   []float64 // per proxy; 0 when unknown
-	known    []bool
-	pins     map[string]*config.Pin
-	shifts   map[string][]ActiveShift
+	name    string
+	cfg     config.Cluster
+	members map[string][]config.Instance // nil: static instances
+	drained map[string]bool
+	proxies []string // sorted
+	topo    *config.Topology
+	set     settings
+	demand  []float64 // per proxy; 0 when unknown
+	known   []bool
+	pins    map[string]*config.Pin
+	shifts  map[string][]ActiveShift
+	// paced[pc] is set when pc's row moved less than step_interval ago: it
+	// is held (but in the safe direction) until then.
+	paced    map[string]time.Time
 	prevRows map[string]*snapshot.Row
 	// prevOpt is the previous plan's optimum (points, before rounding) per
 	// proxy cluster, from the previous snapshot's explanation.
@@ -223,45 +230,6 @@ func unavailableRow(prev *snapshot.Row, scs []string, subs map[string]config.Sub
 	row[config.Blackhole] = den
 	e.Notes = append(e.Notes, "warning: every sub-cluster is drained or excluded: the whole row is dropped (the drains are the override)")
 	return row
-}
-
-// applyShift moves the shift's applied points of the row from the
-// sub-clusters in IDC From (in proportion to their weight, capped by what
-// they have) to the available sub-clusters in IDC To (in proportion to
-// capacity). It reports whether it moved anything.
-func applyShift(row map[string]int, as ActiveShift, scs []string, subs map[string]config.SubCluster, avail map[string]bool, byCap func(string) float64, set settings, e *snapshot.Explanation) bool {
-	sh := as.Shift
-	want := set.points(as.AppliedPercent)
-	if want <= 0 {
-		return false
-	}
-	var from, to []string
-	for _, name := range scs {
-		switch subs[name].IDC {
-		case sh.From:
-			from = append(from, name)
-		case sh.To:
-			if avail[name] {
-				to = append(to, name)
-			}
-		}
-	}
-	if len(to) == 0 {
-		e.Notes = append(e.Notes, fmt.Sprintf("shift %s cannot apply: no available sub-cluster in IDC %s", sh.ID, sh.To))
-		return false
-	}
-	moved := take(row, want, from)
-	if moved == 0 {
-		e.Notes = append(e.Notes, fmt.Sprintf("shift %s: nothing to move, IDC %s has no weight in this row", sh.ID, sh.From))
-		return false
-	}
-	spread(row, moved, to, byCap)
-	note := fmt.Sprintf("shift %s: moved %d points from IDC %s to IDC %s", sh.ID, moved, sh.From, sh.To)
-	if moved < want {
-		note += fmt.Sprintf(" (asked %d, capped by what IDC %s had)", want, sh.From)
-	}
-	e.Notes = append(e.Notes, note)
-	return true
 }
 
 func joinComma(xs []string) string {

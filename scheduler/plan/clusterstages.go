@@ -5,6 +5,7 @@ package plan
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -284,7 +285,9 @@ func (c *clusterPlanner) shiftAndGuard(b int) {
 	shifted := false
 	if c.modes[pc] != ModeUnavailable {
 		for _, sh := range in.shifts[pc] {
-			if applyShift(row, sh, scs, c.subs, c.availSC, c.byCap, set, c.exps[b]) {
+			r := applyShift(row, sh, scs, c.subs, c.availSC, c.byCap, set, c.exps[b])
+			c.plan.addShift(sh.Shift.ID, r)
+			if r.Moved > 0 {
 				shifted = true
 			}
 		}
@@ -331,10 +334,20 @@ func (c *clusterPlanner) shiftAndGuard(b int) {
 	case prev.Denominator != set.den:
 		e.Notes = append(e.Notes, fmt.Sprintf("max-step not applied: denominator changed %d→%d", prev.Denominator, set.den))
 	default:
-		out, held := maxStep(c.keys, prev.Weights, row, set.points(set.maxStep), c.isAvail)
+		step := set.points(set.maxStep)
+		until, paced := in.paced[pc]
+		paced = paced && set.maxStep < 100 // 100 disables the guardrail
+		if paced {
+			step = 0
+		}
+		out, held := maxStep(c.keys, prev.Weights, row, step, c.isAvail)
 		if len(held) > 0 {
 			c.rows[b] = out
-			e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s (max_step_percent=%d)", GuardMaxStep, joinComma(held), set.maxStep))
+			why := fmt.Sprintf("max_step_percent=%d", set.maxStep)
+			if paced {
+				why += fmt.Sprintf(" per step_interval=%s: the row moved less than that ago, next step at %s", set.stepInterval, until.UTC().Format(time.RFC3339))
+			}
+			e.Guardrails = append(e.Guardrails, fmt.Sprintf("%s: %s (%s)", GuardMaxStep, joinComma(held), why))
 		}
 	}
 }

@@ -50,6 +50,8 @@ type Planner struct {
 	// successful call; last is nil after a failed call.
 	names []string
 	last  []lastSnapshot
+	// paces[cluster+"\x00"+proxyCluster] paces max_step_percent in time.
+	paces map[string]*pace
 	// skipHash leaves Meta.Hash empty; only benchmarks set it, to measure
 	// the plan apart from the content hashes.
 	skipHash bool
@@ -68,6 +70,7 @@ type cacheEntry struct {
 	key    [sha256.Size]byte
 	gen    uint64
 	shifts string
+	paced  string
 	out    clusterOutput
 	// prev[b] is the previous row it was computed from, per proxy index.
 	prev []prevRow
@@ -173,10 +176,14 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 	entries := make([]*cacheEntry, len(names))
 	pl := &Plan{Clusters: make(map[string]ClusterPlan, len(st.Clusters)), st: st, proxies: proxies, names: names, entries: entries}
 	for i, name := range names {
+		paced, pacedKey, due := p.paced(v.Now, name, proxies, prev, set)
+		if !due.IsZero() && (pl.NextPace.IsZero() || due.Before(pl.NextPace)) {
+			pl.NextPace = due
+		}
 		newInput := func() clusterInput {
 			return clusterInput{
 				name: name, cfg: st.Clusters[name], members: v.Members[name], drained: drains[name], proxies: proxies,
-				topo: &st.Topology, set: set, pins: pins[name], shifts: shifts[name],
+				topo: &st.Topology, set: set, pins: pins[name], shifts: shifts[name], paced: paced,
 			}
 		}
 		e := p.cache[name]
@@ -184,7 +191,7 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 		shiftKey := shiftsKey(proxies, shifts[name])
 		var in clusterInput
 		var key [sha256.Size]byte
-		hit := e != nil && e.shifts == shiftKey
+		hit := e != nil && e.shifts == shiftKey && e.paced == pacedKey
 		if gen == 0 {
 			in = newInput()
 			readDemand(&in, v.Demand, set)
@@ -211,7 +218,7 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 				p.last = nil
 				return nil, err
 			}
-			ne.key, ne.gen, ne.shifts = key, gen, shiftKey
+			ne.key, ne.gen, ne.shifts, ne.paced = key, gen, shiftKey, pacedKey
 			e = ne
 			p.cache[name] = e
 			pl.Recomputed = append(pl.Recomputed, name)
@@ -227,6 +234,11 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 				delete(p.cache, name)
 			}
 		}
+		live := make(map[string]bool, len(names))
+		for _, n := range names {
+			live[n] = true
+		}
+		p.forgetPaces(live)
 	}
 
 	hystPoints := set.points(set.hysteresis)

@@ -3,6 +3,7 @@ package plan
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -25,6 +26,10 @@ type View struct {
 	Demand map[string]map[string]float64
 	// Shifts active now, with the points applied so far.
 	Shifts []ActiveShift
+	// Now paces max_step_percent per step_interval: a computed row that
+	// moved less than step_interval before Now is held (but in the safe
+	// direction). Zero: no pacing (a pure, one-off plan).
+	Now time.Time
 	// Generations[cluster], when not 0, identifies the state of the
 	// cluster's own inputs: its entry in State.Clusters, its Members, every
 	// proxy cluster's Demand for it, its pins and its drains. A producer
@@ -83,6 +88,9 @@ type ClusterPlan struct {
 	Utilisation map[string]float64 `json:"utilisation"`
 	// Recomputed is true when this call computed the cluster.
 	Recomputed bool `json:"recomputed"`
+	// Shifts is what each active shift of the cluster's rows moved, by
+	// shift id (absent: the row was not planned, e.g. unavailable).
+	Shifts map[string]ShiftResult `json:"shifts,omitempty"`
 }
 
 // Plan is a computed plan whose snapshots are assembled on first use. It is
@@ -94,6 +102,9 @@ type Plan struct {
 	Recomputed []string
 	// Hashes[proxyCluster] is the content hash of its snapshot.
 	Hashes map[string]string
+	// NextPace is when the earliest paced row may move again (zero: none):
+	// the scheduler plans again then.
+	NextPace time.Time
 
 	st      *config.State
 	proxies []string

@@ -11,9 +11,16 @@
 //   - aborted: the shift leaves the view (rows go back), progress says aborted.
 //   - done (AppliedPercent = Percent): the shift stays applied as a standing
 //     intent as long as its key exists; deleting the key (or aborting) ends it.
+//   - invalid: an intent breaking a rule of config.Shift.Check is never run;
+//     its progress says invalid with the rule it breaks (never a log line
+//     only).
+//
+// Progress reports what the planner really moved (Observe): a shift capped
+// by what its From IDC had says "15 of 50 points: IDC1 had 15".
 package shift
 
 import (
+	"fmt"
 	"sort"
 	"time"
 
@@ -21,7 +28,7 @@ import (
 )
 
 // DefaultStep is the step in points when a shift gives none.
-const DefaultStep = 10
+const DefaultStep = config.ShiftDefaultStep
 
 // Active is a shift with the points applied now (the planner's input).
 type Active struct {
@@ -36,6 +43,18 @@ type track struct {
 	// version carrying applied, once published (0: not yet)
 	version uint64
 	written config.ShiftProgress
+	// invalid is why the intent is not run (config.Shift.Check).
+	invalid string
+	// result is what the last plan moved, once observed.
+	result   Result
+	observed bool
+}
+
+// Result is what the planner moved for one shift, in percent of the row.
+type Result struct {
+	Moved int
+	// Reason is why Moved is below what was asked, e.g. "IDC1 had 15".
+	Reason string
 }
 
 // Executor tracks every shift's applied points.
@@ -48,7 +67,12 @@ type Executor struct {
 func NewExecutor(progress map[string]config.ShiftProgress, now time.Time) *Executor {
 	e := &Executor{tracks: map[string]*track{}}
 	for id, p := range progress {
-		e.tracks[id] = &track{applied: p.AppliedPercent, lastStep: now, state: p.State, version: p.Version, written: p}
+		applied := p.AppliedPercent
+		if p.State == config.ShiftDone {
+			// A capped shift records what it moved; what it asks is all.
+			applied = max(applied, p.TargetPercent)
+		}
+		e.tracks[id] = &track{applied: applied, lastStep: now, state: p.State, version: p.Version, written: p}
 	}
 	return e
 }
@@ -75,6 +99,11 @@ func (e *Executor) Step(now time.Time, intents map[string]config.Shift) []Active
 			e.tracks[id] = t
 		}
 		target := max(0, min(sh.Percent, 100))
+		if err := sh.Check(); err != nil {
+			t.state, t.invalid, t.applied = config.ShiftInvalid, err.Error(), 0
+			continue
+		}
+		t.invalid = ""
 		switch sh.State {
 		case config.ShiftAborted:
 			t.state = config.ShiftAborted
@@ -145,22 +174,46 @@ func (e *Executor) Progress(now time.Time, intents map[string]config.Shift, vers
 			continue
 		}
 		applied := t.applied
-		if t.state == config.ShiftAborted {
+		target := max(0, min(sh.Percent, 100))
+		msg := ""
+		switch {
+		case t.state == config.ShiftAborted || t.state == config.ShiftInvalid:
 			applied = 0
+			msg = t.invalid
+		case t.observed && applied > 0 && t.result.Moved < applied:
+			applied = max(0, t.result.Moved)
+			msg = fmt.Sprintf("%d of %d points: %s", applied, target, t.result.Reason)
 		}
 		p := config.ShiftProgress{
-			ID: id, AppliedPercent: applied, TargetPercent: max(0, min(sh.Percent, 100)),
-			State: t.state, Version: version(sh),
+			ID: id, AppliedPercent: applied, TargetPercent: target,
+			State: t.state, Version: version(sh), Message: msg,
 		}
 		w := t.written
 		if w.AppliedPercent == p.AppliedPercent && w.TargetPercent == p.TargetPercent &&
-			w.State == p.State && w.Version == p.Version {
+			w.State == p.State && w.Version == p.Version && w.Message == p.Message {
 			continue
 		}
 		p.UpdatedAt = now.UTC()
 		out = append(out, p)
 	}
 	return out
+}
+
+// Observe records what the planner moved for the active shifts (by id);
+// an active shift missing from results moved nothing because its row was
+// not planned.
+func (e *Executor) Observe(active []Active, results map[string]Result) {
+	for _, a := range active {
+		t := e.tracks[a.Shift.ID]
+		if t == nil {
+			continue
+		}
+		r, ok := results[a.Shift.ID]
+		if !ok {
+			r = Result{Reason: fmt.Sprintf("proxy cluster %s has no planned row for cluster %s", a.Shift.ProxyCluster, a.Shift.Cluster)}
+		}
+		t.result, t.observed = r, true
+	}
 }
 
 // MarkWritten records that p is stored in etcd.
