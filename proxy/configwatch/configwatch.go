@@ -234,7 +234,7 @@ func (w *Watcher) applyCache() {
 		w.log.Info("no cached snapshot on disk", "path", c.Path())
 		return
 	case err != nil:
-		w.m.applies.WithLabelValues("cache_corrupt").Inc()
+		w.m.Applies.WithLabelValues("cache_corrupt").Inc()
 		w.log.Error("cached snapshot unusable; waiting for etcd", "err", err)
 		return
 	}
@@ -270,7 +270,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case verdictOlder:
 		return nil
 	case verdictUnchanged:
-		w.m.applies.WithLabelValues("unchanged").Inc()
+		w.m.Applies.WithLabelValues("unchanged").Inc()
 		return nil
 	case verdictHashConflict:
 		w.reject(p, fmt.Sprintf("version %d of lineage %s is already applied with hash %s; pointer says hash %s",
@@ -311,14 +311,14 @@ func (w *Watcher) apply(checked validate.Checked, source string) error {
 	}
 	start := w.cfg.Now()
 	err := w.cfg.Apply(checked)
-	w.m.applyDur.Observe(w.cfg.Now().Sub(start).Seconds())
+	w.m.ApplyDur.Observe(w.cfg.Now().Sub(start).Seconds())
 	if err != nil {
 		w.reject(pointerOf(s), fmt.Sprintf("apply: %v", err))
 		return err
 	}
 	w.recordApplied(s, source)
-	w.m.applies.WithLabelValues("applied").Inc()
-	w.m.version.Set(float64(s.Meta.Version))
+	w.m.Applies.WithLabelValues("applied").Inc()
+	w.m.Version.Set(float64(s.Meta.Version))
 	w.log.Info("snapshot applied", "lineage", s.Meta.Lineage, "version", s.Meta.Version, "hash", s.Meta.Hash, "source", source)
 	w.changed()
 	if source == SourceEtcd && w.cfg.Cache != nil {

@@ -93,10 +93,10 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 		s, err := cache.Load()
 		return err == nil && s.Snapshot().Meta.Version == 30 && s.Snapshot().Meta.Hash == want.Meta.Hash
 	})
-	if v := testutil.ToFloat64(w.m.version); v != 30 {
+	if v := testutil.ToFloat64(w.m.Version); v != 30 {
 		t.Fatalf("version gauge = %v, want 30", v)
 	}
-	if n := testutil.ToFloat64(w.m.applies.WithLabelValues("applied")); n != float64(len(got)) {
+	if n := testutil.ToFloat64(w.m.Applies.WithLabelValues("applied")); n != float64(len(got)) {
 		t.Fatalf("applied counter = %v, want %d", n, len(got))
 	}
 	if n, err := testutil.GatherAndCount(reg, "sluice_proxy_snapshot_staleness_seconds", "sluice_proxy_snapshot_apply_duration_seconds"); err != nil || n != 2 {
@@ -142,7 +142,7 @@ func TestNeverAppliesOlder(t *testing.T) {
 	eventually(t, 20*time.Second, "v5 applied", func() bool { return rec.last() == 5 })
 	movePointer(t, cli, snaps[3]) // someone rolls the pointer back
 	eventually(t, 20*time.Second, "rollback seen and ignored", func() bool {
-		return testutil.ToFloat64(w.m.applies.WithLabelValues("older")) == 1
+		return testutil.ToFloat64(w.m.Applies.WithLabelValues("older")) == 1
 	})
 	publish(t, cli, snaps[6])
 	eventually(t, 20*time.Second, "v6 applied", func() bool { return rec.last() == 6 })
@@ -159,7 +159,7 @@ func TestNeverAppliesOlder(t *testing.T) {
 	rec2 := newRecorder()
 	w2 := start(t, Config{Client: cli, Apply: rec2.apply, Cache: openCache(t, cacheDir)})
 	eventually(t, 20*time.Second, "v4 pointer seen after restart", func() bool {
-		return testutil.ToFloat64(w2.m.applies.WithLabelValues("older")) >= 1
+		return testutil.ToFloat64(w2.m.Applies.WithLabelValues("older")) >= 1
 	})
 	if got := rec2.versions(); !equal(got, []uint64{6}) {
 		t.Fatalf("after restart applied %v, want [6] from the disk cache only", got)
@@ -393,7 +393,7 @@ func TestCorruptCacheNotApplied(t *testing.T) {
 	if got := rec.versions(); !equal(got, []uint64{2}) {
 		t.Fatalf("applied %v, want only [2] (corrupt cache ignored)", got)
 	}
-	if n := testutil.ToFloat64(w.m.applies.WithLabelValues("cache_corrupt")); n != 1 {
+	if n := testutil.ToFloat64(w.m.Applies.WithLabelValues("cache_corrupt")); n != 1 {
 		t.Fatalf("cache_corrupt = %v, want 1", n)
 	}
 }

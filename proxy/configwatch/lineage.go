@@ -64,7 +64,7 @@ func (w *Watcher) notePointer(p snapshot.Pointer) verdict {
 	applied := st.AppliedVersion
 	w.mu.Unlock()
 	if v == verdictOlder {
-		w.m.applies.WithLabelValues("older").Inc()
+		w.m.Applies.WithLabelValues("older").Inc()
 	}
 	if logOlder {
 		w.log.Warn("pointer names an older version of the applied lineage (moved back?); keeping the applied snapshot until a newer one is published",

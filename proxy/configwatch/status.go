@@ -69,7 +69,7 @@ func (w *Watcher) reject(p snapshot.Pointer, reason string) {
 	w.mu.Lock()
 	w.st.RejectedVersion, w.st.RejectedReason, w.rejected = p.Version, reason, p
 	w.mu.Unlock()
-	w.m.applies.WithLabelValues("rejected").Inc()
+	w.m.Applies.WithLabelValues("rejected").Inc()
 	w.log.Error("snapshot rejected; keeping the last good one", "lineage", p.Lineage, "version", p.Version, "reason", reason)
 	w.changed()
 }

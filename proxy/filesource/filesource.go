@@ -303,14 +303,14 @@ func Run(ctx context.Context, cfg Config) error {
 		start := time.Now()
 		err := cfg.Apply(c)
 		now := time.Now()
-		sm.applyDur.Observe(now.Sub(start).Seconds())
+		sm.ApplyDur.Observe(now.Sub(start).Seconds())
 		if err != nil {
-			sm.applies.WithLabelValues("rejected").Inc()
+			sm.Applies.WithLabelValues("rejected").Inc()
 			state.rejected(s.Meta.Version, "apply: "+err.Error(), now)
 			return err
 		}
-		sm.applies.WithLabelValues("applied").Inc()
-		sm.version.Set(float64(s.Meta.Version))
+		sm.Applies.WithLabelValues("applied").Inc()
+		sm.Version.Set(float64(s.Meta.Version))
 		state.applied(s.Meta, now)
 		return nil
 	}
@@ -343,7 +343,7 @@ func Run(ctx context.Context, cfg Config) error {
 	invalid := func(why string, err error) {
 		reloads.WithLabelValues("invalid").Inc()
 		// The version it would have had: the next one.
-		sm.applies.WithLabelValues("rejected").Inc()
+		sm.Applies.WithLabelValues("rejected").Inc()
 		state.rejected(applied.Version+1, err.Error(), time.Now())
 		log.Error("configuration reload failed; keeping the last good one", "trigger", why, "err", err)
 		changed()
@@ -356,7 +356,7 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		if s.Meta.Hash == applied.Hash && validate.Snapshot(s) == nil {
 			reloads.WithLabelValues("unchanged").Inc()
-			sm.applies.WithLabelValues("unchanged").Inc()
+			sm.Applies.WithLabelValues("unchanged").Inc()
 			log.Info("configuration unchanged", "trigger", why)
 			return
 		}

@@ -51,39 +51,14 @@ func (s *State) rejected(version uint64, reason string, at time.Time) {
 	s.st.LatestVersion = max(s.st.LatestVersion, version)
 }
 
-// snapshotMetrics are etcd mode's sluice_proxy_snapshot_* series, for a
-// file source: the same names, help and results (applied, rejected,
-// unchanged); staleness is always 0.
-type snapshotMetrics struct {
-	applies  *prometheus.CounterVec
-	applyDur prometheus.Histogram
-	version  prometheus.Gauge
-	all      []prometheus.Collector
+// newSnapshotMetrics: etcd mode's sluice_proxy_snapshot_* series for a file
+// source; staleness is always 0.
+func newSnapshotMetrics() *snapshotMetrics {
+	return &snapshotMetrics{configwatch.NewSnapshotMetrics(
+		"Seconds the applied configuration may lag its source (always 0 for a file).", func() float64 { return 0 })}
 }
 
-func newSnapshotMetrics() *snapshotMetrics {
-	m := &snapshotMetrics{
-		applies: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "sluice_proxy_snapshot_applies_total",
-			Help: "Snapshots handled by result (applied, rejected, unchanged).",
-		}, []string{"result"}),
-		applyDur: prometheus.NewHistogram(prometheus.HistogramOpts{
-			Name:    "sluice_proxy_snapshot_apply_duration_seconds",
-			Help:    "Time spent in Apply (table build and swap), in seconds.",
-			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
-		}),
-		version: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sluice_proxy_snapshot_version",
-			Help: "Version of the applied snapshot (0: none).",
-		}),
-	}
-	m.all = []prometheus.Collector{m.applies, m.applyDur, m.version,
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "sluice_proxy_snapshot_staleness_seconds",
-			Help: "Seconds the applied configuration may lag its source (always 0 for a file).",
-		}, func() float64 { return 0 })}
-	return m
-}
+type snapshotMetrics struct{ configwatch.SnapshotMetrics }
 
 // register adds the metrics to reg; the returned func removes them.
 func (m *snapshotMetrics) register(reg prometheus.Registerer) (func(), error) {
@@ -93,7 +68,7 @@ func (m *snapshotMetrics) register(reg prometheus.Registerer) (func(), error) {
 			reg.Unregister(c)
 		}
 	}
-	for _, c := range m.all {
+	for _, c := range m.Collectors() {
 		if err := reg.Register(c); err != nil {
 			undo()
 			var are prometheus.AlreadyRegisteredError
