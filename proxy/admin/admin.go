@@ -203,7 +203,7 @@ func (a *api) setOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a.cfg.Logger.Info("override set", "addr", addr.String(), "weight", o.Weight, "drain", o.Drain, "ttl_seconds", o.TTL.D().Seconds())
-	writeJSON(w, http.StatusOK, map[string]any{"addr": addr.String(), "weight": o.Weight, "drain": o.Drain, "ttl": o.TTL.D().String()})
+	writeJSON(w, http.StatusOK, map[string]any{"addr": addr.String(), "weight": o.Weight, "drain": o.Drain, "ttl_seconds": o.TTL.D().Seconds()})
 }
 
 func (a *api) clearOverride(w http.ResponseWriter, r *http.Request) {
@@ -221,10 +221,18 @@ func (a *api) clearOverride(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"addr": addr.String(), "cleared": true})
 }
 
+// overrideView is one override as GET /v1/overrides shows it: durations in
+// JSON are seconds (ttl_seconds), as everywhere in Sluice's JSON.
+type overrideView struct {
+	Weight     *int    `json:"weight,omitempty"`
+	Drain      bool    `json:"drain,omitempty"`
+	TTLSeconds float64 `json:"ttl_seconds,omitempty"`
+}
+
 func (a *api) listOverrides(w http.ResponseWriter, r *http.Request) {
-	out := make(map[string]balance.Override)
+	out := make(map[string]overrideView)
 	for addr, o := range a.cfg.Registry.Overrides() {
-		out[addr.String()] = o
+		out[addr.String()] = overrideView{Weight: o.Weight, Drain: o.Drain, TTLSeconds: o.TTL.Seconds()}
 	}
 	writeJSON(w, http.StatusOK, out)
 }

@@ -427,8 +427,11 @@ func TestAdminAPI(t *testing.T) {
 	if code, e := adminDo(t, "GET", base+"/v1/explain?url=not-a-url", ""); code != 400 || e["error"] == nil {
 		t.Fatalf("bad explain: %d %v, want 400 with error", code, e)
 	}
-	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"`+addr+`","drain":true,"ttl":"1m"}`); code != 200 {
-		t.Fatalf("set override: %d %v", code, e)
+	if code, e := adminDo(t, "POST", base+"/v1/overrides", `{"addr":"`+addr+`","drain":true,"ttl":"1m"}`); code != 200 || e["ttl_seconds"] != 60.0 {
+		t.Fatalf("set override: %d %v, want 200 with ttl_seconds 60", code, e)
+	}
+	if code, e := adminDo(t, "GET", base+"/v1/overrides", ""); code != 200 || toJSON(e[addr]) != `{"drain":true,"ttl_seconds":60}` {
+		t.Fatalf("list overrides: %d %v, want %s drained with ttl_seconds 60 (seconds in JSON)", code, e, addr)
 	}
 	if code, _, h := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test"); code != 503 || h.Get("X-Sluice-Reason") != "no-available-instance" {
 		t.Fatalf("drained only instance: %d %q, want 503 no-available-instance", code, h.Get("X-Sluice-Reason"))
