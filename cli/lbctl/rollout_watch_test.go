@@ -20,12 +20,7 @@ func TestRolloutStatusWatch(t *testing.T) {
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 1, EtcdConnected: true, UpdatedAt: time.Now()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- MainContext(ctx, []string{"lbctl", "--endpoints", strings.Join(h.srv.Endpoints, ","), "rollout", "status", "--watch"},
-			&out, &errb, strings.NewReader(""))
-	}()
+	out, errb, done := h.start(ctx, "rollout", "status", "--watch")
 	poll.EventuallyTrue(t, 20*time.Second, "the first table (PENDING)", func() bool { return strings.Contains(out.String(), "PENDING") })
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 2, EtcdConnected: true, UpdatedAt: time.Now()})
 	poll.EventuallyTrue(t, 20*time.Second, "the redraw (SYNCED, converged)", func() bool { return strings.Contains(out.String(), "converged: every live proxy") })
@@ -51,4 +46,15 @@ func TestRolloutStatusWatch(t *testing.T) {
 	if code == 0 || !strings.Contains(errs, "--watch and --wait exclude each other") {
 		t.Fatalf("--watch --wait: exit %d\n%s", code, errs)
 	}
+}
+
+// start runs lbctl with args (after --endpoints) in the background until ctx
+// ends; done receives its exit code.
+func (h *harness) start(ctx context.Context, args ...string) (out, errb *syncbuf.Buffer, done <-chan int) {
+	out, errb = new(syncbuf.Buffer), new(syncbuf.Buffer)
+	ch := make(chan int, 1)
+	go func() {
+		ch <- MainContext(ctx, append([]string{"lbctl", "--endpoints", strings.Join(h.srv.Endpoints, ",")}, args...), out, errb, strings.NewReader(""))
+	}()
+	return out, errb, ch
 }

@@ -399,12 +399,7 @@ func TestProxiesWatchJSON(t *testing.T) {
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedVersion: 1, EtcdConnected: true, UpdatedAt: time.Now()})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var out, errb syncbuf.Buffer
-	done := make(chan int, 1)
-	go func() {
-		done <- MainContext(ctx, []string{"lbctl", "--endpoints", strings.Join(h.srv.Endpoints, ","), "proxies", "-w", "-o", "json"},
-			&out, &errb, strings.NewReader(""))
-	}()
+	out, errb, done := h.start(ctx, "proxies", "-w", "-o", "json")
 	docs := func() []report.ProxyStatus {
 		var all []report.ProxyStatus
 		d := json.NewDecoder(strings.NewReader(out.String()))
