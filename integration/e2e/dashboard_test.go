@@ -449,3 +449,50 @@ func agree(t *testing.T, ctx context.Context, f *fleet.Fleet, when, want, victim
 		return nil
 	})
 }
+
+// Scenario (issue 21, with issue 15 item 3): an input the scheduler cannot
+// publish (every sub-cluster of demo-main drained under BFE1's pinned row:
+// 100 % dropped without allow_full_drop) shows in the browser as BFE1
+// BLOCKED with the validator's reason, in the rollout heading and as a mark
+// on BFE1's matrix rows (the reason on hover), without a reload.
+func TestDashboardShowsBlocked(t *testing.T) {
+	exe := chromium(t)
+	f, ctx := servingFleet(t)
+	bctx := browser(t, ctx, exe)
+	heading := `h3[data-rollout="BFE1"]`
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(heading))); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	waitInPage(t, bctx, heading, "BFE1 converged before the drains", 20*time.Second, func(s string) bool {
+		return strings.Contains(s, "converged") && !strings.Contains(s, "BLOCKED")
+	})
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
+		t.Fatal(err)
+	}
+	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e drain all", "--wait"); err != nil || code != 0 {
+		t.Fatalf("drain SC1 --wait: exit %d %v\n%s", code, err, o)
+	}
+	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all"); err != nil || code != 0 {
+		t.Fatalf("drain SC2: exit %d %v\n%s", code, err, o)
+	}
+	const reason = "100 drops all traffic; set allow_full_drop to allow it"
+	took := waitInPage(t, bctx, heading, "BFE1 BLOCKED with the validator's reason", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "BLOCKED") && strings.Contains(s, reason) && !strings.Contains(s, "converged")
+	})
+	t.Logf("drain SC2 → BFE1 BLOCKED in the page after %s", took.Round(10*time.Millisecond))
+	mark := `tr[data-row="demo-main/BFE1"] span[data-blocked="BFE1"]`
+	waitInPage(t, bctx, mark, "BFE1's matrix row marked BLOCKED", 5*time.Second, func(s string) bool { return s == "BLOCKED" })
+	if title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(mark), "title")); err != nil || !strings.Contains(title.Value, reason) {
+		t.Errorf("BFE1's BLOCKED mark title %q (%v): want the validator's reason", title.Value, err)
+	}
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument || 0`)); err != nil || same != 1 {
+		t.Fatalf("the page reloaded (mark %d, %v)", same, err)
+	}
+	png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err == nil {
+		err = os.WriteFile(filepath.Join(artefactDir(t), "dashboard-blocked-1280.png"), png, 0o644)
+	}
+	if err != nil {
+		t.Errorf("screenshot: %v", err)
+	}
+}

@@ -53,7 +53,8 @@ function legend() {
     '. ', el('span', { class: 'badge pinned', text: 'PINNED' }), ' operator row, ',
     el('span', { class: 'badge drained', text: 'DRAINED' }), ' sub-cluster out of service (hatched), ',
     el('span', { class: 'badge shift', text: 'SHIFT' }), ' traffic shift on the row, ',
-    el('span', { class: 'badge unpub', text: 'UNPUBLISHED' }), ' computed but not live. Click a proxy cluster for its explanation.');
+    el('span', { class: 'badge unpub', text: 'UNPUBLISHED' }), ' computed but not live, ',
+    el('span', { class: 'badge unpub state-BLOCKED', text: 'BLOCKED' }), ' the scheduler could not publish it (hover for why). Click a proxy cluster for its explanation.');
 }
 
 function canAct() { return doc && doc.actions && token !== ''; }
@@ -62,6 +63,7 @@ function renderMatrix() {
   const out = [];
   for (const c of doc.clusters) {
     const unpub = new Set(doc.rollout.filter((r) => r.unpublished).map((r) => r.proxy_cluster));
+    const blocked = new Map(doc.rollout.filter((r) => r.blocked).map((r) => [r.proxy_cluster, r.blocked]));
     const head = el('tr', {}, el('th', { scope: 'col', text: 'proxy cluster' }));
     for (const s of c.subclusters) {
       const title = s.drained ? `drained${s.drain_reason ? ': ' + s.drain_reason : ''}${s.drain_author ? ' (' + s.drain_author + ')' : ''}` : `${s.available}/${s.total} instances available`;
@@ -96,7 +98,8 @@ function renderMatrix() {
       const marks = el('td', {});
       if (r.pinned) marks.append(el('span', { class: 'badge pinned', title: `pinned${r.pin_reason ? ': ' + r.pin_reason : ''}${r.pin_author ? ' (' + r.pin_author + ')' : ''}`, text: 'PINNED' }));
       for (const s of r.shifts || []) marks.append(el('span', { class: 'badge shift', title: s, text: 'SHIFT ' + s.split(' ').slice(1).join(' ') }));
-      if (unpub.has(r.proxy_cluster)) marks.append(el('span', { class: 'badge unpub', title: 'the computed snapshot differs from the live one: not published yet', text: 'UNPUBLISHED' }));
+      if (blocked.has(r.proxy_cluster)) marks.append(el('span', { class: 'badge unpub state-BLOCKED', 'data-blocked': r.proxy_cluster, title: `the scheduler could not publish ${r.proxy_cluster}'s newest input: ${blocked.get(r.proxy_cluster)}`, text: 'BLOCKED' }));
+      else if (unpub.has(r.proxy_cluster)) marks.append(el('span', { class: 'badge unpub', title: 'the computed snapshot differs from the live one: not published yet', text: 'UNPUBLISHED' }));
       if (r.pinned && r.pin_reason) marks.append(el('small', { text: ' ' + r.pin_reason }));
       if (canAct()) {
         marks.append(' ', el('button', { type: 'button', 'data-key': `pin/${c.name}/${r.proxy_cluster}`, onclick: () => ask({ kind: 'pin', cluster: c.name, proxy_cluster: r.proxy_cluster, row: r, cols }) }, 'Pin…'));
