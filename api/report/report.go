@@ -103,6 +103,10 @@ type Demand struct {
 	// WindowSeconds is the averaging window of the rates.
 	WindowSeconds float64   `json:"window_seconds"`
 	UpdatedAt     time.Time `json:"updated_at,omitzero"`
+	// Instances is the proxy's view of the instances of its table (see
+	// ProxyInstance); InstancesTruncated: it left some out.
+	Instances          []ProxyInstance `json:"instances,omitempty"`
+	InstancesTruncated bool            `json:"instances_truncated,omitempty"`
 }
 
 // ClusterDemand is the request rate one proxy sends to a cluster.

@@ -316,8 +316,9 @@ func (p *proxy) startSource() error {
 		},
 		Demand: func() report.Demand {
 			rates, secs := dm.rates()
+			inst, cut := proxyInstances(p.srv.Table())
 			return report.Demand{ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Clusters: rates,
-				WindowSeconds: secs, UpdatedAt: time.Now()}
+				WindowSeconds: secs, UpdatedAt: time.Now(), Instances: inst, InstancesTruncated: cut}
 		},
 	})
 	if err != nil {
