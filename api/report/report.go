@@ -115,6 +115,9 @@ type ClusterDemand struct {
 	ErrorRPS float64 `json:"error_rps"`
 	// BlackholeRPS is the rate of requests dropped by the blackhole share.
 	BlackholeRPS float64 `json:"blackhole_rps,omitempty"`
+	// Traffic details the answers of the window (absent from proxies older
+	// than traffic reports).
+	Traffic *Traffic `json:"traffic,omitempty"`
 }
 
 // Leader is what the scheduler leader writes under keys.Layout.Leader.

@@ -9,8 +9,9 @@ import (
 )
 
 // demandMeter turns the server's cumulative per-cluster counters into rates
-// over a sliding window of at least Window: it keeps the samples it took at
-// each call and compares with the newest one that is Window old.
+// and traffic counts (report.Traffic) over a sliding window of at least
+// Window: it keeps the samples it took at each call and compares with the
+// newest one that is Window old.
 type demandMeter struct {
 	window time.Duration
 	now    func() time.Time
@@ -52,10 +53,12 @@ func (m *demandMeter) rates() (map[string]report.ClusterDemand, float64) {
 				if c.Requests < p.Requests { // cluster re-created: its counters restarted
 					p = server.Counts{}
 				}
+				tr := c.Traffic.Since(p.Traffic)
 				out[name] = report.ClusterDemand{
 					RPS:          float64(c.Requests-p.Requests) / secs,
 					ErrorRPS:     float64(sub(c.Errors, p.Errors)) / secs,
 					BlackholeRPS: float64(sub(c.Blackhole, p.Blackhole)) / secs,
+					Traffic:      &tr,
 				}
 			}
 		}

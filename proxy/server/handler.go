@@ -403,13 +403,18 @@ func (s *Server) newState() *reqState {
 // finish writes the access log line, the metrics and ends the server span.
 func (st *reqState) finish(r *http.Request) {
 	s := st.s
+	took := s.now().Sub(st.start)
 	if st.c != nil {
 		sub := st.subcluster
+		var answers *atomic.Uint64
 		if m := st.c.subs[sub]; m != nil {
 			m.codes[codeIndex(st.status)].Inc()
+			answers = m.answers
 		} else {
 			s.metrics.requests.WithLabelValues(st.c.name, "", classOf(st.status)).Inc()
 		}
+		st.c.stats.traffic.record(answers, st.status,
+			st.status >= 500 && st.code != "" && st.code != CodeBlackhole, took)
 		if st.status >= 500 && st.code == "" {
 			st.c.stats.errors.Add(1)
 		}
@@ -445,7 +450,7 @@ func (st *reqState) finish(r *http.Request) {
 			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
 			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
 			slog.Int("status", st.status), slog.String("error_code", st.code),
-			slog.Duration("duration", s.now().Sub(st.start)),
+			slog.Duration("duration", took),
 			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
 			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
 			slog.Duration("upstream_connect_time", st.upstreamConnect),

@@ -2,6 +2,7 @@ package server
 
 import (
 	"strconv"
+	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -76,8 +77,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // subMetrics are the pre-resolved counters of one (cluster, sub-cluster).
 type subMetrics struct {
-	picks prometheus.Counter
-	codes [6]prometheus.Counter // index status/100 (0: no status)
+	picks   prometheus.Counter
+	codes   [6]prometheus.Counter // index status/100 (0: no status)
+	answers *atomic.Uint64        // the traffic report's count (trafficStats.sub)
 }
 
 func (m *metrics) sub(cluster, sub string) *subMetrics {

@@ -33,6 +33,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/route"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
@@ -121,6 +122,7 @@ func (c *clusterRT) retryOnStatus(code int) bool {
 // clusterStats count requests for the demand report; they survive swaps.
 type clusterStats struct {
 	requests, errors, blackhole atomic.Uint64
+	traffic                     trafficStats
 }
 
 // New returns a Server with no configuration: it answers 503 until the first
@@ -214,6 +216,9 @@ func (s *Server) Apply(checked validate.Checked) error {
 			crt.subs[sub] = s.metrics.sub(name, sub)
 		}
 		crt.subs[config.Blackhole] = s.metrics.sub(name, config.Blackhole)
+		for sub, m := range crt.subs {
+			m.answers = crt.stats.traffic.sub(sub)
+		}
 		rt.clusters[name] = crt
 	}
 	// Past this point nothing can fail: publish.
@@ -281,8 +286,12 @@ func (s *Server) Snapshot() *snapshot.Snapshot {
 // Table is the applied balancing table (nil before the first Apply).
 func (s *Server) Table() *balance.Table { return s.holder.Load() }
 
-// Counts are cumulative request counters of one cluster.
-type Counts struct{ Requests, Errors, Blackhole uint64 }
+// Counts are cumulative request counters of one cluster. Traffic details
+// the answers (sub-clusters of the applied table only).
+type Counts struct {
+	Requests, Errors, Blackhole uint64
+	Traffic                     report.TrafficCounts
+}
 
 // Counts returns the cumulative counters of every cluster of the applied
 // table, for the demand report. Errors are generated 5xx answers and backend
@@ -294,7 +303,8 @@ func (s *Server) Counts() map[string]Counts {
 	}
 	out := make(map[string]Counts, len(rt.clusters))
 	for name, c := range rt.clusters {
-		out[name] = Counts{c.stats.requests.Load(), c.stats.errors.Load(), c.stats.blackhole.Load()}
+		out[name] = Counts{c.stats.requests.Load(), c.stats.errors.Load(), c.stats.blackhole.Load(),
+			c.stats.traffic.snapshot(c.subs)}
 	}
 	return out
 }
