@@ -104,7 +104,7 @@ func New(o Options) *Dashboard {
 		o.Sample = sampleEvery
 	}
 	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, seen: statuses{}, started: map[string]startedAt{}, changed: make(chan struct{}),
-		tr: traffic{reports: map[string]report.Demand{}, series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}}
+		tr: traffic{reports: map[string]report.Demand{}, series: map[seriesKey][]TrafficPoint{}, inflight: map[instKey]int64{}, keep: int(window / sampleEvery)}}
 }
 
 // Notify tells the dashboard the scheduler's inputs or plan changed.
@@ -171,7 +171,9 @@ func (d *Dashboard) rebuild() {
 	in, ok := d.o.Inputs()
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	doc := build(in, ok, d.ptrs, d.recordsLocked(), d.o.Token != "", d.o.Now())
+	rec := d.recordsLocked()
+	rec.proxies = proxiesViews(d.tr.reports, d.tr.inflight)
+	doc := build(in, ok, d.ptrs, rec, d.o.Token != "", d.o.Now())
 	doc.Traffic = d.tr.listLocked()
 	content, err := json.Marshal(doc)
 	if err != nil {

@@ -34,6 +34,9 @@ type traffic struct {
 	reports map[string]report.Demand
 	series  map[seriesKey][]TrafficPoint
 	keep    int
+	// inflight: the proxies' in-flight requests per instance at the last
+	// sample (ProxiesView.InFlight).
+	inflight map[instKey]int64
 }
 
 // sampleLocked appends one point per (proxy cluster, cluster) reported now,
@@ -51,6 +54,7 @@ func (tr *traffic) sampleLocked(now time.Time) {
 			sum[k] = p
 		}
 	}
+	tr.inflight = inflightSums(tr.reports)
 	t := now.Unix()
 	cutoff := t - int64(tr.keep)*int64(sampleEvery/time.Second)
 	for k, p := range sum {
@@ -113,7 +117,7 @@ func (d *Dashboard) demandSink() *sink {
 				delete(d.tr.reports, string(kv.Key))
 				return
 			}
-			r.ProxyCluster = pk.ProxyCluster
+			r.ProxyCluster, r.ID = pk.ProxyCluster, pk.ProxyID
 			d.tr.reports[string(kv.Key)] = r
 		},
 	}

@@ -84,6 +84,8 @@ type InstanceView struct {
 	Weight      int    `json:"weight"`
 	CapacityRPS int    `json:"capacity_rps,omitempty"`
 	State       string `json:"state"`
+	// Proxies is how the live proxies see it (absent: no proxy reports it).
+	Proxies *ProxiesView `json:"proxies,omitempty"`
 }
 
 // RowView is one proxy cluster's row of a cluster's matrix. Weights are in
@@ -177,6 +179,8 @@ type records struct {
 	seen    statuses
 	sched   *report.SchedulerStatus
 	started map[string]time.Time
+	// proxies: the proxies' view of each instance (proxiesViews).
+	proxies map[instKey]*ProxiesView
 }
 
 // build assembles the document (pure).
@@ -197,12 +201,12 @@ func build(in Inputs, ok bool, ptrs live, rec records, actions bool, now time.Ti
 		d.Shifts = append(d.Shifts, sv)
 	}
 	for _, cn := range sortedKeys(st.Clusters) {
-		d.Clusters = append(d.Clusters, clusterView(in, cn, d.Shifts))
+		d.Clusters = append(d.Clusters, clusterView(in, cn, d.Shifts, rec.proxies))
 	}
 	return d
 }
 
-func clusterView(in Inputs, cn string, shifts []ShiftView) ClusterView {
+func clusterView(in Inputs, cn string, shifts []ShiftView, proxies map[instKey]*ProxiesView) ClusterView {
 	st := in.State
 	cfg := st.Clusters[cn]
 	cv := ClusterView{Name: cn, SubClusters: []SubClusterView{}, Rows: []RowView{}}
@@ -219,6 +223,7 @@ func clusterView(in Inputs, cn string, shifts []ShiftView) ClusterView {
 			if iv.State == "" {
 				iv.State = config.StateHealthy
 			}
+			iv.Proxies = proxies[instKey{cn, sn, iv.Addr}]
 			sv.Total++
 			if m.Weight > 0 && iv.State == config.StateHealthy {
 				sv.Available++

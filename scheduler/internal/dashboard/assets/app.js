@@ -229,6 +229,19 @@ async function showDiff(pc, out) {
     el('tbody', {}, d.rows.map((r) => el('tr', { 'data-diff': r.cluster }, el('td', { text: r.cluster }), el('td', { text: rowText(r.from) }), el('td', { text: rowText(r.to) })))))));
 }
 
+// proxiesView is how the live proxies see an instance (their demand
+// reports): the summed-up state with how many proxies see it so, the
+// requests in flight, and on hover which proxy sees what.
+function proxiesView(p) {
+  if (!p) return el('span', { class: 'meta', 'data-proxies': '', text: 'proxies: no report' });
+  const n = { ejected: p.ejected, drained: p.drained, 'slow start': p.slow_start, unavailable: p.unavailable }[p.state];
+  let word = p.state === 'healthy' ? `healthy (${p.reporting}/${p.reporting})` : `${p.state.toUpperCase()} by ${n}/${p.reporting}`;
+  if (p.state === 'slow start') word += ` (${Math.floor(100 * p.slow_start_min)}%)`;
+  const cls = p.state === 'healthy' ? 'state-SYNCED' : p.state === 'ejected' ? 'state-REJECTED' : 'state-PENDING';
+  return el('span', { 'data-proxies': p.state, title: (p.detail || []).join('\n') || `every proxy that has it sees it healthy` },
+    'proxies: ', el('span', { class: cls, text: word }), ` · ${p.in_flight} in flight`);
+}
+
 function renderHealth() {
   const out = [];
   for (const c of doc.clusters) {
@@ -238,11 +251,13 @@ function renderHealth() {
         el('th', { scope: 'row' }, s.name, s.drained ? el('span', { class: 'badge drained', title: s.drain_reason || '', text: 'DRAINED' }) : null),
         el('td', { text: s.idc }),
         el('td', { class: 'num', text: `${s.available}/${s.total}` }),
-        el('td', {}, s.instances.map((i) => el('div', { class: 'state-' + (i.state === 'healthy' ? 'SYNCED' : 'REJECTED') },
-          `${i.addr} ${i.state} w${i.weight}${i.capacity_rps ? ' cap ' + i.capacity_rps + ' rps' : ''}`)))));
+        el('td', {}, s.instances.map((i) => el('div', { 'data-instance': `${c.name}/${s.name}/${i.addr}` },
+          el('span', { class: 'state-' + (i.state === 'healthy' ? 'SYNCED' : 'REJECTED') },
+            `${i.addr} agent: ${i.state} w${i.weight}${i.capacity_rps ? ' cap ' + i.capacity_rps + ' rps' : ''}`),
+          ' · ', proxiesView(i.proxies))))));
     }
     out.push(el('div', { class: 'card' }, el('h3', { text: `cluster ${c.name}` }), el('div', { class: 'scroll' }, el('table', {},
-      el('thead', {}, el('tr', {}, ...['sub-cluster', 'IDC', 'available/total', 'instances'].map((h) => el('th', { scope: 'col', text: h })))),
+      el('thead', {}, el('tr', {}, ...['sub-cluster', 'IDC', 'available/total', 'instances: the agent\'s state · the proxies\' view · load'].map((h) => el('th', { scope: 'col', text: h })))),
       el('tbody', {}, rows)))));
   }
   $('health-body').replaceChildren(...out);
