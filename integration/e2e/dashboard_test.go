@@ -101,11 +101,26 @@ func TestDashboardInBrowser(t *testing.T) {
 	waitText(`div[data-traffic="BFE1/demo-main"]`, "BFE1 → demo-main traffic above 0 req/s", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, " req/s") && !strings.Contains(s, "now: 0.0 req/s")
 	})
-	lstop()
-	<-loaded
-	if n := countSel(t, bctx, `div[data-traffic="BFE1/demo-main"] svg polyline`); n != 3 {
+	if n := countSel(t, bctx, `div[data-traffic="BFE1/demo-main"] svg polyline:not(.l-share)`); n != 3 {
 		t.Errorf("BFE1 → demo-main chart has %d lines, want 3", n)
 	}
+	// The realised share per sub-cluster beside the intended row (45/45/10),
+	// from the proxies' per-sub-cluster counts, and a solid and a dashed line
+	// per sub-cluster. The load spreads client addresses evenly over the
+	// consistent hash, so thousands of answers land within 10 points.
+	realisedSel := `p[data-realised="BFE1/demo-main"]`
+	waitText(realisedSel, "BFE1 → demo-main realised share beside the intended one", 30*time.Second, func(s string) bool {
+		return strings.Contains(s, "realised share of the last ") && strings.Contains(s, "SC1 ") && strings.Contains(s, "(intended 45.0%)") &&
+			strings.Contains(s, "BLACKHOLE ") && strings.Contains(s, "(intended 10.0%)")
+	})
+	if n := countSel(t, bctx, `div[data-traffic="BFE1/demo-main"] svg polyline.l-share`); n != 6 {
+		t.Errorf("BFE1 → demo-main share chart has %d lines, want 6 (realised and intended for SC1, SC2, BLACKHOLE)", n)
+	}
+	eventually(t, 30*time.Second, "BFE1 → demo-main realised within 10 points of 45/45/10 over 500+ answers", func() error {
+		return realisedNear(t, f, "BFE1", "demo-main", map[string]float64{"SC1": 45, "SC2": 45, "GSLB_BLACKHOLE": 10}, 10)
+	})
+	lstop()
+	<-loaded
 	dir := artefactDir(t)
 	shot := func(name string) {
 		png, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
@@ -161,7 +176,7 @@ func TestDashboardInBrowser(t *testing.T) {
 	if err := chromedp.Do(bctx, click("#diff-go")); err != nil {
 		t.Fatal(err)
 	}
-	waitText(`#diff-table tr[data-diff="demo-main"]`, "the diff row of demo-main", 5*time.Second, func(s string) bool {
+	waitText(`#diff-out`, "the diff row of demo-main", 5*time.Second, func(s string) bool {
 		return strings.Contains(s, "SC1=45 SC2=45 GSLB_BLACKHOLE=10 (pinned)") && strings.Contains(s, "SC1=30 SC2=60 GSLB_BLACKHOLE=10 (pinned)")
 	})
 
@@ -494,5 +509,95 @@ func TestDashboardShowsBlocked(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("screenshot: %v", err)
+	}
+}
+
+// realisedNear reads the dashboard's document and checks the newest
+// realised share of pc → cluster against want, within tol points, over at
+// least 500 answers.
+func realisedNear(t *testing.T, f *fleet.Fleet, pc, cluster string, want map[string]float64, tol float64) error {
+	resp, err := http.Get(f.SchedAPIs[0] + "/ui/api/state")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var doc struct {
+		Traffic []struct {
+			ProxyCluster string `json:"proxy_cluster"`
+			Cluster      string `json:"cluster"`
+			Points       []struct {
+				Answers  uint64             `json:"answers"`
+				Realised map[string]float64 `json:"realised"`
+			} `json:"points"`
+		} `json:"traffic"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+		return err
+	}
+	for _, s := range doc.Traffic {
+		if s.ProxyCluster != pc || s.Cluster != cluster || len(s.Points) == 0 {
+			continue
+		}
+		p := s.Points[len(s.Points)-1]
+		if p.Answers < 500 {
+			return fmt.Errorf("newest point: realised share over %d answers, want at least 500", p.Answers)
+		}
+		for sub, w := range want {
+			if d := p.Realised[sub] - w; d > tol || d < -tol {
+				return fmt.Errorf("%s realised %.1f%%, intended %.0f%% (tolerance %.0f points; all %v)", sub, p.Realised[sub], w, tol, p.Realised)
+			}
+		}
+		t.Logf("%s → %s realised over %d answers: %v", pc, cluster, p.Answers, p.Realised)
+		return nil
+	}
+	return fmt.Errorf("no traffic series for %s → %s", pc, cluster)
+}
+
+// Scenario (issue 21, health): the proxies' view of each instance reaches
+// the page from their demand reports. Every proxy sees a demo-main SC1
+// instance healthy; an admin override on one BFE1 proxy drains it there,
+// and the page says DRAINED by 1 of them and, on hover, which proxy; clearing
+// the override brings it back to healthy — without a reload.
+func TestDashboardProxiesView(t *testing.T) {
+	exe := chromium(t)
+	f, ctx := servingFleet(t)
+	bctx := browser(t, ctx, exe)
+	victim := f.BackendsOf("demo-main", "SC1")[0]
+	proxy := f.ProxiesOf("BFE1")[0]
+	sel := fmt.Sprintf(`div[data-instance="demo-main/SC1/%s"] span[data-proxies]`, victim.Addr)
+	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("open the dashboard: %v", err)
+	}
+	n := len(f.Proxies)
+	healthy := fmt.Sprintf("proxies: healthy (%d/%d)", n, n)
+	waitInPage(t, bctx, sel, victim.Addr+" healthy for all "+fmt.Sprint(n)+" proxies", 20*time.Second, func(s string) bool { return strings.HasPrefix(s, healthy) })
+	if _, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument = 1`)); err != nil {
+		t.Fatal(err)
+	}
+
+	override := func(method, url, body string) {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s %s: %d", method, url, resp.StatusCode)
+		}
+	}
+	override("POST", proxy.AdminURL+"/v1/overrides", `{"addr":"`+victim.Addr+`","drain":true,"ttl":"5m"}`)
+	want := fmt.Sprintf("proxies: DRAINED by 1/%d", n)
+	took := waitInPage(t, bctx, sel, victim.Addr+" drained by one proxy", 20*time.Second, func(s string) bool { return strings.HasPrefix(s, want) })
+	t.Logf("override on %s → page shows it in %s (reports every 2 s)", proxy.ID, took.Round(10*time.Millisecond))
+	if title, err := chromedp.Run(bctx, chromedp.AttributeValue(chromedp.CSS(sel), "title")); err != nil || title.Value != "BFE1/"+proxy.ID+" drained by override" {
+		t.Errorf("hover of %s: %q (%v), want the proxy that drains it", victim.Addr, title.Value, err)
+	}
+	override("DELETE", proxy.AdminURL+"/v1/overrides/"+victim.Addr, "")
+	waitInPage(t, bctx, sel, victim.Addr+" healthy again", 20*time.Second, func(s string) bool { return strings.HasPrefix(s, healthy) })
+	if same, err := chromedp.Run(bctx, chromedp.Evaluate[int](`window.__sameDocument || 0`)); err != nil || same != 1 {
+		t.Fatalf("the page reloaded (mark %d, %v)", same, err)
 	}
 }

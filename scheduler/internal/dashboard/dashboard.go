@@ -153,8 +153,9 @@ func (d *Dashboard) Run(ctx context.Context) {
 		case <-d.poke:
 		case <-tick.C:
 		case <-sample.C:
+			in, _ := d.o.Inputs()
 			d.mu.Lock()
-			d.tr.sampleLocked(d.o.Now())
+			d.tr.sampleLocked(d.o.Now(), in.Rows)
 			d.mu.Unlock()
 		}
 		d.learnStarted(ctx)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -314,7 +315,10 @@ func TestRolloutViews(t *testing.T) {
 func TestTrafficSeriesFromDemandReports(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	f := &fakeInputs{}
-	f.set(func(in *Inputs) { in.State = state() })
+	f.set(func(in *Inputs) {
+		in.State = state()
+		in.Rows = map[string]map[string]RowInput{"BFE1": {"c": {Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 90, config.Blackhole: 10}}}}}
+	})
 	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: 20 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -327,7 +331,13 @@ func TestTrafficSeriesFromDemandReports(t *testing.T) {
 	defer scancel()
 	docs, _ := events(t, sctx, srv.URL)
 
-	for id, cd := range map[string]report.ClusterDemand{"p1": {RPS: 10, ErrorRPS: 1, BlackholeRPS: 2}, "p2": {RPS: 5, BlackholeRPS: 0.5}} {
+	// p1 and p2 report per-sub-cluster counts (report.Traffic), p3 does not
+	// (an older proxy): the realised share is p1's and p2's answers together.
+	for id, cd := range map[string]report.ClusterDemand{
+		"p1": {RPS: 10, ErrorRPS: 1, BlackholeRPS: 2, Traffic: &report.Traffic{SubClusters: map[string]uint64{"SC1": 70, config.Blackhole: 30}}},
+		"p2": {RPS: 5, BlackholeRPS: 0.5, Traffic: &report.Traffic{SubClusters: map[string]uint64{"SC1": 130}}},
+		"p3": {RPS: 1},
+	} {
 		k, _ := layout.Demand("BFE1", id)
 		b, _ := json.Marshal(report.Demand{ID: id, Clusters: map[string]report.ClusterDemand{"c": cd}, WindowSeconds: 10})
 		if _, err := cli.Put(context.Background(), k, string(b)); err != nil {
@@ -339,10 +349,16 @@ func TestTrafficSeriesFromDemandReports(t *testing.T) {
 			return false
 		}
 		p := d.Traffic[0].Points[len(d.Traffic[0].Points)-1]
-		return p.RPS == 15 && p.ErrorRPS == 1 && p.BlackholeRPS == 2.5
+		return p.RPS == 16 && p.ErrorRPS == 1 && p.BlackholeRPS == 2.5
 	})
-	if s := doc.Traffic[0]; s.ProxyCluster != "BFE1" || s.Cluster != "c" {
+	s := doc.Traffic[0]
+	if s.ProxyCluster != "BFE1" || s.Cluster != "c" {
 		t.Fatalf("series %+v", s)
+	}
+	p := s.Points[len(s.Points)-1]
+	if p.Answers != 230 || !reflect.DeepEqual(p.Realised, map[string]float64{"SC1": 86.96, config.Blackhole: 13.04}) ||
+		!reflect.DeepEqual(p.Intended, map[string]float64{"SC1": 90, config.Blackhole: 10}) {
+		t.Fatalf("answers %d, realised %v, intended %v; want 230, SC1 86.96 / BLACKHOLE 13.04 (200 and 30 of 230), intended 90/10", p.Answers, p.Realised, p.Intended)
 	}
 }
 
@@ -351,7 +367,7 @@ func TestTrafficWindow(t *testing.T) {
 		series: map[seriesKey][]TrafficPoint{}, keep: int(window / sampleEvery)}
 	t0 := time.Unix(1_000_000, 0)
 	for i := range 200 {
-		tr.sampleLocked(t0.Add(time.Duration(i) * sampleEvery))
+		tr.sampleLocked(t0.Add(time.Duration(i)*sampleEvery), nil)
 	}
 	pts := tr.listLocked()[0].Points
 	if len(pts) != tr.keep || pts[len(pts)-1].T != t0.Add(199*sampleEvery).Unix() {
@@ -359,7 +375,7 @@ func TestTrafficWindow(t *testing.T) {
 	}
 	// Nobody reports any more: the points age out after the window.
 	tr.reports = map[string]report.Demand{}
-	tr.sampleLocked(t0.Add(199*sampleEvery + window))
+	tr.sampleLocked(t0.Add(199*sampleEvery+window), nil)
 	if got := tr.listLocked(); len(got) != 0 {
 		t.Fatalf("series kept after the window: %+v", got[0].Points[:1])
 	}

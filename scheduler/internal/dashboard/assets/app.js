@@ -306,6 +306,45 @@ function chart(s) {
   return g;
 }
 
+// Okabe-Ito: distinguishable with every colour-vision deficiency; every
+// line is also named in the text below its chart.
+const SUBCOLOURS = ['#0072B2', '#E69F00', '#009E73', '#CC79A7', '#56B4E9', '#D55E00', '#F0E442', '#000000'];
+const subName = (k) => (k === BLACKHOLE ? 'BLACKHOLE' : k);
+const subOrder = (a, b) => (a === BLACKHOLE) - (b === BLACKHOLE) || a.localeCompare(b);
+
+// shareChart draws, per sub-cluster, the realised share (solid) and the
+// intended one (dashed) over the last 15 minutes, 0-100 %.
+function shareChart(s, subs) {
+  const W = 320, H = 90, pad = 4, now = Date.now() / 1000, from = now - 900;
+  const x = (t) => pad + (W - 2 * pad) * Math.max(0, t - from) / 900;
+  const y = (v) => H - pad - (H - 2 * pad) * v / 100;
+  const g = svg('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, width: W, height: H, role: 'img',
+    'aria-label': `${s.proxy_cluster} to ${s.cluster}: realised (solid) and intended (dashed) share per sub-cluster over the last 15 minutes` });
+  subs.forEach((k, i) => {
+    const colour = SUBCOLOURS[i % SUBCOLOURS.length];
+    for (const [field, dash] of [['realised', ''], ['intended', '4 3']]) {
+      const pts = s.points.filter((p) => p[field]).map((p) => `${x(p.t).toFixed(1)},${y(p[field][k] || 0).toFixed(1)}`);
+      if (pts.length) g.append(svg('polyline', { class: 'l-share', 'data-sub': k, 'data-field': field, stroke: colour, 'stroke-dasharray': dash || 'none', points: pts.join(' ') }));
+    }
+  });
+  const top = svg('text', { x: pad + 2, y: 11 });
+  top.textContent = '100%';
+  g.append(top);
+  return g;
+}
+
+// realisedText is the newest point's realised share per sub-cluster beside
+// the intended one.
+function realisedText(s, subs) {
+  const p = [...s.points].reverse().find((q) => q.realised);
+  if (!p) return el('p', { class: 'meta', 'data-realised': '', text: 'realised share: no answers with per-sub-cluster counts in the proxies' report windows yet' });
+  const parts = subs.map((k, i) => el('span', {},
+    el('span', { class: 'swatch', style: { backgroundColor: SUBCOLOURS[i % SUBCOLOURS.length] }, 'aria-hidden': 'true' }),
+    `${subName(k)} ${(p.realised[k] || 0).toFixed(1)}%` + (p.intended ? ` (intended ${(p.intended[k] || 0).toFixed(1)}%)` : ''), ' '));
+  return el('p', { class: 'meta', 'data-realised': `${s.proxy_cluster}/${s.cluster}` },
+    `realised share of the last ${p.answers} answers: `, ...parts);
+}
+
 function renderTraffic() {
   const out = [];
   for (const s of doc.traffic || []) {
@@ -314,8 +353,9 @@ function renderTraffic() {
     const r = c && c.rows.find((x) => x.proxy_cluster === s.proxy_cluster);
     const intended = r ? Object.keys(r.weights).sort((a, b) => (a === BLACKHOLE) - (b === BLACKHOLE) || a.localeCompare(b))
       .map((k) => `${k === BLACKHOLE ? 'BLACKHOLE' : k} ${pct(r.weights[k], r.denominator)}%`).join(' · ') : '';
+    const subs = [...new Set(s.points.flatMap((p) => Object.keys(p.realised || {}).concat(Object.keys(p.intended || {}))))].sort(subOrder);
     out.push(el('div', { class: 'card', 'data-traffic': `${s.proxy_cluster}/${s.cluster}` },
-      el('h3', { text: `${s.proxy_cluster} → ${s.cluster}` }), chart(s),
+      el('h3', { text: `${s.proxy_cluster} → ${s.cluster}` }), chart(s), subs.length ? shareChart(s, subs) : null, subs.length ? realisedText(s, subs) : null,
       el('p', { class: 'meta' }, `now: ${last.rps.toFixed(1)} req/s · 5xx ${last.error_rps.toFixed(2)}/s (${last.rps ? (100 * last.error_rps / last.rps).toFixed(1) : '0.0'}%) · blackhole ${last.blackhole_rps.toFixed(2)}/s (${last.rps ? (100 * last.blackhole_rps / last.rps).toFixed(1) : '0.0'}%)`,
         intended ? el('br') : null, intended ? `intended: ${intended}` : null)));
   }
