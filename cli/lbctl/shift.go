@@ -2,15 +2,11 @@ package lbctl
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
 	"os/user"
-	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -62,11 +58,7 @@ func author() string {
 	return "lbctl:" + name + "@" + host
 }
 
-func newID(prefix string) string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b)
-	return fmt.Sprintf("%s-%s-%s", prefix, time.Now().UTC().Format("20060102T150405"), hex.EncodeToString(b))
-}
+func newID(prefix string) string { return edit.NewID(prefix, time.Now()) }
 
 func shiftCreate(e *env) error {
 	c := e.c
@@ -112,11 +104,7 @@ func shiftCreate(e *env) error {
 	if !r.Succeeded {
 		return withCode(ExitConflict, fmt.Errorf("shift %s already exists", sh.ID))
 	}
-	text := fmt.Sprintf("Shift %s created: %d points of %s's %s traffic from %s to %s", sh.ID, sh.Percent, sh.ProxyCluster, sh.Cluster, sh.From, sh.To)
-	if sh.Ramp > 0 {
-		text += fmt.Sprintf(" over %s in steps of %d", sh.Ramp, sh.StepPercent)
-	}
-	text += fmt.Sprintf(" (revision %d).\n", r.Header.Revision)
+	text := edit.ShiftCreated(sh, r.Header.Revision) + "\n"
 	if !c.Bool("wait") {
 		text += fmt.Sprintf("Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
 	}
@@ -129,46 +117,13 @@ func shiftCreate(e *env) error {
 }
 
 // checkShift validates a shift against the stored desired state before it
-// is written.
+// is written (edit.CheckShift).
 func checkShift(ctx context.Context, e *env, sh config.Shift) error {
-	var errs []error
-	if err := sh.Check(); err != nil {
-		errs = append(errs, err)
-	}
 	st, err := e.readState(ctx)
 	if err != nil {
 		return err
 	}
-	s := st.State
-	if _, ok := s.Topology.ProxyClusters[sh.ProxyCluster]; !ok {
-		errs = append(errs, fmt.Errorf("--proxy-cluster %q does not exist", sh.ProxyCluster))
-	}
-	cl, ok := s.Clusters[sh.Cluster]
-	if !ok {
-		errs = append(errs, fmt.Errorf("--cluster %q does not exist", sh.Cluster))
-	}
-	for _, idc := range []string{sh.From, sh.To} {
-		if !slices.Contains(s.Topology.IDCs, idc) {
-			errs = append(errs, fmt.Errorf("IDC %q does not exist", idc))
-			continue
-		}
-		if ok && !clusterHasIDC(cl, idc) {
-			errs = append(errs, fmt.Errorf("cluster %q has no sub-cluster in %s", sh.Cluster, idc))
-		}
-	}
-	if len(errs) > 0 {
-		return fmt.Errorf("invalid shift; nothing was written: %w", errors.Join(errs...))
-	}
-	return nil
-}
-
-func clusterHasIDC(c config.Cluster, idc string) bool {
-	for _, sc := range c.SubClusters {
-		if sc.IDC == idc {
-			return true
-		}
-	}
-	return false
+	return edit.CheckShift(&st.State, sh)
 }
 
 // shiftProgressLine is what --wait prints for a progress record, e.g.

@@ -24,7 +24,8 @@ import (
 
 // Action is one operator action from the page (POST /ui/api/action).
 type Action struct {
-	// Kind: pin, unpin, drain, undrain, shift-pause, shift-resume, shift-abort.
+	// Kind: pin, unpin, drain, undrain, shift (create), shift-pause,
+	// shift-resume, shift-abort.
 	Kind          string         `json:"kind"`
 	Cluster       string         `json:"cluster,omitempty"`
 	ProxyCluster  string         `json:"proxy_cluster,omitempty"`
@@ -33,6 +34,14 @@ type Action struct {
 	Weights       map[string]int `json:"weights,omitempty"`
 	AllowFullDrop bool           `json:"allow_full_drop,omitempty"`
 	Reason        string         `json:"reason,omitempty"`
+	// A new shift (kind "shift"): Percent points of the row from IDC From
+	// to IDC To, ramped over Ramp (e.g. "5m"; empty: at once) in steps of
+	// Step points (0: lbctl's default, 10).
+	From    string `json:"from,omitempty"`
+	To      string `json:"to,omitempty"`
+	Percent int    `json:"percent,omitempty"`
+	Ramp    string `json:"ramp,omitempty"`
+	Step    int    `json:"step,omitempty"`
 }
 
 // CSRFHeader must be on every action request: a cross-site form cannot set
@@ -173,6 +182,8 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (string, er
 		}
 		verb := map[string]string{"drain": "Drained", "undrain": "Undrained"}[a.Kind]
 		return fmt.Sprintf("%s %s/%s (desired state revision %d).", verb, a.Cluster, a.SubCluster, rev), nil
+	case "shift":
+		return d.createShift(ctx, a, author)
 	case "shift-pause", "shift-resume", "shift-abort":
 		state := map[string]string{"shift-pause": config.ShiftPaused, "shift-resume": config.ShiftRunning, "shift-abort": config.ShiftAborted}[a.Kind]
 		if err := d.setShiftState(ctx, a.ID, state); err != nil {
@@ -180,7 +191,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (string, er
 		}
 		return fmt.Sprintf("Shift %s is now %s.", a.ID, state), nil
 	default:
-		return "", badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift-pause, shift-resume, shift-abort", a.Kind))
+		return "", badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift, shift-pause, shift-resume, shift-abort", a.Kind))
 	}
 }
 
@@ -202,16 +213,9 @@ const casAttempts = 5
 func (d *Dashboard) updateState(ctx context.Context, mutate func(*config.State) error) (int64, error) {
 	key := d.o.Layout.Desired()
 	for range casAttempts {
-		r, err := d.o.Client.Get(ctx, key)
+		st, modRev, err := d.readState(ctx)
 		if err != nil {
-			return 0, fmt.Errorf("read desired state: %w", err)
-		}
-		if len(r.Kvs) == 0 {
-			return 0, badRequest(fmt.Errorf("no desired state in etcd at %s yet: write one with lbctl apply -f FILE", key))
-		}
-		var st config.State
-		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
-			return 0, fmt.Errorf("stored desired state at %s is not valid: %w", key, err)
+			return 0, err
 		}
 		if err := mutate(&st); err != nil {
 			return 0, badRequest(err)
@@ -223,7 +227,7 @@ func (d *Dashboard) updateState(ctx context.Context, mutate func(*config.State) 
 		if err != nil {
 			return 0, err
 		}
-		tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(key, string(b))).Commit()
+		tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).Then(clientv3.OpPut(key, string(b))).Commit()
 		if err != nil {
 			return 0, fmt.Errorf("write desired state: %w", err)
 		}
@@ -232,6 +236,23 @@ func (d *Dashboard) updateState(ctx context.Context, mutate func(*config.State) 
 		}
 	}
 	return 0, &actionError{http.StatusConflict, errors.New("conflict: the desired state kept changing; nothing was written")}
+}
+
+// readState reads the stored desired state and its key's revision.
+func (d *Dashboard) readState(ctx context.Context) (config.State, int64, error) {
+	key := d.o.Layout.Desired()
+	var st config.State
+	r, err := d.o.Client.Get(ctx, key)
+	if err != nil {
+		return st, 0, fmt.Errorf("read desired state: %w", err)
+	}
+	if len(r.Kvs) == 0 {
+		return st, 0, badRequest(fmt.Errorf("no desired state in etcd at %s yet: write one with lbctl apply -f FILE", key))
+	}
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
+		return st, 0, fmt.Errorf("stored desired state at %s is not valid: %w", key, err)
+	}
+	return st, r.Kvs[0].ModRevision, nil
 }
 
 func (d *Dashboard) setShiftState(ctx context.Context, id, state string) error {
