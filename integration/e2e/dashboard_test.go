@@ -64,9 +64,7 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	url := f.SchedAPIs[0] + "/ui/"
 	cell := func(pc, sc string) string { return fmt.Sprintf(`td[data-cell="demo-main/%s/%s"]`, pc, sc) }
-	if err := chromedp.Do(bctx, chromedp.Navigate(url), chromedp.WaitVisible(chromedp.CSS(cell("BFE1", "SC1")))); err != nil {
-		t.Fatalf("open %s: %v", url, err)
-	}
+	openDashboard(t, bctx, url, cell("BFE1", "SC1"))
 	// The page re-renders on every event, so read in one step in the page
 	// (a node looked up first may be replaced before it is read).
 	text := func(sel string) string {
@@ -253,6 +251,34 @@ func browser(t *testing.T, ctx context.Context, exe string) context.Context {
 	return bctx
 }
 
+// openDashboard loads url and polls, in one step in the page each time,
+// until an element matches sel (within 30 s). It does not use WaitVisible:
+// the live page replaces its nodes on every document, and a node looked up
+// first may be gone before it is checked.
+func openDashboard(t *testing.T, bctx context.Context, url, sel string) {
+	t.Helper()
+	// bctx itself, not a context derived from it: the first action on a
+	// chromedp context starts the browser, which then lives as long as
+	// that context (the test's deadline bounds it).
+	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
+		t.Fatalf("open %s: %v", url, err)
+	}
+	present := fmt.Sprintf(`document.querySelector(%q) !== null`, sel)
+	start := time.Now()
+	for {
+		tctx, tcancel := context.WithTimeout(bctx, time.Second)
+		ok, err := chromedp.Run(tctx, chromedp.Evaluate[bool](present))
+		tcancel()
+		if err == nil && ok {
+			return
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("open %s: nothing matches %s within 30 s (last error %v)", url, sel, err)
+		}
+		time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
+	}
+}
+
 // waitInPage polls the DOM until sel's text satisfies ok, within d; it
 // returns how long that took.
 func waitInPage(t *testing.T, bctx context.Context, sel, what string, d time.Duration, ok func(string) bool) time.Duration {
@@ -286,7 +312,8 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 	has := func(sub string) func(string) bool { return func(s string) bool { return strings.Contains(s, sub) } }
 
 	drainBtn := `button[data-key="drain/demo-main/SC2"]`
-	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS("#token")),
+	openDashboard(t, bctx, f.SchedAPIs[0]+"/ui/", "#token")
+	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS("#token")),
 		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), click(`#tokenform button[type=submit]`),
 		chromedp.WaitVisible(chromedp.CSS(drainBtn))); err != nil {
 		t.Fatalf("enter the token: %v", err)
@@ -330,6 +357,20 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 	}
 	wait("#notice", "the unpin's answer", has("Unpinned BFE1 row of demo-main"))
 	wait(`tr[data-row="demo-main/BFE1"]`, "BFE1 no longer pinned", func(s string) bool { return !strings.Contains(s, "PINNED") })
+
+	// A shift with a ramp, from the row's Shift… dialog: the intent lbctl
+	// shift writes, listed by lbctl and shown in the shifts table.
+	shiftBtn := `button[data-key="shift/demo-main/BFE1"]`
+	if err := chromedp.Do(bctx, click(shiftBtn), chromedp.WaitVisible(chromedp.CSS("#shift-percent")),
+		chromedp.SetValue(chromedp.CSS("#shift-percent"), "20"), chromedp.SetValue(chromedp.CSS("#shift-ramp"), "1m"),
+		chromedp.SetValue(chromedp.CSS("#action-reason"), "e2e shift from the page"), click("#confirm-ok")); err != nil {
+		t.Fatalf("shift dialog: %v", err)
+	}
+	wait("#notice", "the shift's answer", has("created: 20 points of BFE1's demo-main traffic from IDC1 to IDC2 over 1m0s in steps of 10 (revision "))
+	wait("#shifts-body", "the shift in the shifts table", has("BFE1 → demo-main"))
+	if out, code, err := f.Lbctl(ctx, "shift", "list"); err != nil || code != 0 || !strings.Contains(out, "BFE1") || !strings.Contains(out, "IDC1") {
+		t.Fatalf("lbctl shift list after the page's shift: exit %d %v\n%s", code, err, out)
+	}
 }
 
 func mustText(t *testing.T, bctx context.Context, sel string) string {
@@ -363,9 +404,7 @@ func TestDashboardRolloutAgreesWithLbctl(t *testing.T) {
 	exe := chromium(t)
 	f, ctx := servingFleet(t)
 	bctx := browser(t, ctx, exe)
-	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`h3[data-rollout="BFE1"]`))); err != nil {
-		t.Fatalf("open the dashboard: %v", err)
-	}
+	openDashboard(t, bctx, f.SchedAPIs[0]+"/ui/", `h3[data-rollout="BFE1"]`)
 	victim := f.ProxiesOf("BFE1")[1]
 	row := fmt.Sprintf(`tr[data-proxy="BFE1/%s"]`, victim.ID)
 	waitInPage(t, bctx, row, victim.ID+" SYNCED in the page", 10*time.Second, func(s string) bool { return strings.Contains(s, "SYNCED") })
@@ -475,9 +514,7 @@ func TestDashboardShowsBlocked(t *testing.T) {
 	f, ctx := servingFleet(t)
 	bctx := browser(t, ctx, exe)
 	heading := `h3[data-rollout="BFE1"]`
-	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(heading))); err != nil {
-		t.Fatalf("open the dashboard: %v", err)
-	}
+	openDashboard(t, bctx, f.SchedAPIs[0]+"/ui/", heading)
 	waitInPage(t, bctx, heading, "BFE1 converged before the drains", 20*time.Second, func(s string) bool {
 		return strings.Contains(s, "converged") && !strings.Contains(s, "BLOCKED")
 	})
@@ -565,9 +602,7 @@ func TestDashboardProxiesView(t *testing.T) {
 	victim := f.BackendsOf("demo-main", "SC1")[0]
 	proxy := f.ProxiesOf("BFE1")[0]
 	sel := fmt.Sprintf(`div[data-instance="demo-main/SC1/%s"] span[data-proxies]`, victim.Addr)
-	if err := chromedp.Do(bctx, chromedp.Navigate(f.SchedAPIs[0]+"/ui/"), chromedp.WaitVisible(chromedp.CSS(sel))); err != nil {
-		t.Fatalf("open the dashboard: %v", err)
-	}
+	openDashboard(t, bctx, f.SchedAPIs[0]+"/ui/", sel)
 	n := len(f.Proxies)
 	healthy := fmt.Sprintf("proxies: healthy (%d/%d)", n, n)
 	waitInPage(t, bctx, sel, victim.Addr+" healthy for all "+fmt.Sprint(n)+" proxies", 20*time.Second, func(s string) bool { return strings.HasPrefix(s, healthy) })

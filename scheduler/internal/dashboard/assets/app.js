@@ -103,6 +103,8 @@ function renderMatrix() {
       if (r.pinned && r.pin_reason) marks.append(el('small', { text: ' ' + r.pin_reason }));
       if (canAct()) {
         marks.append(' ', el('button', { type: 'button', 'data-key': `pin/${c.name}/${r.proxy_cluster}`, onclick: () => ask({ kind: 'pin', cluster: c.name, proxy_cluster: r.proxy_cluster, row: r, cols }) }, 'Pin…'));
+        const idcs = [...new Set(c.subclusters.map((x) => x.idc))].sort();
+        if (idcs.length > 1) marks.append(' ', el('button', { type: 'button', 'data-key': `shift/${c.name}/${r.proxy_cluster}`, onclick: () => ask({ kind: 'shift', cluster: c.name, proxy_cluster: r.proxy_cluster, idcs }) }, 'Shift…'));
         if (r.pinned) marks.append(' ', el('button', { type: 'button', 'data-key': `unpin/${c.name}/${r.proxy_cluster}`, onclick: () => ask({ kind: 'unpin', cluster: c.name, proxy_cluster: r.proxy_cluster }) }, 'Unpin'));
       }
       tr.append(marks);
@@ -337,7 +339,7 @@ function shareChart(s, subs) {
 // the intended one.
 function realisedText(s, subs) {
   const p = [...s.points].reverse().find((q) => q.realised);
-  if (!p) return el('p', { class: 'meta', 'data-realised': '', text: 'realised share: no answers with per-sub-cluster counts in the proxies' report windows yet' });
+  if (!p) return el('p', { class: 'meta', 'data-realised': '', text: 'realised share: no answers with per-sub-cluster counts in the report windows yet' });
   const parts = subs.map((k, i) => el('span', {},
     el('span', { class: 'swatch', style: { backgroundColor: SUBCOLOURS[i % SUBCOLOURS.length] }, 'aria-hidden': 'true' }),
     `${subName(k)} ${(p.realised[k] || 0).toFixed(1)}%` + (p.intended ? ` (intended ${(p.intended[k] || 0).toFixed(1)}%)` : ''), ' '));
@@ -382,6 +384,7 @@ function describe(a) {
     case 'undrain': return `Undrain ${a.cluster}/${a.subcluster}: put it back into service.`;
     case 'pin': return `Pin the ${a.proxy_cluster} row of ${a.cluster}: these weights win over computation until unpinned.`;
     case 'unpin': return `Unpin the ${a.proxy_cluster} row of ${a.cluster}: the scheduler computes it again.`;
+    case 'shift': return `Shift ${a.proxy_cluster}'s ${a.cluster} traffic from one IDC to another: points of the row move on top of the pinned or computed weights, at once or ramped.`;
     default: return `${a.kind.replace('shift-', '')} shift ${a.id}.`;
   }
 }
@@ -398,7 +401,15 @@ function ask(a) {
     f.append(el('label', {}, el('input', { type: 'checkbox', id: 'allow-full-drop' }), ' allow GSLB_BLACKHOLE=100'));
     body.push(f);
   }
-  if (a.kind === 'pin' || a.kind === 'drain') {
+  if (a.kind === 'shift') {
+    const pick = (id, sel) => el('select', { id }, a.idcs.map((x) => el('option', { value: x, selected: x === sel }, x)));
+    body.push(el('div', { class: 'pinform' },
+      el('label', {}, 'from ', pick('shift-from', a.idcs[0])), el('label', {}, 'to ', pick('shift-to', a.idcs[1])),
+      el('label', {}, 'points ', el('input', { type: 'number', id: 'shift-percent', min: 1, max: 100, step: 1, value: '10' })),
+      el('label', {}, 'ramp ', el('input', { type: 'text', id: 'shift-ramp', size: 6, placeholder: 'e.g. 5m' })),
+      el('label', {}, 'step ', el('input', { type: 'number', id: 'shift-step', min: 1, max: 100, step: 1, value: '10' }))));
+  }
+  if (a.kind === 'pin' || a.kind === 'drain' || a.kind === 'shift') {
     body.push(el('label', {}, 'reason ', el('input', { type: 'text', id: 'action-reason', size: 30 })));
   }
   $('confirm-body').replaceChildren(...body);
@@ -417,6 +428,11 @@ async function confirmAction(ev) {
     req.weights = {};
     for (const i of document.querySelectorAll('#confirm-body input[data-w]')) req.weights[i.getAttribute('data-w')] = Number(i.value);
     req.allow_full_drop = document.getElementById('allow-full-drop').checked;
+  }
+  if (a.kind === 'shift') {
+    req.from = $('shift-from').value; req.to = $('shift-to').value;
+    req.percent = Number($('shift-percent').value); req.step = Number($('shift-step').value);
+    if ($('shift-ramp').value.trim() !== '') req.ramp = $('shift-ramp').value.trim();
   }
   const res = await postAction(req);
   if (res.error) { $('confirm-error').textContent = res.error; return; }
