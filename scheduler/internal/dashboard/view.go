@@ -142,7 +142,9 @@ type ProxyView struct {
 	WatchLagSeconds float64   `json:"watch_lag_seconds"`
 	AppliedAt       time.Time `json:"applied_at,omitzero"`
 	Source          string    `json:"source,omitempty"`
-	UpdatedAt       time.Time `json:"updated_at"`
+	// (No report time: a proxy rewrites its status every report interval,
+	// and a rewrite that changes nothing the page shows must not send every
+	// tab a new document. LastSeen carries it once it matters.)
 	// LineageChanges and PreviousLineage: the lineages it followed.
 	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
 	PreviousLineage string `json:"previous_lineage,omitempty"`
@@ -314,7 +316,7 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 			s := full[r.ID]
 			pv := ProxyView{ID: r.ID, State: r.State, Reason: r.Reason, LastSeen: r.Since, NotCounted: r.NotCounted,
 				AppliedLineage: r.Lineage, AppliedVersion: r.Applied, WatchLagSeconds: s.WatchLagSeconds,
-				AppliedAt: s.AppliedAt, Source: s.Source, UpdatedAt: s.UpdatedAt, LineageChanges: s.LineageChanges, PreviousLineage: s.PreviousLineage}
+				AppliedAt: s.AppliedAt, Source: s.Source, LineageChanges: s.LineageChanges, PreviousLineage: s.PreviousLineage}
 			if r.State == rollout.Gone {
 				pv.WatchLagSeconds = 0
 			}
