@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -312,6 +313,23 @@ func TestRolloutViews(t *testing.T) {
 	}
 }
 
+// sampling runs a dashboard over f that samples the traffic every sample
+// (and rebuilds by the clock only hourly), serves it, and returns its event
+// stream's documents; everything stops at the test's cleanup.
+func sampling(t *testing.T, cli *clientv3.Client, f *fakeInputs, sample time.Duration) <-chan Doc {
+	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: sample,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-ran })
+	srv := httptest.NewServer(d.Handler())
+	sctx, scancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { scancel(); srv.Close() })
+	docs, _ := events(t, sctx, srv.URL)
+	return docs
+}
+
 func TestTrafficSeriesFromDemandReports(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	f := &fakeInputs{}
@@ -319,17 +337,7 @@ func TestTrafficSeriesFromDemandReports(t *testing.T) {
 		in.State = state()
 		in.Rows = map[string]map[string]RowInput{"BFE1": {"c": {Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 90, config.Blackhole: 10}}}}}
 	})
-	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: 20 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { defer close(ran); d.Run(ctx) }()
-	defer func() { cancel(); <-ran }()
-	srv := httptest.NewServer(d.Handler())
-	defer srv.Close()
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	docs, _ := events(t, sctx, srv.URL)
+	docs := sampling(t, cli, f, 20*time.Millisecond)
 
 	// p1 and p2 report per-sub-cluster counts (report.Traffic), p3 does not
 	// (an older proxy): the realised share is p1's and p2's answers together.

@@ -3,9 +3,6 @@ package dashboard
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"reflect"
 	"testing"
 	"time"
@@ -63,17 +60,7 @@ func TestProxiesViewFromDemandReports(t *testing.T) {
 		in.State = state()
 		in.Members = map[string]map[string][]config.Instance{"c": {"SC1": {{Addr: "10.0.0.1", Port: 80, Weight: 10}}}}
 	})
-	d := New(Options{Client: cli, Layout: layout, Inputs: f.get, Refresh: time.Hour, Sample: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan struct{})
-	go func() { defer close(ran); d.Run(ctx) }()
-	defer func() { cancel(); <-ran }()
-	srv := httptest.NewServer(d.Handler())
-	defer srv.Close()
-	sctx, scancel := context.WithCancel(context.Background())
-	defer scancel()
-	docs, _ := events(t, sctx, srv.URL)
+	docs := sampling(t, cli, f, 50*time.Millisecond)
 
 	put := func(id, health string, inflight int64) {
 		t.Helper()
