@@ -135,10 +135,16 @@ func TestDashboardInBrowser(t *testing.T) {
 
 	// The row explanation, by keyboard: focus BFE1's name, press Enter.
 	explainBtn := `button[data-key="explain/demo-main/BFE1"]`
-	if err := chromedp.Do(bctx, chromedp.Focus(chromedp.CSS(explainBtn)), chromedp.KeyEvent(kb.Enter),
-		chromedp.WaitVisible(chromedp.CSS("#explain-body dl"))); err != nil {
+	// Focus in one step in the page (a live update may replace the node
+	// between a lookup and a focus; the page keeps focus across updates).
+	focus := chromedp.Evaluate[bool](fmt.Sprintf(`(e => { if (!e) return false; e.focus(); return document.activeElement === e })(document.querySelector(%q))`, explainBtn))
+	if ok, err := chromedp.Run(bctx, focus); err != nil || !ok {
+		t.Fatalf("focus %s: %v %v", explainBtn, ok, err)
+	}
+	if err := chromedp.Do(bctx, chromedp.KeyEvent(kb.Enter)); err != nil {
 		t.Fatalf("open the explanation with the keyboard: %v", err)
 	}
+	waitPresent(t, bctx, "#explain-body dl")
 	if x := text("#explain-body"); !strings.Contains(x, "mode") || !strings.Contains(x, "pinned") || !strings.Contains(x, "SC1=45 SC2=45 GSLB_BLACKHOLE=10") {
 		t.Errorf("explanation of BFE1/demo-main: %q", x)
 	}
@@ -263,6 +269,13 @@ func openDashboard(t *testing.T, bctx context.Context, url, sel string) {
 	if err := chromedp.Do(bctx, chromedp.Navigate(url)); err != nil {
 		t.Fatalf("open %s: %v", url, err)
 	}
+	waitPresent(t, bctx, sel)
+}
+
+// waitPresent polls, in one step in the page each time, until an element
+// matches sel (within 30 s).
+func waitPresent(t *testing.T, bctx context.Context, sel string) {
+	t.Helper()
 	present := fmt.Sprintf(`document.querySelector(%q) !== null`, sel)
 	start := time.Now()
 	for {
@@ -273,7 +286,7 @@ func openDashboard(t *testing.T, bctx context.Context, url, sel string) {
 			return
 		}
 		if time.Since(start) > 30*time.Second {
-			t.Fatalf("open %s: nothing matches %s within 30 s (last error %v)", url, sel, err)
+			t.Fatalf("nothing matches %s within 30 s (last error %v)", sel, err)
 		}
 		time.Sleep(25 * time.Millisecond) // poll interval of the DOM, not a wait for state
 	}
@@ -314,10 +327,10 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 	drainBtn := `button[data-key="drain/demo-main/SC2"]`
 	openDashboard(t, bctx, f.SchedAPIs[0]+"/ui/", "#token")
 	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS("#token")),
-		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), click(`#tokenform button[type=submit]`),
-		chromedp.WaitVisible(chromedp.CSS(drainBtn))); err != nil {
+		chromedp.SendKeys(chromedp.CSS("#token"), "e2e-token"), click(`#tokenform button[type=submit]`)); err != nil {
 		t.Fatalf("enter the token: %v", err)
 	}
+	waitPresent(t, bctx, drainBtn)
 	// Drain: the dialog asks first; Confirm writes it.
 	if err := chromedp.Do(bctx, click(drainBtn), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
 		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page")); err != nil {
@@ -336,7 +349,8 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 
 	// A pin that does not sum to 100 is refused in the dialog, in lbctl's words.
 	pinBtn := `button[data-key="pin/demo-main/BFE1"]`
-	if err := chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(pinBtn)), click(pinBtn),
+	waitPresent(t, bctx, pinBtn)
+	if err := chromedp.Do(bctx, click(pinBtn),
 		chromedp.WaitVisible(chromedp.CSS(`#confirm-body input[data-w="SC1"]`)),
 		chromedp.SetValue(chromedp.CSS(`#confirm-body input[data-w="SC1"]`), "50"), click("#confirm-ok")); err != nil {
 		t.Fatalf("pin dialog: %v", err)
