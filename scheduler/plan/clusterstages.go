@@ -395,7 +395,7 @@ func (c *clusterPlanner) output() clusterOutput {
 		}
 		r := snapshot.Row{Denominator: set.den, Weights: row}
 		if pin := in.pins[pc]; pin != nil {
-			r.Pinned, r.AllowFullDrop = true, pin.AllowFullDrop
+			r.Pinned, r.AllowFullDrop = true, pin.AllowFullDrop || in.dropOK
 		}
 		if c.modes[pc] == ModeUnavailable && row[config.Blackhole] == set.den {
 			r.AllowFullDrop = true
