@@ -19,6 +19,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
 func shiftCommand() *cli.Command {
@@ -94,6 +95,9 @@ func shiftCreate(e *env) error {
 	ctx, cancel := e.ctx()
 	defer cancel()
 	if err := checkShift(ctx, e, sh); err != nil {
+		return err
+	}
+	if err := e.checkPlan(ctx, nil, []plan.ActiveShift{{Shift: sh, AppliedPercent: sh.Percent}}, "shift "+sh.ID); err != nil {
 		return err
 	}
 	k, err := e.layout.Shift(sh.ID)

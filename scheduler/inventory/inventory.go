@@ -158,19 +158,10 @@ func (inv *Inventory) Changed() <-chan struct{} { return inv.changed }
 
 // Run watches every input until ctx is done; it always returns ctx.Err().
 func (inv *Inventory) Run(ctx context.Context) error {
-	prefixes := map[string]string{
-		inDesired:   inv.layout.Desired(),
-		inShifts:    inv.layout.ShiftsPrefix(),
-		inProgress:  inv.layout.ShiftProgressPrefix(),
-		inInstances: inv.layout.InstancesPrefix(),
-		inDemand:    inv.layout.DemandPrefix(),
-	}
 	var wg sync.WaitGroup
 	for _, in := range inputs {
-		prefix := prefixes[in]
-		// The desired key is watched as a prefix too; the sink ignores keys
-		// that merely start with it ("desired-old").
-		s := &inputSink{inv: inv, input: in, exact: in == inDesired, key: prefix}
+		s := inv.sink(in)
+		prefix := s.key
 		cfg := etcdwatch.Config{
 			Client: inv.cli, Key: prefix, Prefix: true, LineageKey: inv.layout.Lineage(),
 			StallTimeout: inv.stall, Logger: inv.log.With("input", in),
@@ -184,6 +175,19 @@ func (inv *Inventory) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return ctx.Err()
+}
+
+// sink is the sink of one input. The desired key is watched as a prefix
+// too; the sink ignores keys that merely start with it ("desired-old").
+func (inv *Inventory) sink(in string) *inputSink {
+	prefix := map[string]string{
+		inDesired:   inv.layout.Desired(),
+		inShifts:    inv.layout.ShiftsPrefix(),
+		inProgress:  inv.layout.ShiftProgressPrefix(),
+		inInstances: inv.layout.InstancesPrefix(),
+		inDemand:    inv.layout.DemandPrefix(),
+	}[in]
+	return &inputSink{inv: inv, input: in, exact: in == inDesired, key: prefix}
 }
 
 // Synced reports whether every input was listed at least once.
