@@ -34,7 +34,7 @@ func drainCommand(on bool) *cli.Command {
 		Flags:     append(flags, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
-			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: author(), AllowFullDrop: e.c.Bool(allowFullDropFlag)}
+			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: e.author(), AllowFullDrop: e.c.Bool(allowFullDropFlag)}
 			rev, err := e.updateState(func(s *config.State) error {
 				if on {
 					return edit.Drain(s, d)

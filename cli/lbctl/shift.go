@@ -8,8 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/user"
 	"slices"
 	"time"
 
@@ -54,14 +52,6 @@ func shiftCommand() *cli.Command {
 	}
 }
 
-func author() string {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	host, _ := os.Hostname()
-	return "lbctl:" + name + "@" + host
-}
 
 func newID(prefix string) string {
 	b := make([]byte, 4)
@@ -90,7 +80,7 @@ func shiftCreate(e *env) error {
 		ID: newID("shift"), ProxyCluster: c.String("proxy-cluster"), Cluster: c.String("cluster"),
 		From: c.String("from"), To: c.String("to"), Percent: c.Int("percent"),
 		Ramp: config.Duration(c.Duration("ramp")), StepPercent: c.Int("step"),
-		State: config.ShiftPending, Reason: c.String("reason"), Author: author(), CreatedAt: time.Now().UTC(),
+		State: config.ShiftPending, Reason: c.String("reason"), Author: e.author(), CreatedAt: time.Now().UTC(),
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()

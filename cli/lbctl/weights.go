@@ -114,7 +114,7 @@ func weightsSet(e *env) error {
 		return err
 	}
 	c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
-	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: author()}
+	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: e.author()}
 	rev, err := e.updateState(func(s *config.State) error {
 		edit.Pin(s, pin)
 		return nil

@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/inventory"
@@ -53,6 +54,15 @@ func inputsFor(v inventory.View, active []shift.Active, pc string) *snapshot.Inp
 		in.Shifts[a.Shift.ID] = v.Shifts[a.Shift.ID].ModRevision
 	}
 	return in
+}
+
+// intentsFor is who asked for what pc's snapshot includes, and why.
+func intentsFor(v inventory.View, active []shift.Active, pc string) []snapshot.Intent {
+	shifts := make([]config.Shift, len(active))
+	for i, a := range active {
+		shifts[i] = a.Shift
+	}
+	return snapshot.IntentsFor(v.State, shifts, pc)
 }
 
 // begin starts a round as leader lead on inputs of revision rev.
