@@ -52,7 +52,6 @@ func shiftCommand() *cli.Command {
 	}
 }
 
-
 func newID(prefix string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
