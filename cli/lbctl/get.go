@@ -125,7 +125,13 @@ type shiftView struct {
 	Author       string        `json:"author,omitempty"`
 	CreatedAt    time.Time     `json:"created_at,omitzero"`
 	Progress     *progressView `json:"progress,omitempty"`
+	// Invalid is why the scheduler ignores this intent (it fails decoding:
+	// hand-written); ID is then the key's last element, State "invalid".
+	Invalid string `json:"invalid,omitempty"`
 }
+
+// stateInvalid is the state shown for an intent the scheduler ignores.
+const stateInvalid = "invalid"
 
 type progressView struct {
 	AppliedPercent int       `json:"applied_percent"`

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
@@ -300,8 +302,10 @@ func shiftList(e *env) error {
 	}
 	rows := []shiftView{}
 	for _, kv := range r.Kvs {
-		var sh config.Shift
-		if codec.UnmarshalJSON(kv.Value, &sh) != nil {
+		sh, err := inventory.DecodeShift(e.layout, string(kv.Key), kv.Value)
+		if err != nil {
+			id := string(kv.Key)[strings.LastIndex(string(kv.Key), "/")+1:]
+			rows = append(rows, shiftView{ID: id, State: stateInvalid, Invalid: "ignored by the scheduler: " + err.Error()})
 			continue
 		}
 		var prog *config.ShiftProgress
@@ -326,6 +330,9 @@ func shiftList(e *env) error {
 				if r.Progress.Message != "" {
 					note = r.Progress.Message
 				}
+			}
+			if r.Invalid != "" {
+				note = r.Invalid
 			}
 			ramp := "-"
 			if r.RampSeconds > 0 {

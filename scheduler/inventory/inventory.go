@@ -73,6 +73,11 @@ type View struct {
 	NextExpiry time.Time
 	// Synced is true once every input was listed at least once.
 	Synced bool
+	// Invalid are the inputs ignored because they broke a rule, by etcd
+	// key, with the rule in the operator's words (a hand-written intent
+	// that fails decoding): shown by the scheduler's status and lbctl,
+	// never dropped silently.
+	Invalid map[string]string
 	// Generations[cluster] changes whenever the cluster's own planner
 	// inputs change: its entry in State.Clusters, its pins and drains, its
 	// Members, or any proxy cluster's Demand for it (plan.View.Generations).
@@ -104,6 +109,8 @@ type Inventory struct {
 	demand    map[string]report.Demand
 	synced    map[string]bool
 	heard     map[string]time.Time
+	// invalid[key] is why the input at key is ignored (View.Invalid).
+	invalid map[string]string
 	// recovered is when the instances were listed again after a failed
 	// listing (an etcd outage): no instance is removed for a grace period
 	// from then, since agents are still registering again.
@@ -147,6 +154,7 @@ func New(cli *clientv3.Client, layout keys.Layout, o Options) *Inventory {
 		demand:    map[string]report.Demand{},
 		synced:    map[string]bool{},
 		heard:     map[string]time.Time{},
+		invalid:   map[string]string{},
 		gens:      map[string]uint64{},
 		changed:   make(chan struct{}, 1),
 	}

@@ -109,7 +109,8 @@ func (b *statusBook) keep(pcs []string) {
 // when it changed.
 func (s *Scheduler) writeStatus(ctx context.Context, lead *publish.Leadership) error {
 	b := &s.book
-	doc := report.SchedulerStatus{LeaderID: s.cfg.ID, Since: b.since.UTC(), InputRevision: b.inputRev, Error: b.err, ProxyClusters: b.results}
+	doc := report.SchedulerStatus{LeaderID: s.cfg.ID, Since: b.since.UTC(), InputRevision: b.inputRev, Error: b.err, ProxyClusters: b.results,
+		Invalid: b.view.Invalid}
 	same, _ := json.Marshal(doc)
 	if string(same) == b.written {
 		return nil
