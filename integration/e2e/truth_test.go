@@ -504,3 +504,40 @@ func getText(url string) (string, error) {
 	}
 	return string(b), err
 }
+
+// Issue 15, item 5: a proxy killed with -9 in the middle of a rollout (the
+// write lands right after the kill, so the dead proxy can never apply it)
+// holds the rollout back while its status lives: `--wait` exits 4 naming
+// it, never "converged", while traffic through the surviving proxy already
+// follows the write.
+func TestKillDuringRolloutNotConverged(t *testing.T) {
+	f, ctx := servingFleet(t)
+	victim := f.ProxiesOf("BFE1")[1]
+	victim.Proc.Kill()
+	o, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1",
+		"SC1=70", "SC2=20", "GSLB_BLACKHOLE=10", "--reason", "e2e kill during rollout", "--wait", "--wait-timeout", "8s")
+	t.Logf("weights set --wait with a killed proxy:\n%s", o)
+	if err != nil || code != 4 || !strings.Contains(o, "not converged: ") || !strings.Contains(o, "BFE1/"+victim.ID+" ") || strings.Contains(o, "converged: every") {
+		t.Fatalf("weights set --wait: exit %d %v, want 4 naming BFE1/%s", code, err, victim.ID)
+	}
+	survivor := f.ProxiesOf("BFE1")[0]
+	eventually(t, 30*time.Second, "the surviving proxy on the new version", func() error {
+		ptr, err := f.Current(ctx, "BFE1")
+		if err != nil {
+			return err
+		}
+		var st struct {
+			AppliedVersion uint64 `json:"applied_version"`
+		}
+		if err := getJSON(survivor.AdminURL+"/v1/status", &st); err != nil {
+			return err
+		}
+		if st.AppliedVersion != ptr.Version {
+			return fmt.Errorf("%s applied v%d, pointer v%d", survivor.ID, st.AppliedVersion, ptr.Version)
+		}
+		return nil
+	})
+	checkShares(t, load(survivor.URL+"/", 10000, 16, 800000), "BFE1 shares through the surviving proxy", map[string]float64{"SC1": 70, "SC2": 20, "BLACKHOLE": 10})
+	// (Once its lease expires it is GONE; its last report predates this
+	// rollout, so it is then "not counted": TestKilledProxyStaleThenGone.)
+}
