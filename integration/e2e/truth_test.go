@@ -514,10 +514,10 @@ func TestKillDuringRolloutNotConverged(t *testing.T) {
 	f, ctx := servingFleet(t)
 	victim := f.ProxiesOf("BFE1")[1]
 	victim.Proc.Kill()
-	// --wait-timeout 10s: the victim's status lives 15 s after the kill
-	// (PENDING, then STALE), so the verdict names it whatever the load.
+	// --wait-timeout 6s: the victim's status key outlives the kill by at
+	// least 10 s (a 15 s lease renewed every 5 s), so the verdict names it.
 	o, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1",
-		"SC1=70", "SC2=20", "GSLB_BLACKHOLE=10", "--reason", "e2e kill during rollout", "--wait", "--wait-timeout", "10s")
+		"SC1=70", "SC2=20", "GSLB_BLACKHOLE=10", "--reason", "e2e kill during rollout", "--wait", "--wait-timeout", "6s")
 	t.Logf("weights set --wait with a killed proxy:\n%s", o)
 	if err != nil || code != 4 || !strings.Contains(o, "not converged: ") || !strings.Contains(o, "BFE1/"+victim.ID+" ") || strings.Contains(o, "converged: every") {
 		t.Fatalf("weights set --wait: exit %d %v, want 4 naming BFE1/%s", code, err, victim.ID)
