@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 )
 
@@ -41,5 +42,24 @@ func TestInvalidIntentIsShown(t *testing.T) {
 	out = h.mustRun("rollout", "status", "--proxy-cluster", "BFE1")
 	if !strings.Contains(out, k) || !strings.Contains(out, "INVALID ("+why+")") {
 		t.Fatalf("rollout status does not show the ignored input:\n%s", out)
+	}
+}
+
+// A desired state written by hand that decodes but breaks a rule (a drain
+// of a sub-cluster that does not exist) is ignored by the scheduler: get
+// drains shows what is stored and exits 1 saying it is not in force.
+func TestGetDrainsOfAnInvalidStoredState(t *testing.T) {
+	h := newHarness(t)
+	h.applyDemo()
+	st, _ := h.desired()
+	st.Drains = append(st.Drains, config.Drain{Cluster: "demo-main", SubCluster: "SC9", Reason: "by hand"})
+	b, _ := json.Marshal(st)
+	if _, err := h.cli.Put(context.Background(), h.layout.Desired(), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	out, errs, code := h.run("", "get", "drains")
+	if code != ExitError || !strings.Contains(out, "SC9") || !strings.Contains(errs, "the scheduler ignores it and keeps the last valid one; these drains are not in force") ||
+		!strings.Contains(errs, "drains[0].subcluster") {
+		t.Fatalf("get drains: exit %d\nstdout %s\nstderr %s", code, out, errs)
 	}
 }
