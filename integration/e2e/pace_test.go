@@ -17,6 +17,8 @@ import (
 // through BFE2 ends on the row it started from.
 func TestMaxStepIsPacedInTime(t *testing.T) {
 	f, ctx := servingFleet(t)
+	// BFE2's row computed with every instance registered: the row to return to.
+	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
 	sc1 := func(v uint64) (int, time.Time) {
 		s, err := f.Snapshot(ctx, "BFE2", v)
 		if err != nil {

@@ -279,9 +279,12 @@ func TestDrainOfEverySubclusterRefusedThenBlocked(t *testing.T) {
 	if now := desiredRev(); now != before {
 		t.Fatalf("the refused drain wrote the desired state (revision %d → %d)", before, now)
 	}
-	if o, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1"); err != nil || code != 0 || !strings.Contains(o, "converged: every live proxy") {
-		t.Fatalf("rollout status after the refusal: exit %d %v\n%s", code, err, o)
-	}
+	eventually(t, 30*time.Second, "rollout status converged after the refusal", func() error {
+		if o, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1"); err != nil || code != 0 || !strings.Contains(o, "converged: every live proxy") {
+			return fmt.Errorf("exit %d %v\n%s", code, err, o)
+		}
+		return nil
+	})
 	checkShares(t, splitLoad(f, "BFE1", 10000, 410000), "BFE1 shares after the refused drain (unchanged)", drained)
 
 	// History: the version with SC1 drained names who drained it and why.
