@@ -525,23 +525,8 @@ func TestKillDuringRolloutNotConverged(t *testing.T) {
 	if err != nil || code != 4 || !strings.Contains(o, "not converged: ") || !strings.Contains(o, "BFE1/"+victim.ID+" ") || strings.Contains(o, "converged: every") {
 		t.Fatalf("weights set --wait: exit %d %v, want 4 naming BFE1/%s", code, err, victim.ID)
 	}
+	waitApplied(t, f, "BFE1", 30*time.Second) // the survivor (the victim has exited)
 	survivor := f.ProxiesOf("BFE1")[0]
-	eventually(t, 30*time.Second, "the surviving proxy on the new version", func() error {
-		ptr, err := f.Current(ctx, "BFE1")
-		if err != nil {
-			return err
-		}
-		var st struct {
-			AppliedVersion uint64 `json:"applied_version"`
-		}
-		if err := getJSON(survivor.AdminURL+"/v1/status", &st); err != nil {
-			return err
-		}
-		if st.AppliedVersion != ptr.Version {
-			return fmt.Errorf("%s applied v%d, pointer v%d", survivor.ID, st.AppliedVersion, ptr.Version)
-		}
-		return nil
-	})
 	checkShares(t, load(survivor.URL+"/", 10000, 16, 800000), "BFE1 shares through the surviving proxy", map[string]float64{"SC1": 70, "SC2": 20, "BLACKHOLE": 10})
 	// (Once its lease expires it is GONE; its last report predates this
 	// rollout, so it is then "not counted": TestKilledProxyStaleThenGone.)
