@@ -174,6 +174,9 @@ type env struct {
 	client  *clientv3.Client
 	etcdc   *etcdclient.Client // the client of client, for error wording
 	base    context.Context    // bounds every call when set (a --watch); else the command's context
+	// writing names the write for a refusal ("the drain of demo-main/SC2");
+	// empty: the command's name.
+	writing string
 }
 
 func newEnv(c *cli.Context) (*env, error) {

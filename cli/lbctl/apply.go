@@ -62,6 +62,7 @@ func applyCommand() *cli.Command {
 					return withCode(ExitAborted, fmt.Errorf("not applied"))
 				}
 			}
+			e.writing = "the state in " + e.c.String("file")
 			newRev, err := e.writeState(ctx, next, rev)
 			if err != nil {
 				return err

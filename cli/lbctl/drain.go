@@ -35,6 +35,7 @@ func drainCommand(on bool) *cli.Command {
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: e.author(), AllowFullDrop: e.c.Bool(allowFullDropFlag)}
+			e.writing = fmt.Sprintf("the %s of %s/%s", name, c, sc)
 			rev, err := e.updateState(func(s *config.State) error {
 				if on {
 					return edit.Drain(s, d)

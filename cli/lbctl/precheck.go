@@ -126,8 +126,12 @@ func refusal(what string, rej []plan.Rejection) error {
 	return withCode(ExitError, errors.New(b.String()))
 }
 
-// what names the write of the running command, e.g. "the result of lbctl drain".
+// what names the write of the running command: e.writing, else e.g. "the
+// result of lbctl apply".
 func (e *env) what() string {
+	if e.writing != "" {
+		return e.writing
+	}
 	if e.c == nil || e.c.Command == nil {
 		return "this write"
 	}

@@ -39,7 +39,7 @@ func TestDrainOfEverySubclusterRefusedBeforeWriting(t *testing.T) {
 	h.applyDemo() // BFE1's demo-main row is pinned SC1=45 SC2=45 GSLB_BLACKHOLE=10
 	h.mustRun("drain", "--cluster", "demo-main", "--subcluster", "SC1")
 	h.refused([]string{
-		"the result of lbctl drain",
+		"could not publish the drain of demo-main/SC2; nothing was written",
 		"proxy cluster BFE1, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE",
 		"clusters.demo-main.row.weights.GSLB_BLACKHOLE: 100 drops all traffic",
 		"run again with --allow-full-drop",
@@ -66,7 +66,7 @@ func TestWeightsSetRefusedUnlessAnInstanceCanTakeIt(t *testing.T) {
 	h.applyDemo()
 	h.mustRun("drain", "--cluster", "demo-main", "--subcluster", "SC1")
 	set := []string{"weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE2", "SC1=100"}
-	h.refused([]string{"proxy cluster BFE2, cluster demo-main", "--allow-full-drop"}, set...)
+	h.refused([]string{"could not publish the pin of BFE2's row of demo-main", "proxy cluster BFE2, cluster demo-main", "--allow-full-drop"}, set...)
 
 	addr := netip.MustParseAddrPort("127.0.0.1:9001")
 	k, err := h.layout.Instance("demo-main", "SC2", addr)
@@ -98,7 +98,7 @@ func TestApplyRefusedThenAllowedFullDrop(t *testing.T) {
 	if err := os.WriteFile(f, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h.refused([]string{"the result of lbctl apply", "proxy cluster BFE1, cluster demo-main", "--allow-full-drop"}, "apply", "-f", f, "--yes")
+	h.refused([]string{"could not publish the state in " + f + ";", "proxy cluster BFE1, cluster demo-main", "--allow-full-drop"}, "apply", "-f", f, "--yes")
 	out, errs, code := h.run("", "apply", "-f", f, "--yes", "--allow-full-drop")
 	if code != 0 || !strings.Contains(out, "--allow-full-drop: the pin of BFE1's row of demo-main gets allow_full_drop") {
 		t.Fatalf("apply --allow-full-drop: exit %d, stdout %q, stderr %q", code, out, errs)

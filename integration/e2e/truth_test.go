@@ -267,7 +267,7 @@ func TestDrainOfEverySubclusterRefusedThenBlocked(t *testing.T) {
 	o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all", "--wait")
 	t.Logf("drain SC2:\n%s", o)
 	for _, want := range []string{
-		"refused: the scheduler could not publish the result of lbctl drain; nothing was written",
+		"refused: the scheduler could not publish the drain of demo-main/SC2; nothing was written",
 		"proxy cluster BFE1, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE",
 		"100 drops all traffic; set allow_full_drop to allow it",
 		"run again with --allow-full-drop",
