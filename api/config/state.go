@@ -152,8 +152,12 @@ type Pin struct {
 type Drain struct {
 	Cluster    string `json:"cluster"`
 	SubCluster string `json:"subcluster"`
-	Reason     string `json:"reason,omitempty"`
-	Author     string `json:"author,omitempty"`
+	// AllowFullDrop lets a pinned row of the cluster that the drains leave
+	// with nothing but GSLB_BLACKHOLE drop all its traffic (lbctl drain
+	// --allow-full-drop); without it lbctl refuses such a drain.
+	AllowFullDrop bool   `json:"allow_full_drop,omitempty"`
+	Reason        string `json:"reason,omitempty"`
+	Author        string `json:"author,omitempty"`
 }
 
 // SchedulerSettings tune lbscheduler.

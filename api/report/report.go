@@ -141,7 +141,11 @@ type SchedulerStatus struct {
 	Error string `json:"error,omitempty"`
 	// ProxyClusters holds the last publish result of each proxy cluster.
 	ProxyClusters map[string]PublishResult `json:"proxy_clusters"`
-	UpdatedAt     time.Time                `json:"updated_at"`
+	// Invalid are the operator inputs the leader ignores because they
+	// broke a rule (e.g. a hand-written shift intent that fails decoding),
+	// by etcd key, with the rule.
+	Invalid   map[string]string `json:"invalid,omitempty"`
+	UpdatedAt time.Time         `json:"updated_at"`
 }
 
 // Publish results (PublishResult.Result).

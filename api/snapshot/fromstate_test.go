@@ -70,7 +70,7 @@ func TestFromStateRows(t *testing.T) {
 	if s.Clusters["drained"].SubClusters["B"].Excluded {
 		t.Error("FromState modified the state")
 	}
-	if snap.Meta != (Meta{ProxyCluster: "BFE1", Version: 7, Author: "test", Hash: ContentHash(snap)}) {
+	if !reflect.DeepEqual(snap.Meta, Meta{ProxyCluster: "BFE1", Version: 7, Author: "test", Hash: ContentHash(snap)}) {
 		t.Errorf("meta: %+v", snap.Meta)
 	}
 	if snap.Settings.IDC != "IDC1" || !reflect.DeepEqual(snap.Settings.TrustedProxies, []string{"127.0.0.0/8"}) ||

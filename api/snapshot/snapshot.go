@@ -45,6 +45,10 @@ type Meta struct {
 	// Inputs are the operator input revisions the snapshot was computed
 	// from (nil in snapshots older than this field).
 	Inputs *Inputs `json:"inputs,omitempty"`
+	// Intents are the operator intents the snapshot includes (pins of this
+	// proxy cluster, drains, shifts applied to it), each with who wrote it
+	// and why: lbctl history shows them (IntentsFor).
+	Intents []Intent `json:"intents,omitempty"`
 }
 
 // Inputs are the etcd revisions of the operator inputs behind a snapshot.

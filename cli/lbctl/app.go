@@ -98,6 +98,7 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 			&cli.StringFlag{Name: "key", Usage: "client key for etcd mTLS", EnvVars: []string{"SLUICE_ETCD_KEY"}},
 			&cli.StringFlag{Name: "user", Usage: "etcd user name", EnvVars: []string{"SLUICE_ETCD_USER"}},
 			&cli.StringFlag{Name: "password", Usage: "etcd password", EnvVars: []string{"SLUICE_ETCD_PASSWORD"}},
+			&cli.StringFlag{Name: "author", Usage: "who writes, recorded with pins, drains and shifts when etcd auth is off (default $USER@host)", EnvVars: []string{"SLUICE_AUTHOR"}},
 			&cli.StringFlag{Name: "prefix", Value: keys.DefaultPrefix, Usage: "etcd key prefix", EnvVars: []string{"SLUICE_PREFIX"}},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "timeout of each etcd or API call", EnvVars: []string{"SLUICE_TIMEOUT"}},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "output format: table, json or yaml", EnvVars: []string{"SLUICE_OUTPUT"}},
@@ -173,6 +174,9 @@ type env struct {
 	client  *clientv3.Client
 	etcdc   *etcdclient.Client // the client of client, for error wording
 	base    context.Context    // bounds every call when set (a --watch); else the command's context
+	// writing names the write for a refusal ("the drain of demo-main/SC2");
+	// empty: the command's name.
+	writing string
 }
 
 func newEnv(c *cli.Context) (*env, error) {

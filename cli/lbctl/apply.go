@@ -24,11 +24,13 @@ func applyCommand() *cli.Command {
 		UsageText: "lbctl apply -f FILE [--yes] [--expect-revision N]",
 		Description: "Validates FILE (YAML or JSON desired state), shows the difference to the stored state and asks before\n" +
 			"writing unless --yes. The write is a compare-and-swap on the revision read: if someone else changed the\n" +
-			"state meanwhile, nothing is written and lbctl exits 3 (conflict).",
+			"state meanwhile, nothing is written and lbctl exits 3 (conflict). A state the scheduler could not publish (e.g. a\n" +
+			"pinned row left with nothing but GSLB_BLACKHOLE) is refused with the reason; nothing is written (exit 1).",
 		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "file", Aliases: []string{"f"}, Required: true, Usage: "desired state file (YAML or JSON; - for stdin)"},
 			&cli.BoolFlag{Name: "yes", Aliases: []string{"y"}, Usage: "do not ask for confirmation"},
 			&cli.Int64Flag{Name: "expect-revision", Value: -1, Usage: "write only if the stored state is at this etcd revision (0: only if none is stored)"},
+			&cli.BoolFlag{Name: allowFullDropFlag, Usage: "give allow_full_drop to pinned rows the file leaves with nothing to serve (refused otherwise)"},
 		}, writeWaitFlags()...),
 		Action: action(func(e *env) error {
 			next, err := loadStateFile(e.c.String("file"), e.c.App.Reader)
@@ -60,6 +62,7 @@ func applyCommand() *cli.Command {
 					return withCode(ExitAborted, fmt.Errorf("not applied"))
 				}
 			}
+			e.writing = "the state in " + e.c.String("file")
 			newRev, err := e.writeState(ctx, next, rev)
 			if err != nil {
 				return err

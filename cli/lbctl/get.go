@@ -9,6 +9,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/validate"
 )
 
 // getSubcommands are `lbctl get config|snapshot|drains|shifts`.
@@ -97,16 +98,28 @@ func getDrains(e *env) error {
 			drains = append(drains, d)
 		}
 	}
-	return e.render(drains, func(w io.Writer) error {
-		fmt.Fprintln(w, "CLUSTER\tSUBCLUSTER\tREASON\tAUTHOR")
+	err = e.render(drains, func(w io.Writer) error {
+		fmt.Fprintln(w, "CLUSTER\tSUBCLUSTER\tFULL DROP\tREASON\tAUTHOR")
 		for _, d := range drains {
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", d.Cluster, d.SubCluster, d.Reason, d.Author)
+			drop := "-"
+			if d.AllowFullDrop {
+				drop = "allowed"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", d.Cluster, d.SubCluster, drop, d.Reason, d.Author)
 		}
 		if len(drains) == 0 {
 			fmt.Fprintln(w, "(no drained sub-clusters)")
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// A state written by hand that breaks a rule is not in force: say so.
+	if verr := validate.State(&st.State); verr != nil {
+		return fmt.Errorf("the stored desired state (revision %d) is invalid, so the scheduler ignores it and keeps the last valid one; these drains are not in force:\n%w", st.Revision, verr)
+	}
+	return nil
 }
 
 // shiftView is the JSON/YAML shape of a shift in lbctl's output: durations
@@ -125,7 +138,13 @@ type shiftView struct {
 	Author       string        `json:"author,omitempty"`
 	CreatedAt    time.Time     `json:"created_at,omitzero"`
 	Progress     *progressView `json:"progress,omitempty"`
+	// Invalid is why the scheduler ignores this intent (it fails decoding:
+	// hand-written); ID is then the key's last element, State "invalid".
+	Invalid string `json:"invalid,omitempty"`
 }
+
+// stateInvalid is the state shown for an intent the scheduler ignores.
+const stateInvalid = "invalid"
 
 type progressView struct {
 	AppliedPercent int       `json:"applied_percent"`

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -31,14 +32,43 @@ func historyCommand() *cli.Command {
 				metas[i] = m.Meta
 			}
 			return e.render(metas, func(w io.Writer) error {
-				fmt.Fprintln(w, "VERSION\tPARENT\tCREATED\tAUTHOR\tHASH\tREASON")
-				for _, m := range metas {
-					fmt.Fprintf(w, "v%d\tv%d\t%s\t%s\t%.12s\t%s\n", m.Version, m.Parent, m.CreatedAt.UTC().Format(time.RFC3339), m.Author, m.Hash, m.Reason)
+				fmt.Fprintln(w, "VERSION\tPARENT\tCREATED\tPUBLISHER\tHASH\tREASON\tINTENTS")
+				var before []snapshot.Intent
+				for i, m := range metas {
+					fmt.Fprintf(w, "v%d\tv%d\t%s\t%s\t%.12s\t%s\t%s\n", m.Version, m.Parent, m.CreatedAt.UTC().Format(time.RFC3339), m.Author, m.Hash, m.Reason,
+						intentChanges(before, m.Intents, i == 0))
+					before = m.Intents
 				}
 				return nil
 			})
 		}),
 	}
+}
+
+// intentChanges says which operator intents a version added (with who and
+// why) and dropped compared with the version before it; the first version
+// listed shows all it includes.
+func intentChanges(before, after []snapshot.Intent, first bool) string {
+	var parts []string
+	has := func(l []snapshot.Intent, x snapshot.Intent) bool { return slices.Contains(l, x) }
+	for _, x := range after {
+		if first || !has(before, x) {
+			p := "+" + x.String()
+			if x.Author != "" {
+				p += " by " + x.Author
+			}
+			if x.Reason != "" {
+				p += fmt.Sprintf(" (%s)", x.Reason)
+			}
+			parts = append(parts, p)
+		}
+	}
+	for _, x := range before {
+		if !first && !slices.ContainsFunc(after, func(y snapshot.Intent) bool { return y.Kind == x.Kind && y.Object == x.Object }) {
+			parts = append(parts, "-"+x.String())
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func parseVersion(s string) (uint64, error) {
@@ -192,7 +222,7 @@ func rollbackCommand() *cli.Command {
 						continue
 					}
 					w := percentRow(r)
-					pin := config.Pin{ProxyCluster: pc, Cluster: n, Weights: w, AllowFullDrop: r.AllowFullDrop, Reason: reason, Author: author()}
+					pin := config.Pin{ProxyCluster: pc, Cluster: n, Weights: w, AllowFullDrop: r.AllowFullDrop, Reason: reason, Author: e.author()}
 					pinned = append(pinned, pin)
 					if i := slices.IndexFunc(s.Pins, func(p config.Pin) bool { return p.Cluster == n && p.ProxyCluster == pc }); i >= 0 {
 						s.Pins[i] = pin

@@ -15,16 +15,23 @@ import (
 func TestHistoryDiffRollback(t *testing.T) {
 	h := newHarness(t)
 	h.applyDemo()
-	h.publish(demoSnapshot("BFE2", 1, map[string]int{"SC1": 50, "SC2": 50}, false))
-	h.publish(demoSnapshot("BFE2", 2, map[string]int{"SC1": 30, "SC2": 70}, false))
+	drain := snapshot.Intent{Kind: snapshot.IntentDrain, Object: "demo-static/STATIC1", Author: "carol", Reason: "maintenance"}
+	pinned := snapshot.Intent{Kind: snapshot.IntentPin, Object: "demo-main", Author: "alice", Reason: "canary 30/70"}
+	v1 := demoSnapshot("BFE2", 1, map[string]int{"SC1": 50, "SC2": 50}, false)
+	v1.Meta.Intents = []snapshot.Intent{drain}
+	v2 := demoSnapshot("BFE2", 2, map[string]int{"SC1": 30, "SC2": 70}, true)
+	v2.Meta.Intents = []snapshot.Intent{pinned}
+	h.publish(v1)
+	h.publish(v2)
 
+	// Each version says which intents it added (who, why) and dropped.
 	out := h.mustRun("history", "--proxy-cluster", "BFE2")
 	golden(t, "history", out)
 	var metas []snapshot.Meta
 	if err := json.Unmarshal([]byte(h.mustRun("-o", "json", "history", "--proxy-cluster", "BFE2")), &metas); err != nil {
 		t.Fatal(err)
 	}
-	if len(metas) != 2 || metas[0].Version != 1 || metas[1].Version != 2 {
+	if len(metas) != 2 || metas[0].Version != 1 || metas[1].Version != 2 || len(metas[1].Intents) != 1 || metas[1].Intents[0] != pinned {
 		t.Fatalf("history %+v", metas)
 	}
 

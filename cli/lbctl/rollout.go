@@ -103,6 +103,9 @@ type rolloutReport struct {
 	Blocked map[string]string `json:"blocked,omitempty"`
 	// NoLeader: no scheduler holds leadership (nothing new is published).
 	NoLeader bool `json:"no_leader,omitempty"`
+	// Invalid are the inputs the scheduler ignores (by etcd key, with the
+	// rule): a hand-written intent that fails decoding is never applied.
+	Invalid map[string]string `json:"invalid,omitempty"`
 	// Revision (--revision R) and, per proxy cluster, why its snapshot for
 	// that revision is not known yet.
 	Revision int64             `json:"revision,omitempty"`
@@ -174,6 +177,9 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 			}
 		}
 	}
+	if sched != nil {
+		r.Invalid = sched.Invalid
+	}
 	res := rollout.Compute(in)
 	r.Proxies, r.Blocked, r.NoLeader = res.Proxies, res.Blocked, res.NoLeader
 	r.Converged = res.Converged && len(r.Waiting) == 0
@@ -209,6 +215,9 @@ func (r rolloutReport) table(w io.Writer) error {
 	}
 	for _, name := range slices.Sorted(maps.Keys(r.Waiting)) {
 		fmt.Fprintf(w, "%s\tWAITING (%s)\n", name, r.Waiting[name])
+	}
+	for _, k := range slices.Sorted(maps.Keys(r.Invalid)) {
+		fmt.Fprintf(w, "%s\tINVALID (%s)\n", k, r.Invalid[k])
 	}
 	if r.Converged {
 		fmt.Fprintln(w, "converged: every live proxy runs its target version")
@@ -299,6 +308,9 @@ func progressLine(r rolloutReport) string {
 	}
 	if r.NoLeader {
 		parts = append(parts, "no scheduler is leading")
+	}
+	if len(r.Invalid) > 0 {
+		parts = append(parts, fmt.Sprintf("%d inputs INVALID (ignored)", len(r.Invalid)))
 	}
 	return fmt.Sprintf("rollout of %s: %s", strings.Join(tg, ", "), strings.Join(parts, ", "))
 }

@@ -24,7 +24,7 @@ import (
 // normalise replaces what differs between machines and runs (the author
 // lbctl records, temporary directories) so outputs can be golden.
 func normalise(s string, dirs ...string) string {
-	s = strings.ReplaceAll(s, author(), "AUTHOR")
+	s = strings.ReplaceAll(s, defaultAuthor(), "AUTHOR")
 	for _, d := range dirs {
 		s = strings.ReplaceAll(s, d, "DIR")
 	}

@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
-	"os/user"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -15,6 +14,8 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/scheduler/inventory"
+	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
 func shiftCommand() *cli.Command {
@@ -49,15 +50,6 @@ func shiftCommand() *cli.Command {
 	}
 }
 
-func author() string {
-	name := "unknown"
-	if u, err := user.Current(); err == nil {
-		name = u.Username
-	}
-	host, _ := os.Hostname()
-	return "lbctl:" + name + "@" + host
-}
-
 func newID(prefix string) string { return edit.NewID(prefix, time.Now()) }
 
 func shiftCreate(e *env) error {
@@ -81,11 +73,14 @@ func shiftCreate(e *env) error {
 		ID: newID("shift"), ProxyCluster: c.String("proxy-cluster"), Cluster: c.String("cluster"),
 		From: c.String("from"), To: c.String("to"), Percent: c.Int("percent"),
 		Ramp: config.Duration(c.Duration("ramp")), StepPercent: c.Int("step"),
-		State: config.ShiftPending, Reason: c.String("reason"), Author: author(), CreatedAt: time.Now().UTC(),
+		State: config.ShiftPending, Reason: c.String("reason"), Author: e.author(), CreatedAt: time.Now().UTC(),
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
 	if err := checkShift(ctx, e, sh); err != nil {
+		return err
+	}
+	if err := e.checkPlan(ctx, nil, []plan.ActiveShift{{Shift: sh, AppliedPercent: sh.Percent}}, "shift "+sh.ID); err != nil {
 		return err
 	}
 	k, err := e.layout.Shift(sh.ID)
@@ -262,8 +257,10 @@ func shiftList(e *env) error {
 	}
 	rows := []shiftView{}
 	for _, kv := range r.Kvs {
-		var sh config.Shift
-		if codec.UnmarshalJSON(kv.Value, &sh) != nil {
+		sh, err := inventory.DecodeShift(e.layout, string(kv.Key), kv.Value)
+		if err != nil {
+			id := string(kv.Key)[strings.LastIndex(string(kv.Key), "/")+1:]
+			rows = append(rows, shiftView{ID: id, State: stateInvalid, Invalid: "ignored by the scheduler: " + err.Error()})
 			continue
 		}
 		var prog *config.ShiftProgress
@@ -288,6 +285,9 @@ func shiftList(e *env) error {
 				if r.Progress.Message != "" {
 					note = r.Progress.Message
 				}
+			}
+			if r.Invalid != "" {
+				note = r.Invalid
 			}
 			ramp := "-"
 			if r.RampSeconds > 0 {

@@ -55,10 +55,14 @@ func (e *env) storedState(ctx context.Context) (storedState, error) {
 	return st, err
 }
 
-// writeState validates s and writes it only if the key's revision is still
-// rev (0: only if it does not exist). It returns the new revision.
+// writeState validates s, refuses it when the scheduler could not publish
+// it (checkPlan), and writes it only if the key's revision is still rev (0:
+// only if it does not exist). It returns the new revision.
 func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64, error) {
 	if err := edit.Check(s); err != nil {
+		return 0, err
+	}
+	if err := e.checkPlan(ctx, s, nil, e.what()); err != nil {
 		return 0, err
 	}
 	b, err := json.Marshal(s)

@@ -114,7 +114,8 @@ func weightsSet(e *env) error {
 		return err
 	}
 	c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
-	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: author()}
+	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: e.author()}
+	e.writing = fmt.Sprintf("the pin of %s's row of %s", pc, c)
 	rev, err := e.updateState(func(s *config.State) error {
 		edit.Pin(s, pin)
 		return nil

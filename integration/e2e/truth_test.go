@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -235,28 +236,85 @@ func TestKilledProxyStaleThenGone(t *testing.T) {
 	checkShares(t, load(f.ProxiesOf("BFE1")[0].URL+"/", 10000, 16, 300000), "BFE1 shares through the surviving proxy", map[string]float64{"SC1": 60, "SC2": 30, "BLACKHOLE": 10})
 }
 
-// Issue 15, item 3: draining every sub-cluster of demo-main while BFE1's
-// row is pinned makes BFE1's snapshot invalid (100 % dropped without
-// allow_full_drop). The scheduler cannot publish it and says so: rollout
-// status shows BFE1 BLOCKED with the validator's reason and exits 4; the
-// proxies keep serving the last good snapshot.
-func TestUnpublishableInputIsBlocked(t *testing.T) {
+// Issue 15, item 4: draining every sub-cluster of demo-main while BFE1's
+// row is pinned would make BFE1's snapshot drop 100 % without
+// allow_full_drop. lbctl plans it with the scheduler's planner and refuses
+// before writing (exit 1, the reason, the flag); nothing is written and
+// traffic is unchanged. Item 3, the second line of defence: the same state
+// written by hand (bypassing lbctl) is BLOCKED in rollout status with the
+// validator's reason while the proxies serve the last good snapshot; a
+// hand-written shift that fails decoding is listed as INVALID. Item 8:
+// history names who drained and why. Then --allow-full-drop drops it all.
+func TestDrainOfEverySubclusterRefusedThenBlocked(t *testing.T) {
 	f, ctx := servingFleet(t)
 	// SC1 first: valid (SC2 takes SC1's share); --wait returns once live.
-	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e drain all", "--wait"); err != nil || code != 0 {
+	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e drain all",
+		"--author", "e2e-op", "--wait"); err != nil || code != 0 {
 		t.Fatalf("drain SC1 --wait: exit %d %v\n%s", code, err, o)
 	}
-	// Then SC2: nothing would serve the pinned row. (Refusing this write up
-	// front is issue 15 item 4, not done here.) --wait gives up at once.
-	o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all", "--wait", "--wait-timeout", "1m")
-	if err != nil || code != 4 || !strings.Contains(o, "BFE1 BLOCKED (input revision ") {
-		t.Fatalf("drain SC2 --wait: exit %d %v\n%s", code, err, o)
+	drained := map[string]float64{"SC2": 90, "BLACKHOLE": 10}
+	checkShares(t, splitLoad(f, "BFE1", 10000, 400000), "BFE1 shares with SC1 drained", drained)
+	desiredRev := func() int64 {
+		r, err := f.Client.Get(ctx, f.Layout.Desired())
+		if err != nil || len(r.Kvs) != 1 {
+			t.Fatalf("read the desired state: %v", err)
+		}
+		return r.Kvs[0].ModRevision
+	}
+	before := desiredRev()
+
+	// Then SC2: nothing would serve the pinned row. Refused, nothing written.
+	o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all", "--wait")
+	t.Logf("drain SC2:\n%s", o)
+	for _, want := range []string{
+		"refused: the scheduler could not publish the drain of demo-main/SC2; nothing was written",
+		"proxy cluster BFE1, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE",
+		"100 drops all traffic; set allow_full_drop to allow it",
+		"run again with --allow-full-drop",
+	} {
+		if err != nil || code != 1 || !strings.Contains(o, want) {
+			t.Fatalf("drain SC2: exit %d %v, want 1 and %q:\n%s", code, err, want, o)
+		}
+	}
+	if now := desiredRev(); now != before {
+		t.Fatalf("the refused drain wrote the desired state (revision %d → %d)", before, now)
+	}
+	eventually(t, 30*time.Second, "rollout status converged after the refusal", func() error {
+		if o, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1"); err != nil || code != 0 || !strings.Contains(o, "converged: every live proxy") {
+			return fmt.Errorf("exit %d %v\n%s", code, err, o)
+		}
+		return nil
+	})
+	checkShares(t, splitLoad(f, "BFE1", 10000, 410000), "BFE1 shares after the refused drain (unchanged)", drained)
+
+	// History: the version with SC1 drained names who drained it and why.
+	if o, code, err := f.Lbctl(ctx, "history", "--proxy-cluster", "BFE1"); err != nil || code != 0 || !strings.Contains(o, "+drain demo-main/SC1 by e2e-op (e2e drain all)") {
+		t.Fatalf("history: exit %d %v\n%s", code, err, o)
+	}
+
+	// The same drain written by hand, as etcdctl would: BLOCKED.
+	r, err := f.Client.Get(ctx, f.Layout.Desired())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+		t.Fatal(err)
+	}
+	st["drains"] = append(st["drains"].([]any), map[string]any{"cluster": "demo-main", "subcluster": "SC2", "reason": "by hand"})
+	raw, _ := json.Marshal(st)
+	if _, err := f.Client.Put(ctx, f.Layout.Desired(), string(raw)); err != nil {
+		t.Fatal(err)
+	}
+	sk, _ := f.Layout.Shift("s-hand")
+	if _, err := f.Client.Put(ctx, sk, `{"id": "s-hand", "proxy_cluster": "BFE1", "percent": "fifty"}`); err != nil {
+		t.Fatal(err)
 	}
 	var out string
-	eventually(t, 30*time.Second, "rollout status shows BFE1 BLOCKED", func() error {
+	eventually(t, 30*time.Second, "rollout status shows BFE1 BLOCKED and the invalid shift", func() error {
 		o, code, err := f.Lbctl(ctx, "rollout", "status")
 		out = o
-		if err != nil || code != 4 || !strings.Contains(o, "BFE1           BLOCKED (input revision ") {
+		if err != nil || code != 4 || !blockedLine.MatchString(o) || !regexp.MustCompile(regexp.QuoteMeta(sk)+` +INVALID \(shift intent ignored: `).MatchString(o) {
 			return fmt.Errorf("exit %d %v\n%s", code, err, o)
 		}
 		return nil
@@ -265,7 +323,22 @@ func TestUnpublishableInputIsBlocked(t *testing.T) {
 	if !strings.Contains(out, "100 drops all traffic; set allow_full_drop to allow it") || strings.Contains(out, "converged: every") {
 		t.Fatalf("BLOCKED without the validator's reason, or converged:\n%s", out)
 	}
-	checkShares(t, splitLoad(f, "BFE1", 10000, 400000), "BFE1 shares while blocked (the last good snapshot: SC1 drained)", map[string]float64{"SC2": 90, "BLACKHOLE": 10})
+	if o, code, err := f.Lbctl(ctx, "shift", "list"); err != nil || code != 0 || !strings.Contains(o, "s-hand") || !strings.Contains(o, "invalid") {
+		t.Fatalf("shift list does not show the hand-written shift as invalid: exit %d %v\n%s", code, err, o)
+	}
+	checkShares(t, splitLoad(f, "BFE1", 10000, 420000), "BFE1 shares while blocked (the last good snapshot: SC1 drained)", drained)
+
+	// Undrain SC2 (allowed: it ends the drop), then drop it all on purpose.
+	if _, err := f.Client.Delete(ctx, sk); err != nil {
+		t.Fatal(err)
+	}
+	if o, code, err := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2", "--wait"); err != nil || code != 0 {
+		t.Fatalf("undrain SC2 --wait: exit %d %v\n%s", code, err, o)
+	}
+	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--allow-full-drop", "--reason", "e2e drop all", "--wait"); err != nil || code != 0 {
+		t.Fatalf("drain SC2 --allow-full-drop --wait: exit %d %v\n%s", code, err, o)
+	}
+	checkShares(t, splitLoad(f, "BFE1", 10000, 430000), "BFE1 shares with everything drained on purpose", map[string]float64{"BLACKHOLE": 100})
 }
 
 // Issue 15, item 2: `weights set --wait` returns 0 only once every live
@@ -369,6 +442,9 @@ func servingFleet(t *testing.T) (*fleet.Fleet, context.Context) {
 	return f, ctx
 }
 
+// blockedLine is rollout status's BLOCKED line of BFE1 (columns aligned).
+var blockedLine = regexp.MustCompile(`(?m)^BFE1 +BLOCKED \(input revision `)
+
 // checkShares logs the realised shares of outs and checks them within 3 points.
 func checkShares(t *testing.T, outs []outcome, what string, want map[string]float64) {
 	t.Helper()
@@ -430,4 +506,28 @@ func getText(url string) (string, error) {
 		err = fmt.Errorf("GET %s: %d %s", url, resp.StatusCode, b)
 	}
 	return string(b), err
+}
+
+// Issue 15, item 5: a proxy killed with -9 in the middle of a rollout (the
+// write lands right after the kill, so the dead proxy can never apply it)
+// holds the rollout back while its status lives: `--wait` exits 4 naming
+// it, never "converged", while traffic through the surviving proxy already
+// follows the write.
+func TestKillDuringRolloutNotConverged(t *testing.T) {
+	f, ctx := servingFleet(t)
+	victim := f.ProxiesOf("BFE1")[1]
+	victim.Proc.Kill()
+	// --wait-timeout 6s: the victim's status key outlives the kill by at
+	// least 10 s (a 15 s lease renewed every 5 s), so the verdict names it.
+	o, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1",
+		"SC1=70", "SC2=20", "GSLB_BLACKHOLE=10", "--reason", "e2e kill during rollout", "--wait", "--wait-timeout", "6s")
+	t.Logf("weights set --wait with a killed proxy:\n%s", o)
+	if err != nil || code != 4 || !strings.Contains(o, "not converged: ") || !strings.Contains(o, "BFE1/"+victim.ID+" ") || strings.Contains(o, "converged: every") {
+		t.Fatalf("weights set --wait: exit %d %v, want 4 naming BFE1/%s", code, err, victim.ID)
+	}
+	waitApplied(t, f, "BFE1", 30*time.Second) // the survivor (the victim has exited)
+	survivor := f.ProxiesOf("BFE1")[0]
+	checkShares(t, load(survivor.URL+"/", 10000, 16, 800000), "BFE1 shares through the surviving proxy", map[string]float64{"SC1": 70, "SC2": 20, "BLACKHOLE": 10})
+	// (Once its lease expires it is GONE; its last report predates this
+	// rollout, so it is then "not counted": TestKilledProxyStaleThenGone.)
 }

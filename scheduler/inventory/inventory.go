@@ -73,6 +73,11 @@ type View struct {
 	NextExpiry time.Time
 	// Synced is true once every input was listed at least once.
 	Synced bool
+	// Invalid are the inputs ignored because they broke a rule, by etcd
+	// key, with the rule in the operator's words (a hand-written intent
+	// that fails decoding): shown by the scheduler's status and lbctl,
+	// never dropped silently.
+	Invalid map[string]string
 	// Generations[cluster] changes whenever the cluster's own planner
 	// inputs change: its entry in State.Clusters, its pins and drains, its
 	// Members, or any proxy cluster's Demand for it (plan.View.Generations).
@@ -104,6 +109,8 @@ type Inventory struct {
 	demand    map[string]report.Demand
 	synced    map[string]bool
 	heard     map[string]time.Time
+	// invalid[key] is why the input at key is ignored (View.Invalid).
+	invalid map[string]string
 	// recovered is when the instances were listed again after a failed
 	// listing (an etcd outage): no instance is removed for a grace period
 	// from then, since agents are still registering again.
@@ -147,6 +154,7 @@ func New(cli *clientv3.Client, layout keys.Layout, o Options) *Inventory {
 		demand:    map[string]report.Demand{},
 		synced:    map[string]bool{},
 		heard:     map[string]time.Time{},
+		invalid:   map[string]string{},
 		gens:      map[string]uint64{},
 		changed:   make(chan struct{}, 1),
 	}
@@ -158,19 +166,10 @@ func (inv *Inventory) Changed() <-chan struct{} { return inv.changed }
 
 // Run watches every input until ctx is done; it always returns ctx.Err().
 func (inv *Inventory) Run(ctx context.Context) error {
-	prefixes := map[string]string{
-		inDesired:   inv.layout.Desired(),
-		inShifts:    inv.layout.ShiftsPrefix(),
-		inProgress:  inv.layout.ShiftProgressPrefix(),
-		inInstances: inv.layout.InstancesPrefix(),
-		inDemand:    inv.layout.DemandPrefix(),
-	}
 	var wg sync.WaitGroup
 	for _, in := range inputs {
-		prefix := prefixes[in]
-		// The desired key is watched as a prefix too; the sink ignores keys
-		// that merely start with it ("desired-old").
-		s := &inputSink{inv: inv, input: in, exact: in == inDesired, key: prefix}
+		s := inv.sink(in)
+		prefix := s.key
 		cfg := etcdwatch.Config{
 			Client: inv.cli, Key: prefix, Prefix: true, LineageKey: inv.layout.Lineage(),
 			StallTimeout: inv.stall, Logger: inv.log.With("input", in),
@@ -184,6 +183,19 @@ func (inv *Inventory) Run(ctx context.Context) error {
 	}
 	wg.Wait()
 	return ctx.Err()
+}
+
+// sink is the sink of one input. The desired key is watched as a prefix
+// too; the sink ignores keys that merely start with it ("desired-old").
+func (inv *Inventory) sink(in string) *inputSink {
+	prefix := map[string]string{
+		inDesired:   inv.layout.Desired(),
+		inShifts:    inv.layout.ShiftsPrefix(),
+		inProgress:  inv.layout.ShiftProgressPrefix(),
+		inInstances: inv.layout.InstancesPrefix(),
+		inDemand:    inv.layout.DemandPrefix(),
+	}[in]
+	return &inputSink{inv: inv, input: in, exact: in == inDesired, key: prefix}
 }
 
 // Synced reports whether every input was listed at least once.

@@ -3,6 +3,7 @@ package inventory
 import (
 	"fmt"
 	"reflect"
+	"strings"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -10,6 +11,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/etcdwatch"
+	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/validate"
 )
@@ -61,6 +63,11 @@ func (s *inputSink) Reset(kvs []*mvccpb.KeyValue, rev int64) error {
 		s.putLocked(kv)
 	}
 	// Whatever the listing no longer has was deleted while we were away.
+	for k := range inv.invalid {
+		if strings.HasPrefix(k, s.key) && !seen[k] {
+			delete(inv.invalid, k)
+		}
+	}
 	switch s.input {
 	case inShifts:
 		for id := range inv.shifts {
@@ -142,28 +149,34 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 		if err != nil {
 			inv.m.invalid.WithLabelValues(inDesired).Inc()
 			inv.log.Error("desired state ignored; keeping the last valid one", "revision", kv.ModRevision, "err", err)
+			inv.invalid[key] = fmt.Sprintf("desired state at revision %d ignored (the scheduler keeps the last valid one): %v", kv.ModRevision, err)
 			return
 		}
+		delete(inv.invalid, key)
 		if inv.state != nil && kv.ModRevision == inv.stateRev {
 			return
 		}
 		inv.bumpStateLocked(inv.state, &st)
 		inv.state, inv.stateRev = &st, kv.ModRevision
 	case inShifts:
-		var sh config.Shift
-		if err := decodeNamed(kv.Value, &sh, key, func(id string) (string, error) { return inv.layout.Shift(id) }, &sh.ID); err != nil {
+		sh, err := DecodeShift(inv.layout, key, kv.Value)
+		if err != nil {
 			inv.m.invalid.WithLabelValues(inShifts).Inc()
 			inv.log.Error("shift intent ignored", "key", key, "err", err)
+			inv.invalid[key] = "shift intent ignored: " + err.Error()
 			return
 		}
+		delete(inv.invalid, key)
 		inv.shifts[sh.ID] = ShiftEntry{Shift: sh, ModRevision: kv.ModRevision}
 	case inProgress:
 		var p config.ShiftProgress
 		if err := decodeNamed(kv.Value, &p, key, func(id string) (string, error) { return inv.layout.ShiftProgress(id) }, &p.ID); err != nil {
 			inv.m.invalid.WithLabelValues(inProgress).Inc()
 			inv.log.Error("shift progress ignored", "key", key, "err", err)
+			inv.invalid[key] = "shift progress ignored: " + err.Error()
 			return
 		}
+		delete(inv.invalid, key)
 		inv.progress[p.ID] = p
 	case inInstances:
 		ik, err := inv.layout.ParseInstance(key)
@@ -177,10 +190,12 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 		if err != nil {
 			inv.m.invalid.WithLabelValues(inInstances).Inc()
 			inv.log.Error("instance registration ignored", "key", key, "err", err)
+			inv.invalid[key] = "instance registration ignored: " + err.Error()
 			// A garbled update must not keep an old healthy copy forever.
 			s.goneLocked(key)
 			return
 		}
+		delete(inv.invalid, key)
 		ne := &instEntry{key: ik, inst: r}
 		if old := inv.instances[key]; old == nil || !old.goneAt.IsZero() || !reflect.DeepEqual(toConfig(old), toConfig(ne)) {
 			inv.bumpLocked(ik.Cluster)
@@ -195,9 +210,11 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 		if err != nil {
 			inv.m.invalid.WithLabelValues(inDemand).Inc()
 			inv.log.Error("demand report ignored", "key", key, "err", err)
+			inv.invalid[key] = "demand report ignored: " + err.Error()
 			inv.deleteDemandLocked(key)
 			return
 		}
+		delete(inv.invalid, key)
 		d.ProxyCluster = pk.ProxyCluster
 		old := inv.demand[key]
 		for c, cd := range d.Clusters {
@@ -216,6 +233,7 @@ func (s *inputSink) putLocked(kv *mvccpb.KeyValue) {
 
 func (s *inputSink) deleteLocked(key string) {
 	inv := s.inv
+	delete(inv.invalid, key)
 	switch s.input {
 	case inDesired:
 		s.desiredDeletedLocked()
@@ -274,6 +292,18 @@ func checkInstance(r report.Instance) error {
 		return fmt.Errorf("capacity_rps %d is negative", r.CapacityRPS)
 	}
 	return nil
+}
+
+// DecodeShift decodes the shift intent stored at key with the scheduler's
+// rules (strict JSON, the id matching the key): what fails is ignored by
+// the scheduler and listed in View.Invalid. lbctl
+// decodes with it to show such an intent as invalid, with the rule.
+func DecodeShift(layout keys.Layout, key string, raw []byte) (config.Shift, error) {
+	var sh config.Shift
+	if err := decodeNamed(raw, &sh, key, layout.Shift, &sh.ID); err != nil {
+		return config.Shift{}, err
+	}
+	return sh, nil
 }
 
 // decodeNamed decodes a value whose key ends in its id and checks they agree.

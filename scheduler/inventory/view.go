@@ -28,6 +28,12 @@ func (inv *Inventory) View() View {
 	for id, p := range inv.progress {
 		v.Progress[id] = p
 	}
+	if len(inv.invalid) > 0 {
+		v.Invalid = make(map[string]string, len(inv.invalid))
+		for k, why := range inv.invalid {
+			v.Invalid[k] = why
+		}
+	}
 	for _, d := range inv.demand {
 		row := v.Demand[d.ProxyCluster]
 		if row == nil {

@@ -170,6 +170,7 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 			}
 			snap := *sp // a copy: the plan's is shared and immutable
 			snap.Meta.Inputs = inputsFor(s.book.view, active, pc)
+			snap.Meta.Intents = intentsFor(s.book.view, active, pc)
 			return &snap, reason(pc, &snap, prev[pc], active)
 		})
 		s.book.note(pc, r, err, s.cfg.Now())

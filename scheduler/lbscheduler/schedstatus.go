@@ -10,6 +10,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/inventory"
@@ -53,6 +54,15 @@ func inputsFor(v inventory.View, active []shift.Active, pc string) *snapshot.Inp
 		in.Shifts[a.Shift.ID] = v.Shifts[a.Shift.ID].ModRevision
 	}
 	return in
+}
+
+// intentsFor is who asked for what pc's snapshot includes, and why.
+func intentsFor(v inventory.View, active []shift.Active, pc string) []snapshot.Intent {
+	shifts := make([]config.Shift, len(active))
+	for i, a := range active {
+		shifts[i] = a.Shift
+	}
+	return snapshot.IntentsFor(v.State, shifts, pc)
 }
 
 // begin starts a round as leader lead on inputs of revision rev.
@@ -99,7 +109,8 @@ func (b *statusBook) keep(pcs []string) {
 // when it changed.
 func (s *Scheduler) writeStatus(ctx context.Context, lead *publish.Leadership) error {
 	b := &s.book
-	doc := report.SchedulerStatus{LeaderID: s.cfg.ID, Since: b.since.UTC(), InputRevision: b.inputRev, Error: b.err, ProxyClusters: b.results}
+	doc := report.SchedulerStatus{LeaderID: s.cfg.ID, Since: b.since.UTC(), InputRevision: b.inputRev, Error: b.err, ProxyClusters: b.results,
+		Invalid: b.view.Invalid}
 	same, _ := json.Marshal(doc)
 	if string(same) == b.written {
 		return nil

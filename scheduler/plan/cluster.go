@@ -66,6 +66,9 @@ type clusterInput struct {
 	cfg     config.Cluster
 	members map[string][]config.Instance // nil: static instances
 	drained map[string]bool
+	// dropOK: a drain of this cluster carries allow_full_drop, so a pinned
+	// row the drains leave with nothing but GSLB_BLACKHOLE may drop it all.
+	dropOK  bool
 	proxies []string // sorted
 	topo    *config.Topology
 	set     settings

@@ -333,6 +333,11 @@ func (c *clusterPlanner) shiftAndGuard(b int) {
 		e.Notes = append(e.Notes, "max-step not applied: the row carries a shift, whose ramp sets the pace")
 	case prev.Denominator != set.den:
 		e.Notes = append(e.Notes, fmt.Sprintf("max-step not applied: denominator changed %d→%d", prev.Denominator, set.den))
+	case prev.Weights[config.Blackhole] >= prev.Denominator:
+		// Nothing was available (everything drained or down): service comes
+		// back at once. Held, the row would drop everything without the
+		// unavailable mode's allow_full_drop — a snapshot nobody may publish.
+		e.Notes = append(e.Notes, "max-step not applied: the previous row dropped everything (nothing was available)")
 	default:
 		step := set.points(set.maxStep)
 		until, paced := in.paced[pc]
@@ -395,7 +400,7 @@ func (c *clusterPlanner) output() clusterOutput {
 		}
 		r := snapshot.Row{Denominator: set.den, Weights: row}
 		if pin := in.pins[pc]; pin != nil {
-			r.Pinned, r.AllowFullDrop = true, pin.AllowFullDrop
+			r.Pinned, r.AllowFullDrop = true, pin.AllowFullDrop || in.dropOK
 		}
 		if c.modes[pc] == ModeUnavailable && row[config.Blackhole] == set.den {
 			r.AllowFullDrop = true

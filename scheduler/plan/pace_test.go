@@ -102,3 +102,38 @@ func TestNoPacingWithoutClock(t *testing.T) {
 		t.Fatalf("SC1 = %d, want 80 (three unpaced steps)", got)
 	}
 }
+
+// A row that dropped everything (every sub-cluster drained) comes back at
+// once when a sub-cluster is undrained, even while paced: held, it would be
+// a full drop without allow_full_drop, which the publisher refuses.
+func TestFullDropIsNotPacedBack(t *testing.T) {
+	st := twoIDC(1000, 1000)
+	st.Scheduler.MaxStepPercent = 10
+	st.Scheduler.StepInterval = config.Duration(30 * time.Second)
+	st.Drains = []config.Drain{{Cluster: "demo-main", SubCluster: "SC1"}, {Cluster: "demo-main", SubCluster: "SC2"}}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := NewPlanner()
+	prev := prevWith(st, map[string]map[string]int{"BFE1": {"SC1": 50, "SC2": 50}, "BFE2": {"SC1": 50, "SC2": 50}})
+	round := func(now time.Time) Result {
+		t.Helper()
+		res := mustCompute(t, p, View{State: st, Demand: demand(100, 100), Now: now}, prev)
+		next := map[string]*snapshot.Snapshot{}
+		for pc, s := range res.Snapshots {
+			c := *s
+			c.Meta.CreatedAt = now
+			next[pc] = &c
+		}
+		prev = next
+		return res
+	}
+	round(t0)
+	if r := prev["BFE1"].Clusters["demo-main"].Row; r.Weights[config.Blackhole] != 100 || !r.AllowFullDrop {
+		t.Fatalf("everything drained: row %+v, want a full drop allowed", r)
+	}
+	st.Drains = st.Drains[:1] // SC2 back, 100 ms later: well within the interval
+	res := round(t0.Add(100 * time.Millisecond))
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 0, "SC2": 100})
+	if n := strings.Join(res.Snapshots["BFE1"].Clusters["demo-main"].Explanation.Notes, "; "); !strings.Contains(n, "the previous row dropped everything") {
+		t.Fatalf("notes %q do not say why max-step was not applied", n)
+	}
+}

@@ -135,11 +135,13 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 	}
 
 	drains := map[string]map[string]bool{}
+	dropOK := map[string]bool{} // a drain of the cluster allows a full drop
 	for _, d := range st.Drains {
 		if drains[d.Cluster] == nil {
 			drains[d.Cluster] = map[string]bool{}
 		}
 		drains[d.Cluster][d.SubCluster] = true
+		dropOK[d.Cluster] = dropOK[d.Cluster] || d.AllowFullDrop
 	}
 	pins := map[string]map[string]*config.Pin{}
 	for i := range st.Pins {
@@ -182,7 +184,7 @@ func (p *Planner) ComputePlan(v View, prev map[string]*snapshot.Snapshot) (*Plan
 		}
 		newInput := func() clusterInput {
 			return clusterInput{
-				name: name, cfg: st.Clusters[name], members: v.Members[name], drained: drains[name], proxies: proxies,
+				name: name, cfg: st.Clusters[name], members: v.Members[name], drained: drains[name], dropOK: dropOK[name], proxies: proxies,
 				topo: &st.Topology, set: set, pins: pins[name], shifts: shifts[name], paced: paced,
 			}
 		}
@@ -503,6 +505,7 @@ func inputDigest(in clusterInput) [sha256.Size]byte {
 		panic("plan: marshal policy: " + err.Error()) // plain values only
 	}
 	w.buf = append(w.buf, pol...)
+	w.bool(in.dropOK)
 	scs := sortedKeys(in.cfg.SubClusters)
 	for _, name := range scs {
 		sc := in.cfg.SubClusters[name]

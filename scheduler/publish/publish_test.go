@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -103,7 +104,7 @@ func TestPublishVersionsMetaAndUnchanged(t *testing.T) {
 	}
 	want := snapshot.Meta{ProxyCluster: "BFE1", Lineage: lin.ID, Version: 2, Parent: 1, Author: "lbscheduler/S1",
 		Reason: "shift s-1 step 1/3", CreatedAt: now, Hash: snap(70, 0).Meta.Hash}
-	if got.Meta != want {
+	if !reflect.DeepEqual(got.Meta, want) {
 		t.Fatalf("meta %+v\nwant %+v", got.Meta, want)
 	}
 	if err := validate.Snapshot(got); err != nil {
