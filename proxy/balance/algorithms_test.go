@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -14,14 +15,14 @@ var allInstanceModes = []string{
 	config.InstanceWRR, config.InstanceWLC, config.InstanceWLCRandom, config.InstanceP2CEWMA,
 	config.InstanceSticky, config.InstanceStickyCookie, config.InstanceStaticRR, config.InstanceRoundRobin,
 	config.InstanceLeastConn, config.InstanceFirst, config.InstanceRandom, "random(2)", config.InstanceSource,
-	"source/consistent",
+	"source/consistent", config.InstanceRingHash, "uri", "uri whole/consistent", "hdr(X-User)", "url_param(uid)/consistent",
 }
 
 func modePolicy(mode string) config.Policy {
 	return policy(func(p *config.Policy) {
 		p.Balance.Instance = mode
-		if mode == "source/consistent" {
-			p.Balance.Instance, p.Balance.HashType = config.InstanceSource, "consistent"
+		if m, ok := strings.CutSuffix(mode, "/consistent"); ok {
+			p.Balance.Instance, p.Balance.HashType = m, "consistent"
 		}
 	})
 }

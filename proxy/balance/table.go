@@ -103,9 +103,10 @@ type Cluster struct {
 	algoName     string
 	picker       instancePicker // the algorithm, chosen by Build
 	randomN      int
-	consistent   bool // source: hash_type consistent
-	stickyCookie bool // sticky-cookie: honour and issue the cookie
-	latency      bool // p2c-ewma: Done folds latencies into the EWMA
+	consistent   bool    // HAProxy hash modes (source, uri, hdr, url_param): hash_type consistent
+	instKey      instKey // uri, hdr, url_param: the instance's own key
+	stickyCookie bool    // sticky-cookie: honour and issue the cookie
+	latency      bool    // p2c-ewma: Done folds latencies into the EWMA
 	outlier      statusmatch.Matcher
 	hasOutlier   bool
 	cookie       string
@@ -145,7 +146,7 @@ type group struct {
 	weight   int // row weight
 	members  []member
 	base     *schedule // configured weights; progress shared across tables
-	ring     *ring     // sticky and source/consistent
+	ring     *ring     // sticky, ring_hash, and the HAProxy hash modes with hash_type consistent
 	view     atomic.Pointer[view]
 	mu       sync.Mutex    // view rebuilds
 	load     *loadTree     // least-loaded pickers; nil for the others
@@ -224,7 +225,7 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 				}
 			}
 			g.base = r.progressFor(progressKey{c.name, g.name}, sigOfMembers(g.members, ws), ws)
-			if c.algo == algoSticky || (c.algo == algoSource && c.consistent) {
+			if c.algo == algoSticky || c.algo == algoRingHash || (c.algo.Hashed() && c.consistent) {
 				g.ring = buildRing(g.members)
 			}
 			if c.needsLoadTree() && len(g.members) >= loadTreeMin {
