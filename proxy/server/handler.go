@@ -403,7 +403,12 @@ func (s *Server) newState() *reqState {
 // finish writes the access log line, the metrics and ends the server span.
 func (st *reqState) finish(r *http.Request) {
 	s := st.s
+	var took time.Duration
+	if st.c != nil || s.access != nil {
+		took = s.now().Sub(st.start)
+	}
 	if st.c != nil {
+		st.c.duration.Observe(took.Seconds())
 		sub := st.subcluster
 		if m := st.c.subs[sub]; m != nil {
 			m.codes[codeIndex(st.status)].Inc()
@@ -445,7 +450,7 @@ func (st *reqState) finish(r *http.Request) {
 			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
 			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
 			slog.Int("status", st.status), slog.String("error_code", st.code),
-			slog.Duration("duration", s.now().Sub(st.start)),
+			slog.Duration("duration", took),
 			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
 			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
 			slog.Duration("upstream_connect_time", st.upstreamConnect),
