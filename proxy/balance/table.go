@@ -111,6 +111,7 @@ type Cluster struct {
 	hasOutlier   bool
 	cookie       string
 	byAddr       map[netip.AddrPort]memberRef
+	byCookie     map[[16]byte]memberRef // sticky-cookie: member id → member (cookie.go)
 }
 
 type memberRef struct {
@@ -210,6 +211,9 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 	for ci, c := range compiled {
 		c.table, c.reg = t, r
 		c.byAddr = map[netip.AddrPort]memberRef{}
+		if c.stickyCookie {
+			c.byCookie = map[[16]byte]memberRef{}
+		}
 		for gi, g := range c.subs {
 			ids := make([]int32, len(g.members))
 			ws := make([]int, len(g.members))
@@ -222,6 +226,9 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 				ws[mi] = g.members[mi].weight
 				if _, dup := c.byAddr[a]; !dup {
 					c.byAddr[a] = memberRef{gi, mi}
+					if c.stickyCookie {
+						c.byCookie[c.cookieID(a)] = memberRef{gi, mi}
+					}
 				}
 			}
 			g.base = r.progressFor(progressKey{c.name, g.name}, sigOfMembers(g.members, ws), ws)
