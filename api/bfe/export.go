@@ -204,7 +204,7 @@ func policyToBFE(p config.Policy) (clusterConfEntryOut, error) {
 	switch p.Balance.Instance {
 	case config.InstanceWLC, config.InstanceWLCRandom, config.InstanceLeastConn:
 		mode = "WLC"
-	case config.InstanceSticky:
+	case config.InstanceSticky, config.InstanceRingHash:
 		sticky = true
 	}
 	hc := hashConfOut{HashStrategy: hashClientIP, SessionSticky: sticky}
