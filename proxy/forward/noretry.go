@@ -49,6 +49,10 @@ type emptyBody struct{}
 func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
 func (emptyBody) Close() error             { return nil }
 
+// WriteTo keeps net/http's body copy from allocating a 32 KiB buffer for
+// nothing (io.Copy uses it before anything else).
+func (emptyBody) WriteTo(io.Writer) (int64, error) { return 0, nil }
+
 // connTrace records the connection the Transport used for the request and
 // its byte counts when it was taken.
 type connTrace struct {
