@@ -95,6 +95,17 @@ type answerConn struct {
 	state atomic.Int32
 }
 
+// CloseWrite keeps net/http's lingering close (closeWriteAndWait: half-close,
+// then wait for the client to read the answer) working through the wrapper:
+// without it net/http closes at once and a client still sending its
+// oversized head may get a reset instead of the 431.
+func (c *answerConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return c.Conn.Close()
+}
+
 func (c *answerConn) Write(p []byte) (int, error) {
 	if c.state.Load() == connReading {
 		if status, ok := responseStatus(p); ok {
