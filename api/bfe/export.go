@@ -26,10 +26,17 @@ const ExportVersion = "sluice"
 // temporary file first and all are renamed into place only when every one was
 // written, so a failure leaves dir as it was. ImportDir of the result gives
 // back a state equal to s when s itself came from ImportDir.
-func ExportDir(s *config.State, proxyCluster string, dir string) error {
+//
+// cluster_table.data lists the instances s lists (WithRegistrations adds
+// the agents' registrations first). The warnings name each cluster, or
+// sub-cluster, left out of cluster_table.data and why (BFE rejects an empty
+// sub-cluster): one per cluster with no instance at all, one per empty
+// sub-cluster of a cluster that has some.
+func ExportDir(s *config.State, proxyCluster string, dir string) ([]string, error) {
 	if _, ok := s.Topology.ProxyClusters[proxyCluster]; !ok {
-		return fmt.Errorf("bfe export: %w %q", snapshot.ErrUnknownProxyCluster, proxyCluster)
+		return nil, fmt.Errorf("bfe export: %w %q", snapshot.ErrUnknownProxyCluster, proxyCluster)
 	}
+	var warns []string
 	files := map[string]any{}
 
 	hostFile := hostRuleOut{Version: ExportVersion, Hosts: map[string][]string{}, HostTags: map[string][]string{}}
@@ -60,14 +67,16 @@ func ExportDir(s *config.State, proxyCluster string, dir string) error {
 		c := s.Clusters[name]
 		entry, err := policyToBFE(c.Policy)
 		if err != nil {
-			return fmt.Errorf("bfe export: clusters.%s.policy: %w", name, err)
+			return nil, fmt.Errorf("bfe export: clusters.%s.policy: %w", name, err)
 		}
 		confFile.Config[name] = entry
 		subs := map[string][]backendOut{}
+		var empty []string
 		for _, sn := range sortedKeys(c.SubClusters) {
 			sc := c.SubClusters[sn]
 			if len(sc.Instances) == 0 {
-				continue // BFE rejects an empty sub-cluster; the gslb row still names it
+				empty = append(empty, sn) // BFE rejects an empty sub-cluster; the gslb row still names it
+				continue
 			}
 			avail := false
 			list := []backendOut{}
@@ -80,12 +89,19 @@ func ExportDir(s *config.State, proxyCluster string, dir string) error {
 				avail = avail || in.Weight > 0
 			}
 			if !avail {
-				return fmt.Errorf("bfe export: clusters.%s.subclusters.%s: every instance has weight 0, which BFE rejects", name, sn)
+				return nil, fmt.Errorf("bfe export: clusters.%s.subclusters.%s: every instance has weight 0, which BFE rejects", name, sn)
 			}
 			subs[sn] = list
 		}
-		if len(subs) > 0 {
+		switch {
+		case len(subs) == 0:
+			warns = append(warns, fmt.Sprintf("cluster %s: left out of %s: none of its %d sub-clusters lists an instance (instances registered by agents are not in the desired state)",
+				name, ClusterTableFile, len(c.SubClusters)))
+		default:
 			tableFile.Config[name] = subs
+			for _, sn := range empty {
+				warns = append(warns, fmt.Sprintf("cluster %s: sub-cluster %s left out of %s: it lists no instance (BFE rejects an empty sub-cluster)", name, sn, ClusterTableFile))
+			}
 		}
 		row := snapshot.StaticRow(s, proxyCluster, name)
 		out := map[string]int{}
@@ -100,7 +116,10 @@ func ExportDir(s *config.State, proxyCluster string, dir string) error {
 	files[ClusterConfFile] = confFile
 	files[ClusterTableFile] = tableFile
 	files[GSLBFile] = gslbOut
-	return writeAll(dir, files)
+	if err := writeAll(dir, files); err != nil {
+		return nil, err
+	}
+	return warns, nil
 }
 
 // writeAll writes every file to a temporary sibling, then renames them all.
@@ -185,7 +204,7 @@ func policyToBFE(p config.Policy) (clusterConfEntryOut, error) {
 	switch p.Balance.Instance {
 	case config.InstanceWLC, config.InstanceWLCRandom, config.InstanceLeastConn:
 		mode = "WLC"
-	case config.InstanceSticky:
+	case config.InstanceSticky, config.InstanceRingHash:
 		sticky = true
 	}
 	hc := hashConfOut{HashStrategy: hashClientIP, SessionSticky: sticky}

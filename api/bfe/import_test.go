@@ -179,8 +179,8 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatal(err)
 			}
 			out := t.TempDir()
-			if err := ExportDir(first, tc.opts.withDefaults().ProxyCluster, out); err != nil {
-				t.Fatal(err)
+			if warns, err := ExportDir(first, tc.opts.withDefaults().ProxyCluster, out); err != nil || len(warns) != 0 {
+				t.Fatalf("export: %v, warnings %q", err, warns)
 			}
 			second, warns, err := ImportDir(out, tc.opts)
 			if err != nil {
@@ -194,7 +194,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 			// A second export is byte-identical to the first.
 			out2 := t.TempDir()
-			if err := ExportDir(second, tc.opts.withDefaults().ProxyCluster, out2); err != nil {
+			if _, err := ExportDir(second, tc.opts.withDefaults().ProxyCluster, out2); err != nil {
 				t.Fatal(err)
 			}
 			for _, f := range []string{HostRuleFile, RouteRuleFile, ClusterConfFile, GSLBFile, ClusterTableFile} {
@@ -253,7 +253,7 @@ func TestNegativeGSLBWeightIsExcluded(t *testing.T) {
 	}
 	// Export writes the exclusion back as BFE's negative weight.
 	out := t.TempDir()
-	if err := ExportDir(st, DefaultProxyCluster, out); err != nil {
+	if _, err := ExportDir(st, DefaultProxyCluster, out); err != nil {
 		t.Fatal(err)
 	}
 	g, err := LoadGSLB(filepath.Join(out, GSLBFile))
@@ -431,14 +431,14 @@ func TestExportDirLeavesNothingOnFailure(t *testing.T) {
 	out := t.TempDir()
 	// cluster_conf is a file, so cluster_conf/*.data cannot be written.
 	write(t, filepath.Join(out, "cluster_conf"), "not a directory")
-	if err := ExportDir(st, DefaultProxyCluster, out); err == nil {
+	if _, err := ExportDir(st, DefaultProxyCluster, out); err == nil {
 		t.Fatal("want an error")
 	}
 	entries, _ := os.ReadDir(filepath.Join(out, "server_data_conf"))
 	for _, e := range entries {
 		t.Errorf("left behind: server_data_conf/%s", e.Name())
 	}
-	if err := ExportDir(st, "NOPE", t.TempDir()); !errors.Is(err, snapshot.ErrUnknownProxyCluster) {
+	if _, err := ExportDir(st, "NOPE", t.TempDir()); !errors.Is(err, snapshot.ErrUnknownProxyCluster) {
 		t.Errorf("unknown proxy cluster: %v", err)
 	}
 }

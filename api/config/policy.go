@@ -39,6 +39,10 @@ const (
 	InstanceFirst        = "first"         // HAProxy first
 	InstanceRandom       = "random"        // HAProxy random; "random(N)" = power of N choices
 	InstanceSource       = "source"        // HAProxy source (see hash_type)
+	InstanceRingHash     = "ring_hash"     // Envoy ring_hash: the hash key on a consistent ring (sticky without bounded load)
+	InstanceURI          = "uri"           // HAProxy uri: the path hashed ("uri whole": with the query; see hash_type)
+	InstanceHdr          = "hdr"           // HAProxy hdr(<name>): a header's value hashed, round robin without it
+	InstanceURLParam     = "url_param"     // HAProxy url_param(<name>): a query parameter hashed, round robin without it
 )
 
 // Hash keys.
@@ -57,9 +61,11 @@ type Balance struct {
 	Hash Hash `json:"hash"`
 	// Instance: wrr (default), wlc, wlc-random, p2c-ewma, sticky,
 	// sticky-cookie, static-rr, roundrobin, leastconn, first, random,
-	// random(N), source.
+	// random(N), source, ring_hash, uri, uri whole, hdr(<name>),
+	// url_param(<name>).
 	Instance string `json:"instance"`
-	// HashType for "source": map-based (default) or consistent.
+	// HashType for the HAProxy hash modes (source, uri, hdr, url_param):
+	// map-based (default) or consistent.
 	HashType string `json:"hash_type,omitempty"`
 	// EffectiveWeights lowers a failing instance's weight (wrr only).
 	EffectiveWeights bool `json:"effective_weights,omitempty"`

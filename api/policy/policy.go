@@ -8,6 +8,7 @@ package policy
 
 import (
 	"fmt"
+	"net/textproto"
 	"strconv"
 	"strings"
 
@@ -39,7 +40,15 @@ const (
 	First
 	Random
 	Source
+	RingHash // ring_hash: the hash key on the ring (Envoy's name; sticky without bounded load)
+	URI      // HAProxy uri: the request path (uri whole: path and query)
+	Hdr      // HAProxy hdr(<name>): the header's first value, round robin without one
+	URLParam // HAProxy url_param(<name>): the query parameter's first value, round robin without one
 )
+
+// Hashed reports whether the algorithm is one of HAProxy's hash modes, whose
+// mapping policy.balance.hash_type chooses (map-based or consistent).
+func (a Algo) Hashed() bool { return a == Source || a == URI || a == Hdr || a == URLParam }
 
 // instanceWords is every accepted word in the documented order; the index
 // is the Algo. "random(N)" is listed for the error text only.
@@ -47,7 +56,11 @@ var instanceWords = []string{
 	config.InstanceWRR, config.InstanceWLC, config.InstanceWLCRandom, config.InstanceP2CEWMA,
 	config.InstanceSticky, config.InstanceStickyCookie, config.InstanceStaticRR, config.InstanceRoundRobin,
 	config.InstanceLeastConn, config.InstanceFirst, config.InstanceRandom, config.InstanceSource,
+	config.InstanceRingHash, config.InstanceURI,
 }
+
+// uriWhole is HAProxy's "balance uri whole": the query string is hashed too.
+const uriWhole = config.InstanceURI + " whole"
 
 // Instance is a parsed policy.balance.instance.
 type Instance struct {
@@ -55,11 +68,36 @@ type Instance struct {
 	// Choices is the N of random(N): 1 for plain random, 2..10 for
 	// random(N), 0 for the other algorithms.
 	Choices int
+	// Param is the header name of hdr(<name>) (canonical form) or the query
+	// parameter of url_param(<name>) (as written: parameters are
+	// case-sensitive); "" for the other algorithms.
+	Param string
+	// Whole is "uri whole": the query string is part of the key.
+	Whole bool
 }
 
 // ParseInstance parses an instance algorithm: one of the config.Instance*
-// words, or random(N) with N in MinRandomChoices..MaxRandomChoices.
+// words, random(N) with N in MinRandomChoices..MaxRandomChoices, "uri
+// whole", hdr(<name>) with an HTTP header name, or url_param(<name>) with a
+// query parameter name (no "&", "=", "#", "?", spaces or controls).
 func ParseInstance(s string) (Instance, error) {
+	if s == uriWhole {
+		return Instance{Algo: URI, Whole: true}, nil
+	}
+	if inner, ok := call(s, config.InstanceHdr); ok {
+		if !IsToken(inner) {
+			return Instance{}, fmt.Errorf("%q: the name in hdr(<name>) must be an HTTP header name (a token), have %q", s, inner)
+		}
+		return Instance{Algo: Hdr, Param: textproto.CanonicalMIMEHeaderKey(inner)}, nil
+	}
+	if inner, ok := call(s, config.InstanceURLParam); ok {
+		if inner == "" || strings.ContainsFunc(inner, func(r rune) bool {
+			return r <= ' ' || r == 0x7f || strings.ContainsRune("&=#?", r)
+		}) {
+			return Instance{}, fmt.Errorf("%q: the name in url_param(<name>) must be a non-empty query parameter name without \"&\", \"=\", \"#\", \"?\", spaces or control characters, have %q", s, inner)
+		}
+		return Instance{Algo: URLParam, Param: inner}, nil
+	}
 	if inner, ok := strings.CutPrefix(s, config.InstanceRandom+"("); ok && strings.HasSuffix(inner, ")") {
 		n, err := strconv.Atoi(strings.TrimSuffix(inner, ")"))
 		if err != nil || n < MinRandomChoices || n > MaxRandomChoices {
@@ -77,7 +115,35 @@ func ParseInstance(s string) (Instance, error) {
 		}
 	}
 	words := append(append(append([]string(nil), instanceWords[:Random+1]...), "random(N)"), instanceWords[Random+1:]...)
+	words = append(words, uriWhole, config.InstanceHdr+"(<name>)", config.InstanceURLParam+"(<name>)")
 	return Instance{}, notOneOf(s, words...)
+}
+
+// call returns the argument of "name(arg)".
+func call(s, name string) (string, bool) {
+	inner, ok := strings.CutPrefix(s, name+"(")
+	if !ok || !strings.HasSuffix(inner, ")") {
+		return "", false
+	}
+	return strings.TrimSuffix(inner, ")"), true
+}
+
+// IsToken reports whether s is a non-empty RFC 9110 token (header and
+// cookie names, methods).
+func IsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			continue
+		}
+		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
+			return false
+		}
+	}
+	return true
 }
 
 // Mode is a sub-cluster (GSLB) mode, policy.balance.subcluster_mode.
@@ -141,7 +207,8 @@ const (
 	ConsistentHash                 // "consistent"
 )
 
-// ParseHashType parses a hash type: "" or map-based, or consistent.
+// ParseHashType parses a hash type: "" or map-based, or consistent. It
+// applies to the Hashed algorithms (Source, URI, Hdr, URLParam).
 func ParseHashType(s string) (HashType, error) {
 	switch s {
 	case "", "map-based":

@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"sort"
 	"strings"
+
+	"github.com/sluicelb/sluice/api/policy"
 )
 
 // The primitives, with BFE's names and argument conventions. Lists are
@@ -409,18 +411,4 @@ func lowerASCII(s string) string {
 }
 
 // isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
+func isToken(s string) bool { return policy.IsToken(s) }

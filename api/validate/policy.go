@@ -183,21 +183,7 @@ func (c *collector) hashHeader(path, h string) {
 }
 
 // isCookieName reports whether s is an RFC 6265 cookie name (an RFC 9110 token).
-func isCookieName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
+func isCookieName(s string) bool { return policy.IsToken(s) }
 
 // subClusters checks the sub-clusters of one cluster and their instances.
 // idcOK reports whether an IDC name is known (nil: only syntax is checked).

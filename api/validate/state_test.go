@@ -254,7 +254,7 @@ func TestStateRules(t *testing.T) {
 			s.Clusters["demo-post"] = cl2
 		}, []string{
 			"clusters.demo-main.policy.balance.hash.header: \"Cookie:\": cookie name \"\" is not an HTTP token",
-			"clusters.demo-main.policy.balance.instance: \"fastest\" is not one of wrr, wlc, wlc-random, p2c-ewma, sticky, sticky-cookie, static-rr, roundrobin, leastconn, first, random, random(N), source",
+			"clusters.demo-main.policy.balance.instance: \"fastest\" is not one of wrr, wlc, wlc-random, p2c-ewma, sticky, sticky-cookie, static-rr, roundrobin, leastconn, first, random, random(N), source, ring_hash, uri, uri whole, hdr(<name>), url_param(<name>)",
 		}},
 		{"policy retry and health", func(s *config.State) {
 			cl := s.Clusters["demo-main"]

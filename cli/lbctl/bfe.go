@@ -74,10 +74,14 @@ func bfeCommand() *cli.Command {
 			{
 				Name:      "export",
 				Usage:     "write the stored desired state as BFE files for one proxy cluster",
-				UsageText: "lbctl bfe export --proxy-cluster B --out DIR",
+				UsageText: "lbctl bfe export --proxy-cluster B --out DIR [--live]",
+				Description: "cluster_table.data lists the instances of the desired state; --live adds the agents' current\n" +
+					"registrations (as the scheduler merges them). Each cluster or sub-cluster left out of\n" +
+					"cluster_table.data (no instance) is named in a warning on stderr.",
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "proxy-cluster", Required: true, Usage: "whose rows go into gslb.data"},
 					&cli.StringFlag{Name: "out", Required: true, Usage: "directory to write server_data_conf/ and cluster_conf/ into"},
+					&cli.BoolFlag{Name: "live", Usage: "also write the instances agents have registered (etcd instances/)"},
 				},
 				Action: action(func(e *env) error {
 					ctx, cancel := e.ctx()
@@ -86,11 +90,28 @@ func bfeCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					if err := bfe.ExportDir(&st.State, e.c.String("proxy-cluster"), e.c.String("out")); err != nil {
+					state := &st.State
+					var warns []string
+					if e.c.Bool("live") {
+						regs, err := e.instances(ctx, "")
+						if err != nil {
+							return err
+						}
+						state, warns = bfe.WithRegistrations(state, regs)
+					}
+					ew, err := bfe.ExportDir(state, e.c.String("proxy-cluster"), e.c.String("out"))
+					if err != nil {
 						return err
 					}
-					res := bfeExportResult{Action: "exported", Revision: st.Revision, ProxyCluster: e.c.String("proxy-cluster"), Dir: e.c.String("out")}
-					return e.wrote(res, fmt.Sprintf("Exported revision %d for %s into %s\n", res.Revision, res.ProxyCluster, res.Dir))
+					if len(ew) > 0 && !e.c.Bool("live") {
+						ew = append(ew, "clusters whose instances agents register: run with --live to export the registrations")
+					}
+					warns = append(warns, ew...)
+					for _, w := range warns {
+						e.progressf("warning: %s", w)
+					}
+					res := bfeExportResult{Action: "exported", Revision: st.Revision, ProxyCluster: e.c.String("proxy-cluster"), Dir: e.c.String("out"), Live: e.c.Bool("live"), Warnings: warns}
+					return e.wrote(res, fmt.Sprintf("Exported revision %d for %s into %s (%d warnings)\n", res.Revision, res.ProxyCluster, res.Dir, len(warns)))
 				}),
 			},
 		},
@@ -107,10 +128,12 @@ type bfeImportResult struct {
 }
 
 type bfeExportResult struct {
-	Action       string `json:"action"`
-	Revision     int64  `json:"revision"`
-	ProxyCluster string `json:"proxy_cluster"`
-	Dir          string `json:"dir"`
+	Action       string   `json:"action"`
+	Revision     int64    `json:"revision"`
+	ProxyCluster string   `json:"proxy_cluster"`
+	Dir          string   `json:"dir"`
+	Live         bool     `json:"live"`
+	Warnings     []string `json:"warnings,omitempty"`
 }
 
 func writeFileAtomic(path string, b []byte) error {

@@ -5,6 +5,7 @@ import (
 	"math"
 	"net/http"
 	"net/netip"
+	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -14,14 +15,14 @@ var allInstanceModes = []string{
 	config.InstanceWRR, config.InstanceWLC, config.InstanceWLCRandom, config.InstanceP2CEWMA,
 	config.InstanceSticky, config.InstanceStickyCookie, config.InstanceStaticRR, config.InstanceRoundRobin,
 	config.InstanceLeastConn, config.InstanceFirst, config.InstanceRandom, "random(2)", config.InstanceSource,
-	"source/consistent",
+	"source/consistent", config.InstanceRingHash, "uri", "uri whole/consistent", "hdr(X-User)", "url_param(uid)/consistent",
 }
 
 func modePolicy(mode string) config.Policy {
 	return policy(func(p *config.Policy) {
 		p.Balance.Instance = mode
-		if mode == "source/consistent" {
-			p.Balance.Instance, p.Balance.HashType = config.InstanceSource, "consistent"
+		if m, ok := strings.CutSuffix(mode, "/consistent"); ok {
+			p.Balance.Instance, p.Balance.HashType = m, "consistent"
 		}
 	})
 }
@@ -127,15 +128,14 @@ func TestStickyCookie(t *testing.T) {
 		}
 		q.Done(Result{})
 	}
-	// Forge: name another instance with the first one's MAC.
+	// Forge: the instance's id with one character changed.
 	forged := *p.SetCookie()
-	other := inst(1, 0)
-	if other == want {
-		other = inst(1, 1)
+	good := e.cluster().makeCookie(want).Value
+	ch := byte('A')
+	if good[0] == 'A' {
+		ch = 'B'
 	}
-	c := e.cluster()
-	good := c.makeCookie(want).Value
-	forged.Value = c.makeCookie(other).Value[:len(c.makeCookie(other).Value)-22] + good[len(good)-22:]
+	forged.Value = string(ch) + good[1:]
 	req, _ = http.NewRequest(http.MethodGet, "http://x/", nil)
 	req.AddCookie(&forged)
 	s = e.cluster().NewSelection(req, netip.Addr{})

@@ -28,6 +28,10 @@ const (
 	algoFirst        = polparse.First
 	algoRandom       = polparse.Random
 	algoSource       = polparse.Source
+	algoRingHash     = polparse.RingHash
+	algoURI          = polparse.URI
+	algoHdr          = polparse.Hdr
+	algoURLParam     = polparse.URLParam
 )
 
 // subMode is policy.balance.subcluster_mode, parsed by api/policy.
@@ -78,6 +82,7 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 		return nil, nil, fmt.Errorf("policy.balance.instance: %w", err)
 	}
 	c.algo, c.randomN, c.algoName = in.Algo, in.Choices, p.Balance.Instance
+	c.instKey = instKey{algo: in.Algo, param: in.Param, whole: in.Whole}
 	ht, err := polparse.ParseHashType(p.Balance.HashType)
 	if err != nil {
 		return nil, nil, fmt.Errorf("policy.balance.hash_type: %w", err)

@@ -6,14 +6,15 @@ import (
 	"encoding/base64"
 	"net/http"
 	"net/netip"
-	"strings"
 )
 
-// Sticky cookies name an instance and are HMAC-SHA256 signed with the
-// registry's StickySecret over (cluster, address): value =
-// base64url(addr) "." base64url(mac[:16]). A cookie that does not verify,
-// names an unknown address or an instance that is not available is ignored
-// and a fresh one issued (D7).
+// Sticky cookies are opaque: the value is the instance's id in its cluster,
+// base64url(HMAC-SHA256(StickySecret, cluster "\0" addr:port)[:16]) — 22
+// characters that neither show the backend's address nor can be made for
+// an instance without the secret. Build maps every member's id back to it
+// (Cluster.byCookie) for sticky-cookie clusters. A cookie that is not one of
+// the ids, or names an instance that is not available, is ignored and a
+// fresh one issued (D7).
 
 func (c *Cluster) cookieMAC(addr string) []byte {
 	m := hmac.New(sha256.New, c.reg.secret)
@@ -23,25 +24,27 @@ func (c *Cluster) cookieMAC(addr string) []byte {
 	return m.Sum(nil)[:16]
 }
 
-func (c *Cluster) makeCookie(a netip.AddrPort) *http.Cookie {
-	s := a.String()
-	v := base64.RawURLEncoding.EncodeToString([]byte(s)) + "." + base64.RawURLEncoding.EncodeToString(c.cookieMAC(s))
-	return &http.Cookie{Name: c.cookie, Value: v, Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode}
+// cookieID is the member id of the instance at a.
+func (c *Cluster) cookieID(a netip.AddrPort) [16]byte {
+	return [16]byte(c.cookieMAC(a.String()))
 }
 
-// parseCookie verifies v and returns the address it names.
-func (c *Cluster) parseCookie(v string) (netip.AddrPort, bool) {
-	a, m, ok := strings.Cut(v, ".")
-	if !ok {
-		return netip.AddrPort{}, false
+func (c *Cluster) makeCookie(a netip.AddrPort) *http.Cookie {
+	id := c.cookieID(a)
+	return &http.Cookie{Name: c.cookie, Value: base64.RawURLEncoding.EncodeToString(id[:]), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode}
+}
+
+// parseCookie returns the member a cookie value names.
+func (c *Cluster) parseCookie(v string) (memberRef, bool) {
+	var id [16]byte
+	if base64.RawURLEncoding.DecodedLen(len(v)) != len(id) {
+		return memberRef{}, false
 	}
-	ab, err1 := base64.RawURLEncoding.DecodeString(a)
-	mb, err2 := base64.RawURLEncoding.DecodeString(m)
-	if err1 != nil || err2 != nil || !hmac.Equal(mb, c.cookieMAC(string(ab))) {
-		return netip.AddrPort{}, false
+	if n, err := base64.RawURLEncoding.Decode(id[:], []byte(v)); err != nil || n != len(id) {
+		return memberRef{}, false
 	}
-	addr, err := netip.ParseAddrPort(string(ab))
-	return addr, err == nil
+	ref, ok := c.byCookie[id]
+	return ref, ok
 }
 
 // cookieTarget returns the instance a valid sticky cookie names, when it is
@@ -54,11 +57,7 @@ func (s *Selection) cookieTarget() (*group, int, bool) {
 	if err != nil {
 		return nil, 0, false
 	}
-	addr, ok := s.c.parseCookie(ck.Value)
-	if !ok {
-		return nil, 0, false
-	}
-	ref, ok := s.c.byAddr[addr]
+	ref, ok := s.c.parseCookie(ck.Value)
 	if !ok {
 		return nil, 0, false
 	}

@@ -157,13 +157,13 @@ func (c *Cluster) explainInstance(s *Selection, g *group, ex *Explanation, decid
 	case fixed >= 0:
 	case c.algo == algoSource:
 		if s.ip.IsValid() {
-			if h := hashAddr(s.ip); c.consistent {
-				fixed = g.ring.lookup(h, ok)
-			} else {
-				fixed = mapBased(v, h, ok)
-			}
+			fixed = hashedPick(g, v, hashAddr(s.ip), ok, c.consistent)
 		}
-	case c.algo == algoSticky:
+	case c.algo == algoURI || c.algo == algoHdr || c.algo == algoURLParam:
+		if h, keyed := c.instKey.hash(s.req); keyed {
+			fixed = hashedPick(g, v, h, ok, c.consistent)
+		}
+	case c.algo == algoSticky || c.algo == algoRingHash:
 		if h, keyed := s.key(); keyed && c.pol.Balance.BoundedLoadPercent <= 0 {
 			fixed = g.ring.lookup(h, ok)
 		}

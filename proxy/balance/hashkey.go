@@ -110,6 +110,65 @@ func (k keySpec) value(req *http.Request) string {
 	return ""
 }
 
+// instKey is the key of HAProxy's hash modes uri, hdr(<name>) and
+// url_param(<name>) (policy.balance.instance), parsed by api/policy.
+type instKey struct {
+	algo  algo
+	param string // header name (canonical) or query parameter
+	whole bool   // uri whole: the query string is part of the key
+}
+
+// hash returns the request's key hash; ok is false when there is no key
+// (hdr without the header or with an empty value, url_param without the
+// parameter or with an empty value): HAProxy then balances round robin.
+func (k instKey) hash(req *http.Request) (uint64, bool) {
+	if req == nil {
+		return 0, false
+	}
+	switch k.algo {
+	case algoURI:
+		if u := req.RequestURI; u != "" {
+			if !k.whole {
+				u, _, _ = strings.Cut(u, "?")
+			}
+			return hashString(u), true
+		}
+		if req.URL == nil {
+			return 0, false
+		}
+		h := hashString(req.URL.Path)
+		if k.whole && req.URL.RawQuery != "" {
+			h = h*1099511628211 ^ hashString(req.URL.RawQuery)
+		}
+		return h, true
+	case algoHdr:
+		if v := req.Header[k.param]; len(v) > 0 && v[0] != "" {
+			return hashString(v[0]), true
+		}
+	case algoURLParam:
+		if req.URL != nil {
+			if v := queryParam(req.URL.RawQuery, k.param); v != "" {
+				return hashString(v), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// queryParam is the raw (not unescaped) value of the first name=value pair
+// of the query named name, as HAProxy's url_param reads it; "" when absent.
+// It does not allocate.
+func queryParam(q, name string) string {
+	for q != "" {
+		var pair string
+		pair, q, _ = strings.Cut(q, "&")
+		if k, v, ok := strings.Cut(pair, "="); ok && k == name {
+			return v
+		}
+	}
+	return ""
+}
+
 // unit maps a 64-bit hash to (0, 1).
 func unit(h uint64) float64 {
 	return (float64(h>>11) + 0.5) / (1 << 53)

@@ -17,6 +17,9 @@ import (
 //     value, and the hash is that value's; header_or_ip falls back to the
 //     client IP's hash; client_ip hashes the address (IPv4-mapped = IPv4);
 //     uri hashes the request URI;
+//   - HAProxy's uri hashes the URI before "?" (uri whole: all of it);
+//     hdr(<name>) is ok exactly when the header's first value is non-empty;
+//     url_param(<name>) exactly when the query has <name>=<non-empty>;
 //   - extraction is a pure function: the same request hashes the same twice,
 //     and nothing panics, whatever the bytes.
 func FuzzHashKey(f *testing.F) {
@@ -25,6 +28,9 @@ func FuzzHashKey(f *testing.F) {
 	f.Add("Cookie:sid", "v", "sid=abc", "/p", []byte{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1}, false)
 	f.Add("Cookie:", "", "=; ;;=x", "", []byte{0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, true)
 	f.Add(strings.Repeat("X", 300), strings.Repeat("v", 70000), "a=\"quoted\"", "http://h/abs?x", []byte{127, 0, 0, 1}, false)
+	f.Add("uid", "", "", "/p?a=1&uid=42&uid=7", []byte{10, 0, 0, 1}, false)
+	f.Add("uid", "x", "", "/p?uid=&uid=2", []byte{}, true)
+	f.Add("a", "", "", "/?a=b=c&&a=d", []byte{}, false)
 	f.Add("X-\xff", "\x00\r\n", "sid=\xff", "%zz", []byte{1, 2, 3}, true)
 	f.Fuzz(func(t *testing.T, header, value, cookie, uri string, ipb []byte, setHeader bool) {
 		req := &http.Request{Method: http.MethodGet, Header: http.Header{}, RequestURI: uri, URL: &url.URL{Path: uri}}
@@ -34,7 +40,11 @@ func FuzzHashKey(f *testing.F) {
 		if cookie != "" {
 			req.Header["Cookie"] = []string{cookie}
 		}
+		if _, q, ok := strings.Cut(uri, "?"); ok {
+			req.URL.RawQuery = q
+		}
 		ip, _ := netip.AddrFromSlice(ipb)
+		checkInstKeys(t, req, header, uri)
 		for _, kind := range []string{config.HashHeader, config.HashHeaderOrIP, config.HashClientIP, config.HashURI, ""} {
 			k := compileKey(config.Hash{Key: kind, Header: header})
 			h, ok := k.hash(req, ip)
@@ -89,4 +99,41 @@ func FuzzHashKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+func checkInstKeys(t *testing.T, req *http.Request, name, uri string) {
+	path, _, _ := strings.Cut(uri, "?")
+	canon := http.CanonicalHeaderKey(name)
+	for _, k := range []instKey{{algo: algoURI}, {algo: algoURI, whole: true}, {algo: algoHdr, param: canon}, {algo: algoURLParam, param: name}} {
+		h, ok := k.hash(req)
+		if h2, ok2 := k.hash(req); h != h2 || ok != ok2 {
+			t.Fatalf("%+v: not deterministic", k)
+		}
+		switch {
+		case k.algo == algoURI && uri != "":
+			want := hashString(path)
+			if k.whole {
+				want = hashString(uri)
+			}
+			if !ok || h != want {
+				t.Fatalf("%+v on %q: hash %x ok %v, want %x", k, uri, h, ok, want)
+			}
+		case k.algo == algoHdr:
+			v := req.Header[canon]
+			if want := len(v) > 0 && v[0] != ""; ok != want || ok && h != hashString(v[0]) {
+				t.Fatalf("hdr(%s) with %q: ok %v", name, v, ok)
+			}
+		case k.algo == algoURLParam:
+			want := ""
+			for _, pair := range strings.Split(req.URL.RawQuery, "&") {
+				if kk, v, found := strings.Cut(pair, "="); found && kk == name {
+					want = v
+					break
+				}
+			}
+			if ok != (want != "") || ok && h != hashString(want) {
+				t.Fatalf("url_param(%s) on %q: ok %v, want value %q", name, req.URL.RawQuery, ok, want)
+			}
+		}
+	}
 }

@@ -31,7 +31,9 @@ func newPicker(c *Cluster) instancePicker {
 		return firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}
 	case algoSource:
 		return source{c.consistent}
-	case algoSticky:
+	case algoURI, algoHdr, algoURLParam:
+		return requestHash{c.instKey, c.consistent}
+	case algoSticky, algoRingHash:
 		return sticky{c.pol.Balance.BoundedLoadPercent}
 	}
 	return smooth{} // wrr, roundrobin, sticky-cookie
@@ -42,7 +44,7 @@ func (c *Cluster) needsLoadTree() bool {
 	switch c.algo {
 	case algoWLC, algoLeastConn, algoWLCRandom, algoFirst:
 		return true
-	case algoSticky:
+	case algoSticky, algoRingHash:
 		return c.pol.Balance.BoundedLoadPercent > 0
 	}
 	return false
@@ -133,10 +135,33 @@ func (p source) pick(s *Selection, g *group, v *view) int {
 	} else {
 		h = s.c.reg.rand()
 	}
-	if p.consistent {
+	return hashedPick(g, v, h, ok, p.consistent)
+}
+
+// hashedPick maps a key hash onto the members as HAProxy's hash-type does:
+// consistent (the ring) or map-based (modulo the available weight).
+func hashedPick(g *group, v *view, h uint64, ok func(int) bool, consistent bool) int {
+	if consistent {
 		return g.ring.lookup(h, ok)
 	}
 	return mapBased(v, h, ok)
+}
+
+// requestHash is HAProxy's balance uri, hdr(<name>) and url_param(<name>):
+// the request's key hashed onto the members (hash_type map-based or
+// consistent); without a key (header or parameter absent or empty) the
+// request is balanced round robin, as HAProxy does.
+type requestHash struct {
+	key        instKey
+	consistent bool
+}
+
+func (p requestHash) pick(s *Selection, g *group, v *view) int {
+	h, ok := p.key.hash(s.req)
+	if !ok {
+		return smooth{}.pick(s, g, v)
+	}
+	return hashedPick(g, v, h, s.untried(g, v), p.consistent)
 }
 
 // sticky is consistent hashing of the request key onto the ring, with

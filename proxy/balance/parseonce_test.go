@@ -21,6 +21,8 @@ func TestCompileAgreesWithValidate(t *testing.T) {
 		{"instance", "random", true}, {"instance", "random(2)", true}, {"instance", "random(10)", true},
 		{"instance", "random(1)", false}, {"instance", "random(11)", false}, {"instance", "random(16)", false},
 		{"instance", "", false}, {"instance", "fastest", false},
+		{"instance", "ring_hash", true}, {"instance", "uri whole", true}, {"instance", "hdr(X-User)", true}, {"instance", "url_param(id)", true},
+		{"instance", "hdr(a b)", false}, {"instance", "url_param(a=b)", false}, {"instance", "hdr()", false},
 		{"mode", "bfe", true}, {"mode", "request", true}, {"mode", "", false}, {"mode", "modulo", false},
 		{"key", "uri", true}, {"key", "", false}, {"key", "cookie", false},
 		{"hash_type", "", true}, {"hash_type", "consistent", true}, {"hash_type", "ring", false},

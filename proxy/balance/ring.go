@@ -1,60 +1,118 @@
 package balance
 
 import (
+	"cmp"
+	"slices"
 	"sort"
 )
 
-// ring is a consistent-hash ring over a group's members with virtual nodes
-// proportional to weight: when a member becomes unavailable only its keys move
-// (to the next points clockwise), which BFE's modulo hashing does not give.
+// ring is a consistent-hash ring over a group's members (ketama, as nginx's
+// `hash … consistent` and HAProxy's `hash-type consistent`): each member owns
+// points on a 64-bit circle and a key belongs to the first point clockwise
+// of its hash whose member is acceptable.
+//
+// A member's points depend only on its own identity (the hash of addr:port)
+// and its own weight: point k of a member is mix(addrHash + k·φ), for
+// k < pointsFor(weight). Adding or removing an instance therefore adds or
+// removes only its own points: the keys that move are exactly the keys it
+// takes or the keys it had (≈ weight/Σweight of them), the other members'
+// keys stay where they are. Rings that spread a fixed point budget over the
+// members (points ∝ weight/Σweight, as Envoy's ring_hash does) re-spread
+// every member's points when one leaves and move ~14 % of the others' keys
+// (issue 17, defect 5).
 type ring struct {
 	points []ringPoint
+	shift  uint // points per member were divided by 2^shift to fit ringMaxPoints
 }
 
+// ringPoint is 8 bytes: the top 32 bits of the point's hash (a million
+// points on a 2^32 circle: a collision orders the two by member identity)
+// and the member's index.
 type ringPoint struct {
-	hash   uint64
+	hash   uint32
 	member int32
 }
 
-// ringPointsTarget is the total number of virtual nodes per ring (at least
-// one per member with weight > 0).
-const ringPointsTarget = 1 << 14
+const (
+	// ringPointsPerWeight is the points per unit of weight: a weight-1
+	// member's share of keys is within ≈ ±6 % (one standard deviation,
+	// relative) of its fair share (ketama's 160 gives ±8 %, and 25 % off
+	// for the worst of 50 instances).
+	ringPointsPerWeight = 256
+	// ringMaxPoints bounds one ring (8 B a point: 4 MiB). A group whose
+	// Σ 256·weight exceeds it has every member's point count halved until it
+	// fits (shift); the halved set is a prefix of the full one, and the
+	// shift depends only on Σ weight, so it changes only when Σ weight
+	// crosses a power-of-two multiple of ringMaxPoints/256 = 2 048
+	// (e.g. 2 048 instances of weight 1, or 20 of weight 100). Within one
+	// shift, membership changes move only the changed members' keys.
+	ringMaxPoints = 1 << 19
+)
 
-func buildRing(ms []member) *ring {
-	total := 0
-	n := 0
+// ringShift is the smallest shift that fits the group's points in
+// ringMaxPoints.
+func ringShift(ms []member) uint {
+	var total int64
 	for _, m := range ms {
 		if m.weight > 0 {
-			total += m.weight
-			n++
+			total += int64(m.weight) * ringPointsPerWeight
 		}
 	}
-	r := &ring{}
-	if total == 0 {
-		return r
+	s := uint(0)
+	for total>>s > ringMaxPoints {
+		s++
 	}
-	per := max(ringPointsTarget, 40*n)
+	return s
+}
+
+// pointsFor is a member's point count: its own weight's, never 0 for a
+// weight > 0.
+func pointsFor(weight int, shift uint) int {
+	if weight <= 0 {
+		return 0
+	}
+	return max(1, int((int64(weight)*ringPointsPerWeight)>>shift))
+}
+
+func buildRing(ms []member) *ring {
+	r := &ring{shift: ringShift(ms)}
+	n := 0
+	for _, m := range ms {
+		n += pointsFor(m.weight, r.shift)
+	}
+	r.points = make([]ringPoint, 0, n)
 	for i, m := range ms {
-		if m.weight <= 0 {
-			continue
-		}
-		v := max(1, int(int64(m.weight)*int64(per)/int64(total)))
-		for k := 0; k < v; k++ {
-			r.points = append(r.points, ringPoint{mix(m.addrHash + uint64(k)*0x9e3779b97f4a7c15), int32(i)})
+		for k := range pointsFor(m.weight, r.shift) {
+			r.points = append(r.points, ringPoint{ringPointHash(m.addrHash, k), int32(i)})
 		}
 	}
-	sort.Slice(r.points, func(a, b int) bool { return r.points[a].hash < r.points[b].hash })
+	// Equal point hashes (two members, 1 in 2^64 per pair of points) are
+	// ordered by the members' identities, not by their place in the list,
+	// so the ring does not depend on the order instances are listed in.
+	slices.SortFunc(r.points, func(a, b ringPoint) int {
+		if c := cmp.Compare(a.hash, b.hash); c != 0 {
+			return c
+		}
+		return cmp.Compare(ms[a.member].addrHash, ms[b.member].addrHash)
+	})
 	return r
 }
 
+// ringPointHash is point k of the member whose identity hashes to id.
+func ringPointHash(id uint64, k int) uint32 {
+	return uint32(mix(id+uint64(k)*0x9e3779b97f4a7c15) >> 32)
+}
+
 // lookup walks clockwise from h and returns the first member for which ok
-// is true, or -1.
+// is true, or -1. The start is a binary search (O(log points)); the walk
+// passes only points of members ok refuses.
 func (r *ring) lookup(h uint64, ok func(int) bool) int {
 	n := len(r.points)
 	if n == 0 {
 		return -1
 	}
-	start := sort.Search(n, func(i int) bool { return r.points[i].hash >= h })
+	h32 := uint32(h >> 32)
+	start := sort.Search(n, func(i int) bool { return r.points[i].hash >= h32 })
 	for k := 0; k < n; k++ {
 		m := int(r.points[(start+k)%n].member)
 		if ok(m) {

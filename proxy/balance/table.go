@@ -103,13 +103,15 @@ type Cluster struct {
 	algoName     string
 	picker       instancePicker // the algorithm, chosen by Build
 	randomN      int
-	consistent   bool // source: hash_type consistent
-	stickyCookie bool // sticky-cookie: honour and issue the cookie
-	latency      bool // p2c-ewma: Done folds latencies into the EWMA
+	consistent   bool    // HAProxy hash modes (source, uri, hdr, url_param): hash_type consistent
+	instKey      instKey // uri, hdr, url_param: the instance's own key
+	stickyCookie bool    // sticky-cookie: honour and issue the cookie
+	latency      bool    // p2c-ewma: Done folds latencies into the EWMA
 	outlier      statusmatch.Matcher
 	hasOutlier   bool
 	cookie       string
 	byAddr       map[netip.AddrPort]memberRef
+	byCookie     map[[16]byte]memberRef // sticky-cookie: member id → member (cookie.go)
 }
 
 type memberRef struct {
@@ -145,7 +147,7 @@ type group struct {
 	weight   int // row weight
 	members  []member
 	base     *schedule // configured weights; progress shared across tables
-	ring     *ring     // sticky and source/consistent
+	ring     *ring     // sticky, ring_hash, and the HAProxy hash modes with hash_type consistent
 	view     atomic.Pointer[view]
 	mu       sync.Mutex    // view rebuilds
 	load     *loadTree     // least-loaded pickers; nil for the others
@@ -209,6 +211,9 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 	for ci, c := range compiled {
 		c.table, c.reg = t, r
 		c.byAddr = map[netip.AddrPort]memberRef{}
+		if c.stickyCookie {
+			c.byCookie = map[[16]byte]memberRef{}
+		}
 		for gi, g := range c.subs {
 			ids := make([]int32, len(g.members))
 			ws := make([]int, len(g.members))
@@ -221,10 +226,13 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 				ws[mi] = g.members[mi].weight
 				if _, dup := c.byAddr[a]; !dup {
 					c.byAddr[a] = memberRef{gi, mi}
+					if c.stickyCookie {
+						c.byCookie[c.cookieID(a)] = memberRef{gi, mi}
+					}
 				}
 			}
 			g.base = r.progressFor(progressKey{c.name, g.name}, sigOfMembers(g.members, ws), ws)
-			if c.algo == algoSticky || (c.algo == algoSource && c.consistent) {
+			if c.algo == algoSticky || c.algo == algoRingHash || (c.algo.Hashed() && c.consistent) {
 				g.ring = buildRing(g.members)
 			}
 			if c.needsLoadTree() && len(g.members) >= loadTreeMin {

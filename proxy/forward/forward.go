@@ -103,7 +103,7 @@ func (p *Pools) newUpstream(k key) *Upstream {
 			if err != nil {
 				return nil, &DialError{Err: err}
 			}
-			return sockio.Wrap(c), nil
+			return &countConn{Conn: sockio.Wrap(c)}, nil
 		},
 		MaxIdleConns:          0,
 		MaxIdleConnsPerHost:   k.pool.MaxIdleConnsPerHost,
@@ -182,9 +182,13 @@ type Upstream struct {
 // RoundTrip sends req to the backend. Over the connection cap it waits up to
 // the queue timeout for a slot and then fails with ErrPoolFull. A slot is held
 // until the response body is closed. Like any RoundTripper it closes req.Body.
+//
+// It never resends: a failure on a reused keep-alive connection before any
+// answer byte is a *StaleConnError for the caller's attempt loop to decide
+// on (transportRequest says how the Transport's own resends are disabled).
 func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if u.slots == nil {
-		return u.transport.RoundTrip(req)
+		return u.roundTrip(req)
 	}
 	if err := u.acquire(req.Context()); err != nil {
 		if req.Body != nil {
@@ -192,7 +196,7 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	res, err := u.transport.RoundTrip(req)
+	res, err := u.roundTrip(req)
 	if err != nil {
 		u.release()
 		return nil, err
@@ -204,6 +208,24 @@ func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	res.Body = &slotBody{ReadCloser: res.Body, u: u}
 	return res, nil
+}
+
+func (u *Upstream) roundTrip(req *http.Request) (*http.Response, error) {
+	if isUpgrade(req) {
+		// An upgrade's connection is handed over whole; net/http never
+		// resends it on another (and its body must stay NoBody).
+		return u.transport.RoundTrip(req)
+	}
+	r, ct := transportRequest(req)
+	res, err := u.transport.RoundTrip(r)
+	if err != nil {
+		return nil, ct.classify(req.Context(), err)
+	}
+	return res, nil
+}
+
+func isUpgrade(req *http.Request) bool {
+	return req.Header.Get("Upgrade") != ""
 }
 
 func (u *Upstream) acquire(ctx context.Context) error {

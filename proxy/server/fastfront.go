@@ -44,7 +44,7 @@ type Front interface {
 func (s *Server) NewFront(kind string, o FrontOptions) (Front, error) {
 	switch kind {
 	case "", FrontStd:
-		return s.HTTPServer(o)
+		return s.newStdFront(o)
 	case FrontFastHTTP:
 		return s.FastHTTPServer(o)
 	default:

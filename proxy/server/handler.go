@@ -405,6 +405,7 @@ func (st *reqState) finish(r *http.Request) {
 	s := st.s
 	took := s.now().Sub(st.start)
 	if st.c != nil {
+		st.c.duration.Observe(took.Seconds())
 		sub := st.subcluster
 		var answers *atomic.Uint64
 		if m := st.c.subs[sub]; m != nil {

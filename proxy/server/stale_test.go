@@ -44,11 +44,13 @@ func (g *genListener) Addr() net.Addr { return g.addr }
 // rawInstance is a minimal HTTP/1.1 backend on its own loopback socket,
 // whose behaviour per request the test switches: it answers "ok" with
 // keep-alive, or (reset) reads the request and resets the connection, or
-// (swallow) reads the whole request and closes without an answer. It counts
-// the requests it read, by X-Req header.
+// (swallow) reads the whole request and closes without an answer, or
+// (swallow-reused) does so for every request but the first of a connection:
+// a kept-alive connection that dies just as it is reused. It counts the
+// requests it read, by X-Req header.
 type rawInstance struct {
 	addr  netip.AddrPort
-	mode  atomic.Value // "ok", "reset", "swallow"
+	mode  atomic.Value // "ok", "reset", "swallow", "swallow-reused"
 	reads atomic.Int64
 	mu    sync.Mutex
 	seen  map[string]int
@@ -98,7 +100,7 @@ func newRawInstance(t *testing.T) *rawInstance {
 
 func (ri *rawInstance) serve(c net.Conn) {
 	br := bufio.NewReader(c)
-	for {
+	for n := 1; ; n++ {
 		req, err := http.ReadRequest(br)
 		if err != nil {
 			return
@@ -117,6 +119,10 @@ func (ri *rawInstance) serve(c net.Conn) {
 			return
 		case "swallow":
 			return
+		case "swallow-reused":
+			if n > 1 {
+				return
+			}
 		}
 		if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
 			return

@@ -3,7 +3,6 @@ package inventory
 // The View the planner reads, built from the inputs the sinks keep.
 
 import (
-	"net/netip"
 	"sort"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -83,7 +82,7 @@ func (inv *Inventory) View() View {
 			ignored++
 			continue
 		}
-		subs[e.key.SubCluster] = mergeInstance(list, toConfig(e))
+		subs[e.key.SubCluster] = config.MergeInstance(list, toConfig(e))
 	}
 	v.Generations = make(map[string]uint64, len(inv.gens))
 	for c, g := range inv.gens {
@@ -112,24 +111,4 @@ func toConfig(e *instEntry) config.Instance {
 		Weight: e.inst.Weight, CapacityRPS: e.inst.CapacityRPS,
 		State: e.inst.State, Labels: e.inst.Labels,
 	}
-}
-
-// mergeInstance replaces the instance with in's address or appends it.
-func mergeInstance(list []config.Instance, in config.Instance) []config.Instance {
-	for i, x := range list {
-		if x.Port == in.Port && sameAddr(x.Addr, in.Addr) {
-			list[i] = in
-			return list
-		}
-	}
-	return append(list, in)
-}
-
-func sameAddr(a, b string) bool {
-	pa, ea := netip.ParseAddr(a)
-	pb, eb := netip.ParseAddr(b)
-	if ea != nil || eb != nil {
-		return a == b
-	}
-	return pa.Unmap() == pb.Unmap()
 }

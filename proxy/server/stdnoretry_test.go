@@ -1,0 +1,60 @@
+package server
+
+import (
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// Issue 17 (--upstream-client std): http.Transport resent a replayable
+// request by itself when a reused keep-alive connection failed, so the
+// backend saw it more often than 1 + retry_max + cross_retry allows. Now
+// the Transport never resends: with retry_max 0 the failed GET or POST
+// reached the backend exactly once (and is answered 502); with retry_max 1
+// the attempt loop resends it once, as attempt 2 in the access log.
+func TestStdUpstreamDoesNotResendOnItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		method   string
+		body     string
+		retryMax int
+		status   int
+		arrivals int // of the second request
+		attempts float64
+	}{
+		{"GET, retry_max 0", http.MethodGet, "", 0, http.StatusBadGateway, 1, 1},
+		{"GET, retry_max 1", http.MethodGet, "", 1, http.StatusOK, 2, 2},
+		{"buffered POST, retry_max 0", http.MethodPost, "payload", 0, http.StatusBadGateway, 1, 1},
+		{"empty POST, retry_max 0", http.MethodPost, "", 0, http.StatusBadGateway, 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ri := newRawInstance(t)
+			ri.mode.Store("swallow-reused")
+			var log syncBuffer
+			snap := testSnapshot(3, testCluster(map[string][]config.Instance{"SC1": {inst(ri.addr, 1)}}, map[string]int{"SC1": 100}, func(p *config.Policy) {
+				p.Retry.RetryMax, p.Retry.CrossRetry, p.Retry.NonIdempotent = tc.retryMax, 0, true
+			}))
+			p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamStd, AccessLog: slog.New(slog.NewJSONHandler(&log, nil))}, frontKind: FrontStd})
+			c := client(t)
+			if st, b := do(t, c, tc.method, p.url+"/", "first", tc.body); st != http.StatusOK {
+				t.Fatalf("first request: %d %q", st, b)
+			}
+			// The first answer's body was read to its end, so its connection
+			// is idle in the Transport's pool: the second request reuses it.
+			if st, b := do(t, c, tc.method, p.url+"/", "second", tc.body); st != tc.status {
+				t.Fatalf("second request: %d %q, want %d", st, b, tc.status)
+			}
+			if got := ri.count("second"); got != tc.arrivals {
+				t.Fatalf("the backend saw the second request %d times, want %d", got, tc.arrivals)
+			}
+			var lines []map[string]any
+			eventually(t, 10*time.Second, "two access-log lines", func() bool { lines = log.lines(t); return len(lines) == 2 })
+			if a := lines[1]["attempts"]; a != tc.attempts {
+				t.Fatalf("access log attempts %v, want %v", a, tc.attempts)
+			}
+		})
+	}
+}
