@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -164,28 +161,7 @@ func TestFaultsLostCommitAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := newAnswerDropper(t, strings.TrimPrefix(strings.Split(f.Endpoints, ",")[0], "http://"), 1500)
-	logPath := filepath.Join(f.LogDir, "scheduler-lossy.log")
-	logf, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(filepath.Join(binDir, "lbscheduler"), "--id", "sched-lossy", "--etcd", "http://"+d.ln.Addr().String(), "--api", "127.0.0.1:0", "--session-ttl", "3s")
-	cmd.Stdout, cmd.Stderr = logf, logf
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cmd.Process.Kill()
-			<-exited
-		}
-	}()
+	logPath := startBin(t, f.LogDir, "scheduler-lossy", "lbscheduler", "--id", "sched-lossy", "--etcd", "http://"+d.ln.Addr().String(), "--api", "127.0.0.1:0", "--session-ttl", "3s").log
 	// sched-lossy leads and publishes: a working leader.
 	setRow(ctx, t, f, 40)
 	first := waitRow(ctx, t, f, 40, "sched-lossy")

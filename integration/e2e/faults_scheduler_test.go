@@ -5,11 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -39,27 +35,7 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fp.Close()
-	logf, err := os.Create(filepath.Join(f.LogDir, "scheduler-cut.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logf.Close()
-	cut := exec.Command(filepath.Join(binDir, "lbscheduler"), "--id", "sched-cut", "--etcd", fp.URL(), "--api", "127.0.0.1:0", "--session-ttl", "3s")
-	cut.Stdout, cut.Stderr = logf, logf
-	if err := cut.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cut.Wait() }()
-	defer func() {
-		_ = cut.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-exited:
-		case <-time.After(15 * time.Second):
-			_ = cut.Process.Kill()
-			<-exited
-		}
-	}()
+	startBin(t, f.LogDir, "scheduler-cut", "lbscheduler", "--id", "sched-cut", "--etcd", fp.URL(), "--api", "127.0.0.1:0", "--session-ttl", "3s")
 	eventually(t, 30*time.Second, "sched-cut leads", func() error {
 		r, err := f.Client.Get(ctx, f.Layout.Leader())
 		if err != nil || len(r.Kvs) == 0 {
