@@ -63,7 +63,7 @@ func FuzzFrontRequestHead(f *testing.F) {
 	f.Cleanup(func() { be.Close() })
 	addr := bl.Addr().(*net.TCPAddr).AddrPort()
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(addr, 1)}}, map[string]int{"SC1": 100}, nil))
-	p := newProxy(f, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{MaxBodyBytes: 1 << 16},
+	p := newProxy(f, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{MaxBodyBytes: 1 << 16, UpstreamClient: UpstreamFast},
 		front: FrontOptions{ReadHeaderTimeout: 2 * time.Second, ReadTimeout: 3 * time.Second, MaxHeaderBytes: 8 << 10}})
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		conn, err := net.Dial("tcp", p.addr)
