@@ -6,9 +6,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/integration/fleet"
 )
 
 // binProc is a binary started by startBin.
@@ -46,4 +49,28 @@ func startBin(t *testing.T, logDir, name, bin string, args ...string) *binProc {
 		}
 	})
 	return &binProc{cmd: cmd, log: logPath}
+}
+
+// etcdAddr is the fleet's (first) etcd client address, host:port.
+func etcdAddr(f *fleet.Fleet) string {
+	return strings.TrimPrefix(strings.Split(f.Endpoints, ",")[0], "http://")
+}
+
+// ownScheduler stops the fleet's scheduler and starts one named id that
+// reaches etcd at etcdURL (a fault proxy in front of the fleet's etcd).
+func ownScheduler(t *testing.T, f *fleet.Fleet, id, etcdURL string) *binProc {
+	t.Helper()
+	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return startBin(t, f.LogDir, "scheduler-"+id, "lbscheduler", "--id", id, "--etcd", etcdURL, "--api", "127.0.0.1:0", "--session-ttl", "3s")
+}
+
+// proxyURLs are the client URLs of pc's proxies.
+func proxyURLs(f *fleet.Fleet, pc string) []string {
+	var urls []string
+	for _, p := range f.ProxiesOf(pc) {
+		urls = append(urls, p.URL)
+	}
+	return urls
 }

@@ -4,16 +4,9 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,28 +17,8 @@ import (
 	"golang.org/x/net/http2/hpack"
 
 	"github.com/sluicelb/sluice/integration/fleet"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
-
-// selfSigned writes a certificate and key for 127.0.0.1 into dir.
-func selfSigned(t *testing.T, dir string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "demo.local"},
-		DNSNames: []string{"demo.local"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour)}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, _ := x509.MarshalECPrivateKey(key)
-	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
-	os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600)
-	os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb}), 0o600)
-	return certFile, keyFile
-}
 
 // Catalogue F12: HTTP/2 rapid reset. An extra BFE2 proxy with a TLS
 // listener; one client opens an h2 connection and sends 20 000 requests,
@@ -59,7 +32,16 @@ func TestFaultsHTTP2RapidReset(t *testing.T) {
 	f := startFleet(t, fleet.Options{})
 	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
 	dir := t.TempDir()
-	certFile, keyFile := selfSigned(t, dir)
+	caFile, certFile, keyFile, err := etcdtest.WriteCA(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caPEM)
 	tlsAddr := fmt.Sprintf("127.0.0.1:%d", fleet.FreePort())
 	listen, admin := fmt.Sprintf("127.0.0.1:%d", fleet.FreePort()), fmt.Sprintf("127.0.0.1:%d", fleet.FreePort())
 	startBin(t, dir, "bfe2-tls", "lbproxy", "--proxy-cluster", "BFE2", "--id", "bfe2-tls", "--etcd", f.Endpoints,
@@ -72,16 +54,11 @@ func TestFaultsHTTP2RapidReset(t *testing.T) {
 	baseline := metricValue(t, adminURL, "go_goroutines")
 	before := allBackendsTotal(t, f)
 
-	var urls []string
-	for _, p := range f.ProxiesOf("BFE2") {
-		urls = append(urls, p.URL)
-	}
-	urls = append(urls, "http://"+listen)
-	l := startLoad(urls, 42)
+	l := startLoad(append(proxyURLs(f, "BFE2"), "http://"+listen), 42)
 	defer l.end()
 	l.waitSent(t, 100)
 
-	conn, err := tls.Dial("tcp", tlsAddr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, ServerName: "demo.local"})
+	conn, err := tls.Dial("tcp", tlsAddr, &tls.Config{RootCAs: roots, NextProtos: []string{"h2"}, ServerName: "127.0.0.1"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +121,7 @@ func TestFaultsHTTP2RapidReset(t *testing.T) {
 	// After the attack: requests through the attacked proxy's TLS listener
 	// with a well-behaved h2 client are served.
 	h2c := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{ForceAttemptHTTP2: true,
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+		TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	defer h2c.CloseIdleConnections()
 	eventually(t, 20*time.Second, "the TLS listener serves h2 after the attack", func() error {
 		req, _ := http.NewRequest("GET", "https://"+tlsAddr+"/", nil)

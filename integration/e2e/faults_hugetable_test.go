@@ -11,7 +11,6 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/integration/fleet"
 )
 
 // Catalogue C5: a huge table applied under load. With the scheduler
@@ -21,24 +20,11 @@ import (
 // requests, the slowest answer during the applies bounded, and the time
 // from the write to both proxies applying it measured.
 func TestFaultsHugeTableUnderLoad(t *testing.T) {
-	f := startFleet(t, fleet.Options{})
-	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
-	waitApplied(t, f, "BFE2", 30*time.Second)
-	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	v := waitApplied(t, f, "BFE2", 30*time.Second)
+	f, good := fleetWithoutScheduler(t)
+	v := good.Meta.Version
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	good, err := liveSnapshot(ctx, f, "BFE2")
-	if err != nil || good.Meta.Version != v {
-		t.Fatalf("live snapshot: %v (want v%d)", err, v)
-	}
-	var urls []string
-	for _, p := range f.ProxiesOf("BFE2") {
-		urls = append(urls, p.URL)
-	}
-	l := startLoad(urls, 41)
+	l := startLoad(proxyURLs(f, "BFE2"), 41)
 	defer l.end()
 	l.waitSent(t, 200)
 

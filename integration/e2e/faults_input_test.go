@@ -37,20 +37,10 @@ type badValue struct {
 // scheduler, restarted, publishes again and every proxy applies it (time to
 // recover measured from the restart).
 func TestFaultsBadSnapshotInEtcd(t *testing.T) {
-	f := startFleet(t, fleet.Options{})
-	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
-	waitApplied(t, f, "BFE2", 30*time.Second)
-	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	// The scheduler may have published once more before it stopped.
-	v := waitApplied(t, f, "BFE2", 30*time.Second)
+	f, good := fleetWithoutScheduler(t)
+	v := good.Meta.Version
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	good, err := liveSnapshot(ctx, f, "BFE2")
-	if err != nil || good.Meta.Version != v {
-		t.Fatalf("live snapshot: %v (want v%d)", err, v)
-	}
 
 	cases := []struct {
 		id, what string
@@ -134,6 +124,28 @@ func TestFaultsBadSnapshotInEtcd(t *testing.T) {
 	nv := waitApplied(t, f, "BFE2", 60*time.Second)
 	t.Logf("E12 snapshot prefix and pointer deleted: every proxy kept v%d, %d of %d requests failed; after the scheduler restart every proxy applied v%d %.1f s later",
 		v, failed, sent, nv, time.Since(healed).Seconds())
+}
+
+// fleetWithoutScheduler starts a fleet, waits until BFE2 serves, stops the
+// scheduler (nothing repairs what a test writes) and returns BFE2's live
+// snapshot, applied by every BFE2 proxy.
+func fleetWithoutScheduler(t *testing.T) (*fleet.Fleet, *snapshot.Snapshot) {
+	t.Helper()
+	f := startFleet(t, fleet.Options{})
+	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE2", 30*time.Second)
+	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// The scheduler may have published once more before it stopped.
+	v := waitApplied(t, f, "BFE2", 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	good, err := liveSnapshot(ctx, f, "BFE2")
+	if err != nil || good.Meta.Version != v {
+		t.Fatalf("live snapshot: %v (want v%d)", err, v)
+	}
+	return f, good
 }
 
 // failedOf counts the outcomes that are not a backend's 200 (BFE2's rows

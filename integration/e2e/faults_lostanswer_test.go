@@ -157,21 +157,14 @@ func TestFaultsLostCommitAnswer(t *testing.T) {
 	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	d := newAnswerDropper(t, strings.TrimPrefix(strings.Split(f.Endpoints, ",")[0], "http://"), 1500)
-	logPath := startBin(t, f.LogDir, "scheduler-lossy", "lbscheduler", "--id", "sched-lossy", "--etcd", "http://"+d.ln.Addr().String(), "--api", "127.0.0.1:0", "--session-ttl", "3s").log
+	d := newAnswerDropper(t, etcdAddr(f), 1500)
+	logPath := ownScheduler(t, f, "sched-lossy", "http://"+d.ln.Addr().String()).log
 	// sched-lossy leads and publishes: a working leader.
 	setRow(ctx, t, f, 40)
 	first := waitRow(ctx, t, f, 40, "sched-lossy")
 	waitApplied(t, f, "BFE2", 30*time.Second)
 
-	var urls []string
-	for _, p := range f.ProxiesOf("BFE2") {
-		urls = append(urls, p.URL)
-	}
-	l := startLoad(urls, 24)
+	l := startLoad(proxyURLs(f, "BFE2"), 24)
 	defer l.end()
 	d.arm()
 	setRow(ctx, t, f, 35)

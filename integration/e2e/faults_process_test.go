@@ -100,11 +100,7 @@ func TestFaultsBackendHangs(t *testing.T) {
 	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
 	waitApplied(t, f, "BFE2", 30*time.Second)
 	victim := f.BackendsOf("demo-main", "SC2")[0]
-	var urls []string
-	for _, p := range f.ProxiesOf("BFE2") {
-		urls = append(urls, p.URL)
-	}
-	l := startLoad(urls, 21)
+	l := startLoad(proxyURLs(f, "BFE2"), 21)
 	defer l.end()
 	l.waitSent(t, 200)
 	if err := victim.Proc.Signal(syscall.SIGSTOP); err != nil {

@@ -27,15 +27,12 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 
 	// Replace the fleet's scheduler by one that reaches etcd through a
 	// fault proxy only.
-	if err := f.Schedulers[0].Stop(15 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	fp, err := faultproxy.New(strings.TrimPrefix(strings.Split(f.Endpoints, ",")[0], "http://"))
+	fp, err := faultproxy.New(etcdAddr(f))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fp.Close()
-	startBin(t, f.LogDir, "scheduler-cut", "lbscheduler", "--id", "sched-cut", "--etcd", fp.URL(), "--api", "127.0.0.1:0", "--session-ttl", "3s")
+	ownScheduler(t, f, "sched-cut", fp.URL())
 	eventually(t, 30*time.Second, "sched-cut leads", func() error {
 		r, err := f.Client.Get(ctx, f.Layout.Leader())
 		if err != nil || len(r.Kvs) == 0 {
@@ -51,11 +48,7 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 	waitRow(ctx, t, f, 40, "sched-cut")
 	before := waitApplied(t, f, "BFE2", 30*time.Second)
 
-	var urls []string
-	for _, p := range f.ProxiesOf("BFE2") {
-		urls = append(urls, p.URL)
-	}
-	l := startLoad(urls, 23)
+	l := startLoad(proxyURLs(f, "BFE2"), 23)
 	defer l.end()
 	fp.SetMode(faultproxy.Blackhole)
 	cutAt := time.Now()
