@@ -31,7 +31,9 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer fp.Close()
+	// Closed after the scheduler stopped (cleanups run last in, first out):
+	// with its etcd unreachable, lbscheduler did not exit within 15 s of SIGTERM.
+	t.Cleanup(func() { fp.Close() })
 	ownScheduler(t, f, "sched-cut", fp.URL())
 	eventually(t, 30*time.Second, "sched-cut leads", func() error {
 		r, err := f.Client.Get(ctx, f.Layout.Leader())
