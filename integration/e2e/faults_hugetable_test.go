@@ -42,8 +42,9 @@ func TestFaultsHugeTableUnderLoad(t *testing.T) {
 		big.Row = snapshot.Row{Denominator: 100, Weights: map[string]int{"BIG": 100}}
 		big.Explanation = nil
 		// Active health checks off: with them on (every 500 ms to 10 000
-		// unreachable addresses) neither proxy had applied the table after
-		// 60 s on the shared 2-core machine — a finding of its own (docs/TESTING.md).
+		// unreachable addresses) the probes starve the proxy — healthy
+		// instances of demo-main marked DOWN, traffic nearly stopped — a
+		// finding of its own (docs/TESTING.md).
 		big.Policy.Health.Active = false
 		s.Clusters["huge"] = big
 		s.Meta.Hash = snapshot.ContentHash(s)
