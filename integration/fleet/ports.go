@@ -53,3 +53,7 @@ func freePort() int {
 	handed[p] = true
 	return p
 }
+
+// FreePort is freePort for tests that start a process of their own next to
+// a fleet (or without one).
+func FreePort() int { return freePort() }
