@@ -147,6 +147,10 @@ func Compute(in Input) Result {
 
 // Classify decides one live proxy's rollout state.
 func Classify(st report.ProxyStatus, tg Target, now time.Time) Proxy {
+	if tg.Candidate != nil && !tg.AtLeast {
+		// A staged rollout: the proxy's target is what its stage runs.
+		tg.Pointer = tg.Pointer.For(st.ID)
+	}
 	target := tg.Version
 	p := Proxy{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target, Lineage: st.AppliedLineage}
 	sameLineage := st.AppliedLineage == tg.Lineage
