@@ -154,6 +154,9 @@ const (
 	PublishUnchanged = "unchanged" // the live snapshot already had this content
 	PublishFailed    = "failed"    // not published: Reason says why (the validator's words)
 	PublishFenced    = "fenced"    // the leadership ended before the publish committed
+	// PublishRolledBack: a staged rollout of these inputs was rolled back;
+	// they are held until they change or an operator retries (Reason).
+	PublishRolledBack = "rolled_back"
 )
 
 // PublishResult is the outcome of the leader's last publish for one proxy
@@ -177,6 +180,8 @@ func (r PublishResult) Blocked() (bool, string) {
 		return true, r.Reason
 	case PublishFenced:
 		return true, "the scheduler's leadership ended before the publish committed"
+	case PublishRolledBack:
+		return true, r.Reason
 	}
 	return false, ""
 }

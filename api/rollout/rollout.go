@@ -225,7 +225,7 @@ func ForRevision(rev int64, sched *report.SchedulerStatus, targets map[string]Ta
 		switch {
 		case !ok || res.InputRevision < rev:
 			waiting[pc] = fmt.Sprintf("the scheduler has not published input revision %d yet (it last computed %d)", rev, res.InputRevision)
-		case res.Result == report.PublishFailed:
+		case res.Result == report.PublishFailed || res.Result == report.PublishRolledBack:
 			final = true
 			fallthrough
 		case res.Result == report.PublishFenced:

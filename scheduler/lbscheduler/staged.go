@@ -1,0 +1,66 @@
+package lbscheduler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/report"
+	rs "github.com/sluicelb/sluice/api/rollout"
+	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/rollout"
+)
+
+// stepRollouts moves every active staged rollout one step (leader only); it
+// returns when to look again (zero: none active).
+func (s *Scheduler) stepRollouts(ctx context.Context, lead *publish.Leadership, pcs []string) (next time.Time) {
+	st := s.inv.View().State
+	for _, pc := range pcs {
+		var pol *config.RolloutPolicy
+		if st != nil {
+			pol = st.RolloutFor(pc)
+		}
+		rec, active, err := s.staged.Step(ctx, lead, pc, pol)
+		if errors.Is(err, publish.ErrFenced) {
+			select {
+			case s.stepDown <- lead:
+			default:
+			}
+			return next
+		}
+		if err != nil {
+			s.log.Warn("staged rollout step failed", "proxy_cluster", pc, "err", err)
+		}
+		if rec.State == rs.StageRolledBack && !active {
+			s.book.held(pc, fmt.Sprintf("rollout %s was rolled back (%s)", rec.ID, rec.Reason))
+		}
+		if active || err != nil {
+			next = s.cfg.Now().Add(rollout.Tick)
+		}
+	}
+	return next
+}
+
+// held records that pc's newest inputs are held back by a rollback.
+func (b *statusBook) held(pc, why string) {
+	res := b.results[pc]
+	res.Result, res.Reason = report.PublishRolledBack, why
+	b.results[pc] = res
+}
+
+// urgentReason says why pc's new snapshot skips the stages ("" when it does
+// not): a drain of a sub-cluster that carries weight in the live snapshot.
+func urgentReason(st *config.State, pc string, live *snapshot.Snapshot) string {
+	if st == nil || live == nil {
+		return ""
+	}
+	for _, d := range st.Drains {
+		if c, ok := live.Clusters[d.Cluster]; ok && c.Row.Weights[d.SubCluster] > 0 {
+			return fmt.Sprintf("drain of cluster %s sub-cluster %s", d.Cluster, d.SubCluster)
+		}
+	}
+	return ""
+}
