@@ -21,8 +21,8 @@ import (
 func rolloutCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rollout",
-		Usage: "watch snapshot rollouts",
-		Subcommands: []*cli.Command{{
+		Usage: "watch snapshot rollouts; act on staged rollouts",
+		Subcommands: append([]*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
 			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m | --watch]",
@@ -87,7 +87,7 @@ func rolloutCommand() *cli.Command {
 				}
 				return err
 			}),
-		}},
+		}}, stagedCommands()...),
 	}
 }
 
@@ -107,6 +107,9 @@ type rolloutReport struct {
 	// that revision is not known yet.
 	Revision int64             `json:"revision,omitempty"`
 	Waiting  map[string]string `json:"waiting,omitempty"`
+	// Staged are the staged rollout records (stage, gates, figures, why one
+	// ended), one per proxy cluster that had one.
+	Staged []rollout.Staged `json:"staged,omitempty"`
 	// final: waiting longer cannot help (a failed publish of revision R).
 	final bool
 }
@@ -176,6 +179,9 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 	}
 	res := rollout.Compute(in)
 	r.Proxies, r.Blocked, r.NoLeader = res.Proxies, res.Blocked, res.NoLeader
+	if r.Staged, err = e.stagedRollouts(ctx, pc); err != nil {
+		return r, err
+	}
 	r.Converged = res.Converged && len(r.Waiting) == 0
 	return r, nil
 }
@@ -210,6 +216,7 @@ func (r rolloutReport) table(w io.Writer) error {
 	for _, name := range slices.Sorted(maps.Keys(r.Waiting)) {
 		fmt.Fprintf(w, "%s\tWAITING (%s)\n", name, r.Waiting[name])
 	}
+	stagedTable(w, r.Staged)
 	if r.Converged {
 		fmt.Fprintln(w, "converged: every live proxy runs its target version")
 	}
@@ -230,7 +237,7 @@ func (r rolloutReport) watchTable(w io.Writer) error {
 
 // rolloutKeys are what rollout status shows: the keys lbctl proxies shows
 // (statuses, last-seen records, pointers, the scheduler's status).
-func rolloutKeys(l keys.Layout) []string { return proxyKeys(l) }
+func rolloutKeys(l keys.Layout) []string { return append(proxyKeys(l), l.RolloutPrefix()) }
 
 // waitRollout watches status and pointer keys until converged or ctx ends.
 func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {
