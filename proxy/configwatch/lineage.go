@@ -93,6 +93,9 @@ func (w *Watcher) noteStage(p snapshot.Pointer) {
 		w.log.Info("staged rollout", "rollout", p.Candidate.Rollout, "stage", p.Candidate.Stage, "in_stage", in,
 			"stable_version", p.Version, "candidate_version", p.Candidate.Version)
 	}
+	if changed {
+		w.changed() // the status report says it soon, not an interval later
+	}
 }
 
 // recordApplied records s as applied; a change of lineage is logged once at

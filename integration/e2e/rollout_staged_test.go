@@ -1,0 +1,223 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	rs "github.com/sluicelb/sluice/api/rollout"
+	"github.com/sluicelb/sluice/integration/fleet"
+)
+
+// stagedBake is each stage's bake in these scenarios.
+const stagedBake = 6 * time.Second
+
+// stagedFleet starts the fleet with proxies reporting every second, pins
+// BFE1's demo-main to SC1 (no policy yet: at once), then adds BFE1's
+// rollout policy: one proxy, then all, each baking stagedBake.
+func stagedFleet(t *testing.T) *fleet.Fleet {
+	t.Helper()
+	f := startFleet(t, fleet.Options{ProxyEnv: []string{"SLUICE_REPORT_INTERVAL=1s"}})
+	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
+	waitApplied(t, f, "BFE1", 30*time.Second)
+	state := strings.Replace(string(fleet.DemoState), "weights: {SC1: 45, SC2: 45, GSLB_BLACKHOLE: 10}", "weights: {SC1: 100}", 1)
+	applyState(t, f, state)
+	policy := fmt.Sprintf(`BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"], rollout: {stages: [{count: 1, bake: %s}, {percent: 100, bake: %s}], gates: {apply_timeout: 20s, min_requests: 10}}}`,
+		stagedBake, stagedBake)
+	applyState(t, f, strings.Replace(state, `BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"]}`, policy, 1))
+	return f
+}
+
+func applyState(t *testing.T, f *fleet.Fleet, state string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "state.yaml")
+	if err := os.WriteFile(path, []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, code, err := f.Lbctl(ctx, "apply", "-f", path, "--yes", "--wait", "--wait-timeout", "50s")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl apply: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// stagedRecord reads BFE1's rollout record.
+func stagedRecord(ctx context.Context, f *fleet.Fleet) (rs.Staged, error) {
+	k, _ := f.Layout.Rollout("BFE1")
+	r, err := f.Client.Get(ctx, k)
+	if err != nil || len(r.Kvs) == 0 {
+		return rs.Staged{}, fmt.Errorf("no rollout record (%v)", err)
+	}
+	var rec rs.Staged
+	return rec, json.Unmarshal(r.Kvs[0].Value, &rec)
+}
+
+func waitStaged(t *testing.T, f *fleet.Fleet, timeout time.Duration, what string, ok func(rs.Staged) bool) rs.Staged {
+	t.Helper()
+	var rec rs.Staged
+	eventually(t, timeout, what, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		var err error
+		if rec, err = stagedRecord(ctx, f); err != nil {
+			return err
+		}
+		if !ok(rec) {
+			return fmt.Errorf("rollout %s is %s in stage %d: %s", rec.ID, rec.State, rec.Stage+1, rec.Reason)
+		}
+		return nil
+	})
+	return rec
+}
+
+// trafficLoop sends requests to every BFE1 proxy until stop is called.
+func trafficLoop(f *fleet.Fleet) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	for i, p := range f.ProxiesOf("BFE1") {
+		for j := range 2 {
+			wg.Add(1)
+			go func(url string, ip int) {
+				defer wg.Done()
+				for n := 0; ctx.Err() == nil; n++ {
+					do(http.MethodGet, url+"/", fmt.Sprintf("10.%d.%d.%d", ip, n/250%250, n%250))
+				}
+			}(p.URL, i*2+j)
+		}
+	}
+	return func() { cancel(); wg.Wait() }
+}
+
+// appliedInLog reports whether a proxy's log says it applied version v.
+func appliedInLog(t *testing.T, p *fleet.Proxy, v uint64) bool {
+	t.Helper()
+	b, err := os.ReadFile(p.Log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.Contains(line, "snapshot applied") &&
+			(strings.Contains(line, fmt.Sprintf(`"version":%d,`, v)) || strings.Contains(line, fmt.Sprintf(" version=%d ", v))) {
+			return true
+		}
+	}
+	return false
+}
+
+// A good change goes through both stages: the canary alone runs it during
+// the first, every proxy after; lbctl --wait waits for the whole rollout.
+func TestRolloutStagedGoodChangePromoted(t *testing.T) {
+	f := stagedFleet(t)
+	stop := trafficLoop(f)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	type res struct {
+		out  string
+		code int
+		err  error
+	}
+	done := make(chan res, 1)
+	go func() {
+		out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=90", "SC2=10",
+			"--reason", "e2e good change", "--wait", "--wait-timeout", "90s")
+		done <- res{out, code, err}
+	}()
+	rec := waitStaged(t, f, 30*time.Second, "stage 1 baking", func(r rs.Staged) bool {
+		return r.Active() && r.State == rs.StageBaking && r.Stage == 0
+	})
+	if len(rec.Selected) != 1 {
+		t.Fatalf("stage 1 selected %v, want one proxy", rec.Selected)
+	}
+	// Stage 1 bakes for stagedBake: time enough for the reports to say it.
+	eventually(t, stagedBake/2, "the proxies report stage 1", func() error {
+		sts, err := statuses(ctx, f, "BFE1")
+		if err != nil {
+			return err
+		}
+		for _, p := range f.ProxiesOf("BFE1") {
+			st := sts[p.ID]
+			canary := p.ID == rec.Selected[0]
+			want := rec.StableVersion
+			if canary {
+				want = rec.CandidateVersion
+			}
+			if st.AppliedVersion != want || st.InStage != canary || st.Rollout != rec.ID {
+				return fmt.Errorf("during stage 1 %s reports v%d in_stage=%v rollout %q, want v%d in_stage=%v rollout %s",
+					p.ID, st.AppliedVersion, st.InStage, st.Rollout, want, canary, rec.ID)
+			}
+		}
+		return nil
+	})
+	for _, p := range f.ProxiesOf("BFE1") {
+		if p.ID != rec.Selected[0] && appliedInLog(t, p, rec.CandidateVersion) {
+			t.Fatalf("%s applied the candidate during stage 1", p.ID)
+		}
+	}
+	rec = waitStaged(t, f, 60*time.Second, "promoted", func(r rs.Staged) bool { return r.State == rs.StageDone })
+	r := <-done
+	if r.err != nil || r.code != 0 {
+		t.Fatalf("lbctl weights set --wait: exit %d, %v\n%s", r.code, r.err, r.out)
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.CandidateVersion {
+		t.Fatalf("BFE1 runs v%d after the rollout, want the candidate v%d", v, rec.CandidateVersion)
+	}
+	out, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 0 || !strings.Contains(out, "ROLLOUT "+rec.ID) || !strings.Contains(out, "DONE stage 2/2") {
+		t.Fatalf("rollout status: exit %d, %v\n%s", code, err, out)
+	}
+	t.Logf("rollout status:\n%s", out)
+}
+
+// A change that sends BFE1's traffic to failing backends is rolled back by
+// the 5xx gate within bake + 5 s; the proxy outside the stage never applied
+// it; rollout status and the waiting write say why (exit 4).
+func TestRolloutStagedBadChangeRolledBack(t *testing.T) {
+	f := stagedFleet(t)
+	for _, b := range f.BackendsOf("demo-main", "SC2") {
+		resp, err := http.Post("http://"+b.Addr+"/admin/fault?percent=100&status=500", "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	stop := trafficLoop(f)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=0", "SC2=100",
+		"--reason", "e2e bad change", "--wait", "--wait-timeout", "90s")
+	if err != nil || code != 4 || !strings.Contains(out+"", "rolled back") {
+		t.Fatalf("lbctl weights set --wait: exit %d (want 4), %v\n%s", code, err, out)
+	}
+	rec := waitStaged(t, f, 10*time.Second, "rolled back", func(r rs.Staged) bool { return r.State == rs.StageRolledBack })
+	if rec.FailedGate != "5xx" || rec.Stage != 0 || rec.RollbackVersion <= rec.CandidateVersion {
+		t.Fatalf("record %+v, want the 5xx gate of stage 1 and a rollback version above the candidate", rec)
+	}
+	if took := rec.EndedAt.Sub(rec.BakeStarted); took > stagedBake+5*time.Second {
+		t.Fatalf("rolled back %s after the bake started, want within bake + 5s", took)
+	}
+	for _, p := range f.ProxiesOf("BFE1") {
+		if ran := appliedInLog(t, p, rec.CandidateVersion); ran != (p.ID == rec.Selected[0]) {
+			t.Fatalf("%s applied the candidate v%d: %v (selected %v)", p.ID, rec.CandidateVersion, ran, rec.Selected)
+		}
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.RollbackVersion {
+		t.Fatalf("BFE1 runs v%d, want the rollback v%d", v, rec.RollbackVersion)
+	}
+	out, code, err = f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 4 || !strings.Contains(out, "ROLLED_BACK") || !strings.Contains(out, "gate 5xx") {
+		t.Fatalf("rollout status: exit %d (want 4: the inputs are held), %v\n%s", code, err, out)
+	}
+	t.Logf("rollout status:\n%s", out)
+}
