@@ -24,8 +24,9 @@ const (
 	// stable content (RollbackVersion). The same inputs are not tried again
 	// until they change or `lbctl rollout retry`.
 	StageRolledBack = "ROLLED_BACK"
-	// StageAborted: an operator aborted (or the inputs went back to the
-	// stable content); like a rollback, but retried on the next change.
+	// StageAborted: an operator aborted (or new inputs superseded the
+	// candidate); like a rollback: the operator's abort holds the inputs
+	// too.
 	StageAborted = "ABORTED"
 	// StageUrgent: the change skipped the stages (Staged.Reason says why).
 	StageUrgent = "URGENT"
@@ -60,6 +61,13 @@ type Staged struct {
 	FailedGate string `json:"failed_gate,omitempty"`
 	// RollbackVersion is the version that republished the stable content.
 	RollbackVersion uint64 `json:"rollback_version,omitempty"`
+	// Baseline: the stable proxies' figures the last time they had enough
+	// answers; a stage without stable proxies to compare with (the last,
+	// 100 % one) is judged against them.
+	Baseline *Baseline `json:"baseline,omitempty"`
+	// Released: an ended rollout whose inputs may be tried again (lbctl
+	// rollout retry, or it ended because the inputs changed).
+	Released bool `json:"released,omitempty"`
 	// PausedState is the state a pause interrupted.
 	PausedState  string    `json:"paused_state,omitempty"`
 	StartedAt    time.Time `json:"started_at"`
@@ -67,6 +75,20 @@ type Staged struct {
 	BakeStarted  time.Time `json:"bake_started,omitzero"`
 	EndedAt      time.Time `json:"ended_at,omitzero"`
 	UpdatedAt    time.Time `json:"updated_at"`
+}
+
+// Baseline is the stable proxies' 5xx ratio and p99 at a time.
+type Baseline struct {
+	Ratio5xx float64   `json:"ratio_5xx"`
+	P99Ms    float64   `json:"p99_ms"`
+	Answers  uint64    `json:"answers"`
+	At       time.Time `json:"at"`
+}
+
+// Holds reports whether the rollout holds back inputs of content hash: it
+// was rolled back or aborted by an operator, and not released since.
+func (s Staged) Holds(hash string) bool {
+	return (s.State == StageRolledBack || s.State == StageAborted) && !s.Released && s.CandidateHash == hash
 }
 
 // Active reports whether the rollout still moves (not ended).

@@ -67,8 +67,8 @@ func stagedCommands() []*cli.Command {
 		mk(rollout.OpResume, "continue a paused staged rollout (the stage's timers start again)",
 			func(s rollout.Staged) bool { return s.State == rollout.StagePaused }, "paused"),
 		mk(rollout.OpAbort, "end a staged rollout: the stable content is republished to every proxy", active, "in progress"),
-		mk(rollout.OpRetry, "try a rolled-back candidate's inputs again (a new rollout from the first stage)",
-			func(s rollout.Staged) bool { return s.State == rollout.StageRolledBack }, "rolled back"),
+		mk(rollout.OpRetry, "try a rolled-back or aborted candidate's inputs again (a new rollout from the first stage)",
+			func(s rollout.Staged) bool { return s.Holds(s.CandidateHash) }, "rolled back or aborted"),
 	}
 }
 

@@ -221,3 +221,116 @@ func TestRolloutStagedBadChangeRolledBack(t *testing.T) {
 	}
 	t.Logf("rollout status:\n%s", out)
 }
+
+// fault sets every backend of demo-main/sub to fail percent of its answers.
+func fault(t *testing.T, f *fleet.Fleet, sub string, percent int) {
+	t.Helper()
+	for _, b := range f.BackendsOf("demo-main", sub) {
+		resp, err := http.Post(fmt.Sprintf("http://%s/admin/fault?percent=%d&status=500", b.Addr, percent), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("fault on %s: %s", b.Addr, resp.Status)
+		}
+	}
+}
+
+// startChange pins BFE1's demo-main row to weights (no --wait) and returns
+// the rollout once stage 1 bakes.
+func startChange(t *testing.T, f *fleet.Fleet, weights ...string) rs.Staged {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	args := append([]string{"weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1"}, weights...)
+	if out, code, err := f.Lbctl(ctx, append(args, "--reason", "e2e staged")...); err != nil || code != 0 {
+		t.Fatalf("lbctl weights set: exit %d, %v\n%s", code, err, out)
+	}
+	return waitStaged(t, f, 30*time.Second, "stage 1 baking", func(r rs.Staged) bool { return r.State == rs.StageBaking && r.Stage == 0 })
+}
+
+// A 5xx burst on every BFE1 proxy during the bake (the stable sub-cluster
+// fails too) is not blamed on the canary: the rollout is promoted.
+func TestRolloutStagedFleetWideBurstNotBlamed(t *testing.T) {
+	f := stagedFleet(t)
+	stop := trafficLoop(f)
+	defer stop()
+	fault(t, f, "SC1", 30)
+	rec := startChange(t, f, "SC1=90", "SC2=10")
+	rec = waitStaged(t, f, 60*time.Second, "promoted despite the burst", func(r rs.Staged) bool {
+		return !r.Active()
+	})
+	if rec.State != rs.StageDone {
+		t.Fatalf("rollout %s ended %s: %s; want DONE (the stable proxies failed as much)", rec.ID, rec.State, rec.Reason)
+	}
+}
+
+// Pause holds stage 1 past its bake; resume continues; abort republishes
+// the stable content to every proxy.
+func TestRolloutStagedPauseResumeAbort(t *testing.T) {
+	f := stagedFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec := startChange(t, f, "SC1=90", "SC2=10")
+	if out, code, err := f.Lbctl(ctx, "rollout", "pause", "--proxy-cluster", "BFE1"); err != nil || code != 0 {
+		t.Fatalf("rollout pause: exit %d, %v\n%s", code, err, out)
+	}
+	paused := waitStaged(t, f, 10*time.Second, "paused", func(r rs.Staged) bool { return r.State == rs.StagePaused })
+	// Wait out more than the bake: a paused rollout does not move.
+	deadline := time.Now().Add(stagedBake + 2*time.Second)
+	for time.Now().Before(deadline) {
+		r, err := stagedRecord(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.State != rs.StagePaused || r.Stage != 0 {
+			t.Fatalf("a paused rollout moved: %s stage %d", r.State, r.Stage+1)
+		}
+		time.Sleep(200 * time.Millisecond) // poll interval, not a wait for state
+	}
+	if out, code, _ := f.Lbctl(ctx, "rollout", "retry", "--proxy-cluster", "BFE1"); code != 2 || !strings.Contains(out, "PAUSED") {
+		t.Fatalf("retry of a paused rollout: exit %d (want 2)\n%s", code, out)
+	}
+	if out, code, err := f.Lbctl(ctx, "rollout", "resume", "--proxy-cluster", "BFE1"); err != nil || code != 0 {
+		t.Fatalf("rollout resume: exit %d, %v\n%s", code, err, out)
+	}
+	waitStaged(t, f, 10*time.Second, "resumed", func(r rs.Staged) bool {
+		return r.State == rs.StageBaking && r.BakeStarted.After(paused.UpdatedAt)
+	})
+	if out, code, err := f.Lbctl(ctx, "rollout", "abort", "--proxy-cluster", "BFE1"); err != nil || code != 0 {
+		t.Fatalf("rollout abort: exit %d, %v\n%s", code, err, out)
+	}
+	rec = waitStaged(t, f, 10*time.Second, "aborted", func(r rs.Staged) bool { return r.State == rs.StageAborted })
+	if !strings.Contains(rec.Reason, "aborted by lbctl:") || rec.RollbackVersion <= rec.CandidateVersion {
+		t.Fatalf("aborted record %+v, want the author and a republished stable version", rec)
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.RollbackVersion {
+		t.Fatalf("BFE1 runs v%d, want v%d (the stable content again)", v, rec.RollbackVersion)
+	}
+	s, err := liveSnapshot(ctx, f, "BFE1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Clusters["demo-main"].Row.Weights; w["SC1"] != 100 {
+		t.Fatalf("after the abort the row is %v, want the stable SC1 100", w)
+	}
+}
+
+// kill -9 of the scheduler mid-rollout: the restarted one continues the
+// same rollout from its recorded stage to the end.
+func TestRolloutStagedSchedulerKilled(t *testing.T) {
+	f := stagedFleet(t)
+	rec := startChange(t, f, "SC1=90", "SC2=10")
+	f.Schedulers[0].Kill()
+	if err := f.RestartScheduler(1); err != nil {
+		t.Fatal(err)
+	}
+	done := waitStaged(t, f, 90*time.Second, "the same rollout ends", func(r rs.Staged) bool { return !r.Active() })
+	if done.ID != rec.ID || done.State != rs.StageDone || !done.StartedAt.Equal(rec.StartedAt) || done.Stage != 1 {
+		t.Fatalf("after the failover: %+v, want rollout %s DONE after stage 2 (continued, not restarted)", done, rec.ID)
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.CandidateVersion {
+		t.Fatalf("BFE1 runs v%d, want the candidate v%d", v, rec.CandidateVersion)
+	}
+}

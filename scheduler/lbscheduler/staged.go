@@ -8,7 +8,6 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
-	rs "github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/publish"
 	"github.com/sluicelb/sluice/scheduler/rollout"
@@ -34,8 +33,8 @@ func (s *Scheduler) stepRollouts(ctx context.Context, lead *publish.Leadership, 
 		if err != nil {
 			s.log.Warn("staged rollout step failed", "proxy_cluster", pc, "err", err)
 		}
-		if rec.State == rs.StageRolledBack && !active {
-			s.book.held(pc, fmt.Sprintf("rollout %s was rolled back (%s)", rec.ID, rec.Reason))
+		if !active && rec.Holds(rec.CandidateHash) {
+			s.book.held(pc, rollout.HeldReason(rec))
 		}
 		if active || err != nil {
 			next = s.cfg.Now().Add(rollout.Tick)

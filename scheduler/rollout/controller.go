@@ -74,7 +74,7 @@ func (c *Controller) Publish(ctx context.Context, lead *publish.Leadership, pc, 
 	if pol == nil || len(pol.Stages) == 0 || urgent != "" || ptr.Version == 0 {
 		return c.publishAll(ctx, lead, pc, hash, build, pol, urgent, ptr, rec)
 	}
-	if rec.State == rs.StageRolledBack && rec.CandidateHash == hash {
+	if rec.Holds(hash) {
 		op, del, err := c.op(ctx, pc)
 		if err != nil {
 			return Outcome{}, err
@@ -84,10 +84,10 @@ func (c *Controller) Publish(ctx context.Context, lead *publish.Leadership, pc, 
 				_ = c.pub.Fenced(ctx, lead, del...)
 			}
 			return Outcome{Result: publish.Result{Outcome: publish.Unchanged, Lineage: ptr.Lineage, Version: ptr.Version, Hash: ptr.Hash},
-				Held: fmt.Sprintf("rollout %s was rolled back (%s); retry with lbctl rollout retry or change the inputs", rec.ID, rec.Reason)}, nil
+				Held: heldReason(rec)}, nil
 		}
-		c.log.Info("retrying a rolled-back candidate on the operator's request", "proxy_cluster", pc, "rollout", rec.ID, "by", op.Author)
-		rec.State = rs.StageAborted // no longer holds these inputs
+		c.log.Info("retrying a held candidate on the operator's request", "proxy_cluster", pc, "rollout", rec.ID, "by", op.Author)
+		rec.Released = true
 		if err := c.pub.Fenced(ctx, lead, append(del, c.put(rec))...); err != nil {
 			return Outcome{}, err
 		}
@@ -102,7 +102,7 @@ func (c *Controller) Publish(ctx context.Context, lead *publish.Leadership, pc, 
 		if ptr.Hash == hash {
 			why = fmt.Sprintf("the inputs went back to the stable content (input revision %d)", inputRev)
 		}
-		if _, err := c.rollback(ctx, lead, rec, rs.StageAborted, "", why); err != nil {
+		if _, err := c.rollback(ctx, lead, rec, rs.StageAborted, "", why, true); err != nil {
 			return Outcome{}, err
 		}
 		if ptr, _, err = c.pub.Current(ctx, pc); err != nil {
@@ -177,7 +177,7 @@ func (c *Controller) publishAll(ctx context.Context, lead *publish.Leadership, p
 
 // rollback republishes the stable content as a new version every proxy runs
 // and ends rec as state (ROLLED_BACK or ABORTED) with gate and reason.
-func (c *Controller) rollback(ctx context.Context, lead *publish.Leadership, rec rs.Staged, state, gate, reason string) (publish.Result, error) {
+func (c *Controller) rollback(ctx context.Context, lead *publish.Leadership, rec rs.Staged, state, gate, reason string, release bool) (publish.Result, error) {
 	stable, err := c.pub.Load(ctx, rec.ProxyCluster, rec.StableVersion)
 	if err != nil {
 		return publish.Result{}, fmt.Errorf("rollback %s: read stable v%d: %w", rec.ID, rec.StableVersion, err)
@@ -189,6 +189,7 @@ func (c *Controller) rollback(ctx context.Context, lead *publish.Leadership, rec
 	now := c.now().UTC().Truncate(time.Millisecond)
 	res, err := c.pub.Republish(ctx, lead, stable, why, func(_, next snapshot.Pointer) []clientv3.Op {
 		rec.State, rec.FailedGate, rec.Reason, rec.EndedAt, rec.RollbackVersion = state, gate, reason, now, next.Version
+		rec.Released = release
 		return []clientv3.Op{c.put(rec)}
 	})
 	if err != nil {
@@ -198,6 +199,19 @@ func (c *Controller) rollback(ctx context.Context, lead *publish.Leadership, rec
 		"state", state, "gate", gate, "reason", reason, "version", res.Version)
 	return res, nil
 }
+
+// heldReason says why a rollout holds its inputs back, and what releases
+// them.
+func heldReason(rec rs.Staged) string {
+	what := "rolled back"
+	if rec.State == rs.StageAborted {
+		what = "aborted"
+	}
+	return fmt.Sprintf("rollout %s was %s (%s); lbctl rollout retry or new inputs release it", rec.ID, what, rec.Reason)
+}
+
+// HeldReason is heldReason for the scheduler's status.
+func HeldReason(rec rs.Staged) string { return heldReason(rec) }
 
 // ErrNoRecord: the pointer carries a candidate the record does not describe.
 var ErrNoRecord = errors.New("staged rollout record does not match the pointer")

@@ -125,6 +125,7 @@ func (h *harness) follow() {
 // traffic writes each proxy's demand report: n answers, bad of them 5xx.
 func (h *harness) traffic(bad func(id string) int) {
 	h.t.Helper()
+	h.follow() // proxies rewrite their status every report interval too
 	for _, id := range h.ids {
 		tr := report.Traffic{Requests: 100, SubClusters: map[string]uint64{"SC1": 50, "SC2": 50},
 			Status: report.StatusCounts{S2xx: uint64(100 - bad(id)), S5xx: uint64(bad(id))}, LatencyMs: make([]uint64, report.LatencyBuckets)}
@@ -290,8 +291,17 @@ func TestFleetWideBurstNotBlamedOnCanary(t *testing.T) {
 	h.advance(11 * time.Second)
 	h.traffic(func(string) int { return 50 })
 	rec := h.step(pol)
-	if rec.State != rs.StageProgressing || rec.Stage != 1 {
-		t.Fatalf("record %+v, want the next stage (the burst hit the stable proxies too)", rec)
+	if rec.State != rs.StageProgressing || rec.Stage != 1 || rec.Baseline == nil || rec.Baseline.Ratio5xx != 0.5 {
+		t.Fatalf("record %+v, want the next stage (the burst hit the stable proxies too) and their 50 %% baseline", rec)
+	}
+	// The last stage has no stable proxies: the burst still going on is
+	// judged against the stable proxies' baseline, not blamed.
+	h.follow()
+	h.step(pol)
+	h.advance(11 * time.Second)
+	h.traffic(func(string) int { return 50 })
+	if rec := h.step(pol); rec.State != rs.StageDone {
+		t.Fatalf("last stage: %+v, want DONE", rec)
 	}
 }
 
@@ -353,6 +363,13 @@ func TestPauseResumeAbort(t *testing.T) {
 	}
 	if p := h.pointer(); p.Candidate != nil || p.Version != 3 || p.Hash != snap(50).Meta.Hash {
 		t.Fatalf("pointer %+v, want plain v3 with the stable content", p)
+	}
+	// The operator's abort holds the same inputs, like a rollback.
+	if out := h.publish(snap(60), pol); out.Held == "" || h.pointer().Version != 3 {
+		t.Fatalf("aborted inputs again: %+v, want held", out)
+	}
+	if out := h.publish(snap(70), pol); out.Outcome != publish.Published || out.Version != 4 {
+		t.Fatalf("new inputs after an abort: %+v, want a new rollout of v4", out)
 	}
 }
 

@@ -33,8 +33,11 @@ func (v *verdict) add(g rs.Gate) {
 
 // applyGate: every selected proxy runs the candidate; a rejection fails at
 // once, a proxy still missing after timeout fails too. done: all applied.
-func applyGate(rec rs.Staged, selected []report.ProxyStatus, timeout time.Duration, now time.Time) (v verdict, done bool) {
+func applyGate(rec rs.Staged, live, selected []report.ProxyStatus, timeout time.Duration, now time.Time) (v verdict, done bool) {
 	var missing []string
+	if len(live) == 0 {
+		missing = append(missing, "(no live proxy reports a status)")
+	}
 	for _, st := range selected {
 		onLineage := st.AppliedLineage == rec.Lineage
 		switch {
@@ -57,7 +60,7 @@ func applyGate(rec rs.Staged, selected []report.ProxyStatus, timeout time.Durati
 			len(missing), len(selected), rec.CandidateVersion, timeout, strings.Join(missing, ", "))})
 	default:
 		v.add(rs.Gate{Name: "apply", OK: true, Detail: fmt.Sprintf("%d of %d selected proxies run v%d; waiting for %s (%s of %s)",
-			len(selected)-len(missing), len(selected), rec.CandidateVersion, strings.Join(missing, ", "), waited.Round(time.Second), timeout)})
+			max(0, len(selected)-len(missing)), len(selected), rec.CandidateVersion, strings.Join(missing, ", "), waited.Round(time.Second), timeout)})
 	}
 	return v, false
 }
@@ -107,19 +110,27 @@ func (s side) ratio() float64 {
 }
 
 // trafficGates judge the stage's proxies against the stable ones over the
-// same report windows.
-func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot) verdict {
+// same report windows; without enough stable answers (a 100 % stage),
+// against the baseline the stable proxies had earlier in the rollout.
+func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot, base *rs.Baseline) verdict {
 	var v verdict
 	min := uint64(g.MinRequests)
 	stageOK, stableOK := stage.answers >= min, stable.answers >= min
 	pct := func(r float64) string { return fmt.Sprintf("%.1f%%", 100*r) }
+	br, bp := stable.ratio(), stable.all.Quantile(0.99)
+	if !stableOK && base != nil {
+		stableOK, br, bp = true, base.Ratio5xx, base.P99Ms
+	}
 	if g.Max5xxRatio >= 0 {
 		gt := rs.Gate{Name: "5xx", OK: true, Judged: stageOK}
-		sr, br := stage.ratio(), stable.ratio()
+		sr := stage.ratio()
 		detail := fmt.Sprintf("stage 5xx %s of %d answers (%d proxies)", pct(sr), stage.answers, stage.proxies)
-		if stableOK {
+		switch {
+		case stable.answers >= min:
 			detail += fmt.Sprintf(", stable %s of %d answers (%d proxies)", pct(br), stable.answers, stable.proxies)
-		} else {
+		case stableOK:
+			detail += fmt.Sprintf(", stable %s of %d answers at %s (no stable proxies now)", pct(br), base.Answers, base.At.Format(time.RFC3339))
+		default:
 			detail += fmt.Sprintf(", stable not judged (%d answers)", stable.answers)
 		}
 		detail += fmt.Sprintf("; limit %s and stable + %s", pct(g.Max5xxRatio), pct(g.Margin5xx))
@@ -133,7 +144,7 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 	}
 	if g.P99Factor >= 0 {
 		gt := rs.Gate{Name: "p99", OK: true, Judged: stageOK && stableOK}
-		sp, bp := stage.all.Quantile(0.99), stable.all.Quantile(0.99)
+		sp := stage.all.Quantile(0.99)
 		limit := math.Max(bp, p99Floor) * g.P99Factor
 		gt.Detail = fmt.Sprintf("stage p99 ≤ %g ms, stable p99 ≤ %g ms; limit %g ms (stable, at least %g ms, × %g)", sp, bp, limit, p99Floor, g.P99Factor)
 		if gt.Judged && sp > limit {

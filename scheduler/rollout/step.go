@@ -44,7 +44,7 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 	before := rec
 	switch op.Op {
 	case rs.OpAbort:
-		_, err := c.rollback(ctx, lead, rec, rs.StageAborted, "", "aborted by "+author(op))
+		_, err := c.rollback(ctx, lead, rec, rs.StageAborted, "", "aborted by "+author(op), false)
 		if err == nil {
 			err = c.pub.Fenced(ctx, lead, del...)
 		}
@@ -76,14 +76,17 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 		}
 		sel := selected(ptr.Candidate, live)
 		rec.Selected = ids(sel)
-		v, done := applyGate(rec, sel, gates.ApplyTimeout.D(), now)
+		v, done := applyGate(rec, live, sel, gates.ApplyTimeout.D(), now)
 		if rec.State == rs.StageBaking && v.failed == "" {
 			cand, err := c.candidate(ctx, rec)
 			if err != nil {
 				return rec, true, err
 			}
 			stageSide, stableSide := c.sides(rec, live, demand, ptr.Candidate, cand)
-			tv := trafficGates(stageSide, stableSide, gates, cand)
+			tv := trafficGates(stageSide, stableSide, gates, cand, rec.Baseline)
+			if stableSide.answers >= uint64(gates.MinRequests) {
+				rec.Baseline = &rs.Baseline{Ratio5xx: stableSide.ratio(), P99Ms: stableSide.all.Quantile(0.99), Answers: stableSide.answers, At: now}
+			}
 			v.gates = append(v.gates, tv.gates...)
 			if v.failed == "" {
 				v.failed, v.reason = tv.failed, tv.reason
@@ -93,7 +96,7 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 		switch {
 		case v.failed != "":
 			reason := fmt.Sprintf("stage %d of %d, gate %s: %s", rec.Stage+1, rec.Stages, v.failed, v.reason)
-			_, err := c.rollback(ctx, lead, rec, rs.StageRolledBack, v.failed, reason)
+			_, err := c.rollback(ctx, lead, rec, rs.StageRolledBack, v.failed, reason, false)
 			if err == nil && len(del) > 0 {
 				err = c.pub.Fenced(ctx, lead, del...)
 			}
