@@ -404,3 +404,39 @@ func TestSupersededRollout(t *testing.T) {
 		t.Fatalf("superseding publish %+v pointer %+v, want stable content v3 with candidate v4", out, p)
 	}
 }
+
+// The canary's 5xx are not judged before the stable proxies have reported
+// since the bake started (they may be failing as much); then they are.
+func TestCanaryWaitsForStableReports(t *testing.T) {
+	h := newHarness(t, ids4...)
+	pol := twoStages()
+	canary := h.start(pol)
+	h.follow()
+	h.step(pol)
+	h.advance(2 * time.Second)
+	h.traffic(func(id string) int {
+		if id == canary {
+			return 40
+		}
+		return 0
+	})
+	// The stable proxies' reports predate the bake: only the canary's count.
+	for _, id := range ids4 {
+		if id != canary {
+			h.put(layout.Demand, id, report.Demand{ProxyCluster: "BFE1", ID: id, UpdatedAt: h.now().Add(-time.Minute)})
+		}
+	}
+	if rec := h.step(pol); rec.State != rs.StageBaking {
+		t.Fatalf("without stable reports: %+v, want still BAKING", rec)
+	}
+	h.advance(time.Second)
+	h.traffic(func(id string) int {
+		if id == canary {
+			return 40
+		}
+		return 0
+	})
+	if rec := h.step(pol); rec.State != rs.StageRolledBack {
+		t.Fatalf("with stable reports: %+v, want ROLLED_BACK", rec)
+	}
+}

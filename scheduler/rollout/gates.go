@@ -68,6 +68,8 @@ func applyGate(rec rs.Staged, live, selected []report.ProxyStatus, timeout time.
 // side is the traffic of one group of proxies, summed.
 type side struct {
 	proxies int
+	// live: the group's live proxies, reporting or not.
+	live int
 	all     report.Traffic
 	// errors5xx and answers exclude the blackhole's drops when they answer
 	// with a 5xx.
@@ -134,9 +136,16 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 			detail += fmt.Sprintf(", stable not judged (%d answers)", stable.answers)
 		}
 		detail += fmt.Sprintf("; limit %s and stable + %s", pct(g.Max5xxRatio), pct(g.Margin5xx))
-		if !stageOK {
+		switch {
+		case !stageOK:
 			detail += fmt.Sprintf("; fewer than %d answers: not judged", g.MinRequests)
-		} else if sr > g.Max5xxRatio && (!stableOK || sr > br+g.Margin5xx) {
+		case !stableOK && stable.live > 0:
+			// Stable proxies exist but have not reported enough since the
+			// bake started: wait for them rather than blame the stage for
+			// what may be a fleet-wide incident.
+			gt.Judged = false
+			detail += "; waiting for the stable proxies' reports"
+		case sr > g.Max5xxRatio && (!stableOK || sr > br+g.Margin5xx):
 			gt.OK = false
 		}
 		gt.Detail = detail

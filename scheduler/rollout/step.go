@@ -155,6 +155,9 @@ func (c *Controller) advance(ctx context.Context, lead *publish.Leadership, rec 
 // stage's proxies running the candidate and the others running stable.
 func (c *Controller) sides(rec rs.Staged, live []report.ProxyStatus, demand map[string]report.Demand, cand *snapshot.Candidate, snap *snapshot.Snapshot) (stage, stable side) {
 	for _, st := range live {
+		if !cand.Selects(st.ID) && st.AppliedLineage == rec.Lineage && st.AppliedVersion == rec.StableVersion {
+			stable.live++
+		}
 		d, ok := demand[st.ID]
 		if !ok || d.UpdatedAt.Before(rec.BakeStarted) || st.AppliedLineage != rec.Lineage {
 			continue
