@@ -70,7 +70,7 @@ type side struct {
 	proxies int
 	// live: the group's live proxies, reporting or not.
 	live int
-	all     report.Traffic
+	all  report.Traffic
 	// errors5xx and answers exclude the blackhole's drops when they answer
 	// with a 5xx.
 	errors5xx, answers uint64
