@@ -334,3 +334,34 @@ func TestRolloutStagedSchedulerKilled(t *testing.T) {
 		t.Fatalf("BFE1 runs v%d, want the candidate v%d", v, rec.CandidateVersion)
 	}
 }
+
+// An urgent drain during a rollout skips the stages: it reaches every
+// proxy at once and the rollout is recorded as URGENT with the reason.
+func TestRolloutStagedUrgentDrain(t *testing.T) {
+	f := stagedFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rec := startChange(t, f, "SC1=90", "SC2=10")
+	if out, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e urgent drain"); err != nil || code != 0 {
+		t.Fatalf("lbctl drain: exit %d, %v\n%s", code, err, out)
+	}
+	urgent := waitStaged(t, f, 10*time.Second, "urgent", func(r rs.Staged) bool { return r.State == rs.StageUrgent })
+	if !strings.Contains(urgent.Reason, "drain of cluster demo-main sub-cluster SC1") || urgent.CandidateVersion <= rec.CandidateVersion {
+		t.Fatalf("urgent record %+v, want the drain named and a version above the candidate v%d", urgent, rec.CandidateVersion)
+	}
+	// Every proxy runs it well before a stage could have baked.
+	v := waitApplied(t, f, "BFE1", stagedBake)
+	if v != urgent.CandidateVersion {
+		t.Fatalf("BFE1 runs v%d, want the urgent v%d", v, urgent.CandidateVersion)
+	}
+	if p, err := f.Current(ctx, "BFE1"); err != nil || p.Candidate != nil {
+		t.Fatalf("pointer %+v (%v), want no candidate", p, err)
+	}
+	s, err := liveSnapshot(ctx, f, "BFE1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := s.Clusters["demo-main"].Row.Weights; w["SC1"] != 0 {
+		t.Fatalf("row %v, want SC1 drained", w)
+	}
+}

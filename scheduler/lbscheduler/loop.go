@@ -171,6 +171,10 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 		if st != nil {
 			pol = st.RolloutFor(pc)
 		}
+		urgent := ""
+		if pol != nil && prev[pc] != nil && prev[pc].Meta.Hash != pl.Hashes[pc] {
+			urgent = urgentReason(st, prev[pc], pl.Snapshot(pc)) // assembled only for a staged change
+		}
 		out, err := s.staged.Publish(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
 			sp := pl.Snapshot(pc)
 			if sp == nil {
@@ -179,7 +183,7 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 			snap := *sp // a copy: the plan's is shared and immutable
 			snap.Meta.Inputs = inputsFor(s.book.view, active, pc)
 			return &snap, reason(pc, &snap, prev[pc], active)
-		}, pol, urgentReason(st, pc, prev[pc]), s.book.inputRev)
+		}, pol, urgent, s.book.inputRev)
 		r := out.Result
 		s.book.note(pc, r, err, s.cfg.Now())
 		if out.Held != "" {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -50,9 +52,11 @@ func (b *statusBook) held(pc, why string) {
 	b.results[pc] = res
 }
 
-// urgentReason says why pc's new snapshot skips the stages ("" when it does
-// not): a drain of a sub-cluster that carries weight in the live snapshot.
-func urgentReason(st *config.State, pc string, live *snapshot.Snapshot) string {
+// urgentReason says why pc's new snapshot next skips the stages ("" when it
+// does not): a drain of a sub-cluster that carries weight in the live
+// snapshot, or weight leaving a sub-cluster that has no available instance
+// left.
+func urgentReason(st *config.State, live, next *snapshot.Snapshot) string {
 	if st == nil || live == nil {
 		return ""
 	}
@@ -61,5 +65,31 @@ func urgentReason(st *config.State, pc string, live *snapshot.Snapshot) string {
 			return fmt.Sprintf("drain of cluster %s sub-cluster %s", d.Cluster, d.SubCluster)
 		}
 	}
+	if next == nil {
+		return ""
+	}
+	for _, name := range sortedNames(next.Clusters) {
+		nc, lc := next.Clusters[name], live.Clusters[name]
+		for _, sub := range sortedNames(lc.Row.Weights) {
+			w := lc.Row.Weights[sub]
+			if sub == config.Blackhole || w == 0 || nc.Row.Weights[sub] >= w || availableIn(nc.SubClusters[sub]) > 0 {
+				continue
+			}
+			return fmt.Sprintf("weight leaving cluster %s sub-cluster %s, which has no available instance", name, sub)
+		}
+	}
 	return ""
 }
+
+// availableIn counts a sub-cluster's instances that take traffic.
+func availableIn(sc config.SubCluster) int {
+	n := 0
+	for _, in := range sc.Instances {
+		if in.Weight > 0 && (in.State == "" || in.State == config.StateHealthy) {
+			n++
+		}
+	}
+	return n
+}
+
+func sortedNames[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
