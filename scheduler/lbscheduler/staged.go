@@ -11,6 +11,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/publish"
 	"github.com/sluicelb/sluice/scheduler/rollout"
 )
@@ -85,7 +86,7 @@ func urgentReason(st *config.State, live, next *snapshot.Snapshot) string {
 func availableIn(sc config.SubCluster) int {
 	n := 0
 	for _, in := range sc.Instances {
-		if in.Weight > 0 && (in.State == "" || in.State == config.StateHealthy) {
+		if plan.Available(in) {
 			n++
 		}
 	}

@@ -173,6 +173,16 @@ func twoStages() *config.RolloutPolicy {
 
 func none(string) int { return 0 }
 
+// failing: proxy id answers percent 5xx, the others none.
+func failing(id string, percent int) func(string) int {
+	return func(p string) int {
+		if p == id {
+			return percent
+		}
+		return 0
+	}
+}
+
 // start publishes the stable v1 to every proxy, then the candidate v2.
 func (h *harness) start(pol *config.RolloutPolicy) (canary string) {
 	h.t.Helper()
@@ -246,12 +256,7 @@ func TestBadChangeRolledBack(t *testing.T) {
 	h.follow()
 	h.step(pol)
 	h.advance(2 * time.Second)
-	h.traffic(func(id string) int {
-		if id == canary {
-			return 40
-		}
-		return 0
-	})
+	h.traffic(failing(canary, 40))
 	rec := h.step(pol)
 	if rec.State != rs.StageRolledBack || rec.FailedGate != "5xx" || rec.RollbackVersion != 3 ||
 		!strings.Contains(rec.Reason, "stage 5xx 40.0% of 100 answers") || !strings.Contains(rec.Reason, "stable 0.0% of 300 answers") {
@@ -414,12 +419,7 @@ func TestCanaryWaitsForStableReports(t *testing.T) {
 	h.follow()
 	h.step(pol)
 	h.advance(2 * time.Second)
-	h.traffic(func(id string) int {
-		if id == canary {
-			return 40
-		}
-		return 0
-	})
+	h.traffic(failing(canary, 40))
 	// The stable proxies' reports predate the bake: only the canary's count.
 	for _, id := range ids4 {
 		if id != canary {
@@ -430,12 +430,7 @@ func TestCanaryWaitsForStableReports(t *testing.T) {
 		t.Fatalf("without stable reports: %+v, want still BAKING", rec)
 	}
 	h.advance(time.Second)
-	h.traffic(func(id string) int {
-		if id == canary {
-			return 40
-		}
-		return 0
-	})
+	h.traffic(failing(canary, 40))
 	if rec := h.step(pol); rec.State != rs.StageRolledBack {
 		t.Fatalf("with stable reports: %+v, want ROLLED_BACK", rec)
 	}
