@@ -123,7 +123,10 @@ const (
 // RolloutOp is an operator request (keys.Layout.RolloutOp), consumed and
 // deleted by the leader.
 type RolloutOp struct {
-	Op     string    `json:"op"`
+	Op string `json:"op"`
+	// All (promote): skip the remaining stages, every proxy at once (the
+	// rollout ends URGENT).
+	All    bool      `json:"all,omitempty"`
 	Author string    `json:"author,omitempty"`
 	At     time.Time `json:"at"`
 }

@@ -20,13 +20,14 @@ import (
 // writes an operator request the scheduler leader consumes on its next step
 // (rollout-ops/<proxy cluster>).
 func stagedCommands() []*cli.Command {
+	active := func(s rollout.Staged) bool { return s.Active() }
 	pcFlag := &cli.StringFlag{Name: "proxy-cluster", Required: true, Usage: "the proxy cluster whose staged rollout to act on"}
-	mk := func(op, usage string, ok func(rollout.Staged) bool, when string) *cli.Command {
+	mk := func(op, usage string, ok func(rollout.Staged) bool, when string, extra ...cli.Flag) *cli.Command {
 		return &cli.Command{
 			Name: op, Usage: usage, UsageText: "lbctl rollout " + op + " --proxy-cluster B",
 			Description: "The scheduler leader acts on it within a second or two; lbctl rollout status shows the result.\n" +
 				"Exit codes: 0 request written; 2 no staged rollout of that proxy cluster " + when + "; 1 error.",
-			Flags: []cli.Flag{pcFlag},
+			Flags: append([]cli.Flag{pcFlag}, extra...),
 			Action: action(func(e *env) error {
 				pc := e.c.String("proxy-cluster")
 				ctx, cancel := e.ctx()
@@ -50,7 +51,7 @@ func stagedCommands() []*cli.Command {
 				if err != nil {
 					return err
 				}
-				raw, _ := json.Marshal(rollout.RolloutOp{Op: op, Author: author(), At: time.Now().UTC()})
+				raw, _ := json.Marshal(rollout.RolloutOp{Op: op, All: op == rollout.OpPromote && e.c.Bool("all"), Author: author(), At: time.Now().UTC()})
 				if _, err := cli.Put(ctx, k, string(raw)); err != nil {
 					return fmt.Errorf("write %s: %w", k, err)
 				}
@@ -59,10 +60,10 @@ func stagedCommands() []*cli.Command {
 			}),
 		}
 	}
-	active := func(s rollout.Staged) bool { return s.Active() }
 	return []*cli.Command{
-		mk(rollout.OpPromote, "start the next stage now (a manual promotion, or skip the rest of a bake)",
-			func(s rollout.Staged) bool { return s.Active() && s.State != rollout.StagePaused }, "in progress and not paused"),
+		mk(rollout.OpPromote, "start the next stage now (a manual promotion, or skip the rest of a bake); --all: every proxy at once",
+			active, "in progress (a paused one only with --all)",
+			&cli.BoolFlag{Name: "all", Usage: "skip every remaining stage: the candidate goes to every proxy now (recorded URGENT; also from PAUSED)"}),
 		mk(rollout.OpPause, "hold a staged rollout in its stage (no promotion, no gate judgement)", active, "in progress"),
 		mk(rollout.OpResume, "continue a paused staged rollout (the stage's timers start again)",
 			func(s rollout.Staged) bool { return s.State == rollout.StagePaused }, "paused"),

@@ -435,3 +435,26 @@ func TestCanaryWaitsForStableReports(t *testing.T) {
 		t.Fatalf("with stable reports: %+v, want ROLLED_BACK", rec)
 	}
 }
+
+// promote --all skips the remaining stages, also from PAUSED.
+func TestPromoteAll(t *testing.T) {
+	h := newHarness(t, ids4...)
+	pol := twoStages()
+	h.start(pol)
+	h.follow()
+	h.step(pol)
+	h.op(rs.OpPause)
+	h.step(pol)
+	k, _ := layout.RolloutOp("BFE1")
+	raw, _ := json.Marshal(rs.RolloutOp{Op: rs.OpPromote, All: true, Author: "alice"})
+	if _, err := h.cli.Put(h.ctx, k, string(raw)); err != nil {
+		t.Fatal(err)
+	}
+	rec := h.step(pol)
+	if rec.State != rs.StageUrgent || !strings.Contains(rec.Reason, "every proxy at once by alice") {
+		t.Fatalf("after promote --all: %+v", rec)
+	}
+	if p := h.pointer(); p.Candidate != nil || p.Version != 2 {
+		t.Fatalf("pointer %+v, want plain v2", p)
+	}
+}

@@ -63,6 +63,9 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 			}
 		}
 	case rs.OpPromote:
+		if op.All {
+			return c.promoteAll(ctx, lead, rec, ptr, ptrRev, now, del, "promoted to every proxy at once by "+author(op))
+		}
 		if rec.State != rs.StagePaused {
 			return c.advance(ctx, lead, rec, ptr, ptrRev, pol, now, del, "promoted by "+author(op))
 		}
@@ -116,6 +119,18 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 		return rec, true, nil
 	}
 	return rec, true, c.pub.Fenced(ctx, lead, append(del, c.put(rec))...)
+}
+
+// promoteAll makes the candidate every proxy's snapshot now (URGENT).
+func (c *Controller) promoteAll(ctx context.Context, lead *publish.Leadership, rec rs.Staged, ptr snapshot.Pointer, ptrRev int64,
+	now time.Time, del []clientv3.Op, why string) (rs.Staged, bool, error) {
+	next := snapshot.Pointer{Lineage: ptr.Lineage, Version: ptr.Candidate.Version, Hash: ptr.Candidate.Hash}
+	rec.State, rec.Reason, rec.EndedAt, rec.PausedState = rs.StageUrgent, why, now, ""
+	if err := c.pub.MovePointer(ctx, lead, rec.ProxyCluster, ptrRev, next, append(del, c.put(rec))...); err != nil {
+		return rec, true, err
+	}
+	c.log.Warn("staged rollout skipped its remaining stages", "proxy_cluster", rec.ProxyCluster, "rollout", rec.ID, "why", why)
+	return rec, false, nil
 }
 
 // advance starts the next stage, or promotes the candidate after the last.
