@@ -204,9 +204,11 @@ func TestRolloutStagedBadChangeRolledBack(t *testing.T) {
 	if rec.FailedGate != "5xx" || rec.Stage != 0 || rec.RollbackVersion <= rec.CandidateVersion {
 		t.Fatalf("record %+v, want the 5xx gate of stage 1 and a rollback version above the candidate", rec)
 	}
-	if took := rec.EndedAt.Sub(rec.BakeStarted); took > stagedBake+5*time.Second {
+	took := rec.EndedAt.Sub(rec.BakeStarted)
+	if took > stagedBake+5*time.Second {
 		t.Fatalf("rolled back %s after the bake started, want within bake + 5s", took)
 	}
+	t.Logf("rolled back %s after the bake started (canary applied v%d at stage start %s)", took, rec.CandidateVersion, rec.StageStarted.Format(time.RFC3339Nano))
 	for _, p := range f.ProxiesOf("BFE1") {
 		if ran := appliedInLog(t, p, rec.CandidateVersion); ran != (p.ID == rec.Selected[0]) {
 			t.Fatalf("%s applied the candidate v%d: %v (selected %v)", p.ID, rec.CandidateVersion, ran, rec.Selected)
@@ -363,5 +365,25 @@ func TestRolloutStagedUrgentDrain(t *testing.T) {
 	}
 	if w := s.Clusters["demo-main"].Row.Weights; w["SC1"] != 0 {
 		t.Fatalf("row %v, want SC1 drained", w)
+	}
+}
+
+// A canary that dies during its stage (kill -9: it could be crash-looping
+// on the candidate) fails the apply gate once the apply timeout is over; the
+// stable content comes back to the proxy that is left.
+func TestRolloutStagedCanaryLostFailsGate(t *testing.T) {
+	f := stagedFleet(t)
+	rec := startChange(t, f, "SC1=90", "SC2=10")
+	for _, p := range f.ProxiesOf("BFE1") {
+		if p.ID == rec.Selected[0] {
+			p.Kill()
+		}
+	}
+	done := waitStaged(t, f, 40*time.Second, "rolled back", func(r rs.Staged) bool { return !r.Active() })
+	if done.State != rs.StageRolledBack || done.FailedGate != "apply" || !strings.Contains(done.Reason, rec.Selected[0]+" (no report since") {
+		t.Fatalf("record %+v, want ROLLED_BACK by the apply gate naming the dead canary %s", done, rec.Selected[0])
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != done.RollbackVersion {
+		t.Fatalf("BFE1 runs v%d, want the rollback v%d", v, done.RollbackVersion)
 	}
 }

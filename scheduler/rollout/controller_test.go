@@ -458,3 +458,33 @@ func TestPromoteAll(t *testing.T) {
 		t.Fatalf("pointer %+v, want plain v2", p)
 	}
 }
+
+// A canary that stops reporting during the bake (killed, crash-looping on
+// the candidate) fails the apply gate: it is not silently dropped.
+func TestCanaryGoneFailsGate(t *testing.T) {
+	h := newHarness(t, ids4...)
+	pol := twoStages()
+	canary := h.start(pol)
+	h.follow()
+	h.step(pol)
+	frozen := h.now()
+	h.advance(31 * time.Second) // past the bake and the apply timeout (30s)
+	others := slicesWithout(ids4, canary)
+	h.ids = others
+	h.traffic(none) // everyone but the canary reports
+	rec := h.step(pol)
+	want := fmt.Sprintf("%s (no report since %s)", canary, frozen.Format(time.RFC3339))
+	if rec.State != rs.StageRolledBack || rec.FailedGate != "apply" || !strings.Contains(rec.Reason, want) {
+		t.Fatalf("record %+v, want ROLLED_BACK by the apply gate naming %q", rec, want)
+	}
+}
+
+func slicesWithout(ids []string, drop string) []string {
+	var out []string
+	for _, id := range ids {
+		if id != drop {
+			out = append(out, id)
+		}
+	}
+	return out
+}

@@ -33,9 +33,9 @@ func (v *verdict) add(g rs.Gate) {
 
 // applyGate: every selected proxy runs the candidate; a rejection fails at
 // once, a proxy still missing after timeout fails too. done: all applied.
-func applyGate(rec rs.Staged, live, selected []report.ProxyStatus, timeout time.Duration, now time.Time) (v verdict, done bool) {
-	var missing []string
-	if len(live) == 0 {
+func applyGate(rec rs.Staged, live, selected []report.ProxyStatus, absent []string, timeout time.Duration, now time.Time) (v verdict, done bool) {
+	missing := append([]string(nil), absent...)
+	if len(live) == 0 && len(absent) == 0 {
 		missing = append(missing, "(no live proxy reports a status)")
 	}
 	for _, st := range selected {
@@ -57,10 +57,10 @@ func applyGate(rec rs.Staged, live, selected []report.ProxyStatus, timeout time.
 		return v, true
 	case waited > timeout:
 		v.add(rs.Gate{Name: "apply", Judged: true, Detail: fmt.Sprintf("%d of %d selected proxies did not apply v%d within %s: %s",
-			len(missing), len(selected), rec.CandidateVersion, timeout, strings.Join(missing, ", "))})
+			len(missing), len(selected)+len(absent), rec.CandidateVersion, timeout, strings.Join(missing, ", "))})
 	default:
 		v.add(rs.Gate{Name: "apply", OK: true, Detail: fmt.Sprintf("%d of %d selected proxies run v%d; waiting for %s (%s of %s)",
-			max(0, len(selected)-len(missing)), len(selected), rec.CandidateVersion, strings.Join(missing, ", "), waited.Round(time.Second), timeout)})
+			max(0, len(selected)+len(absent)-len(missing)), len(selected)+len(absent), rec.CandidateVersion, strings.Join(missing, ", "), waited.Round(time.Second), timeout)})
 	}
 	return v, false
 }

@@ -79,7 +79,11 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 		}
 		sel := selected(ptr.Candidate, live)
 		rec.Selected = ids(sel)
-		v, done := applyGate(rec, live, sel, gates.ApplyTimeout.D(), now)
+		gone, err := c.absent(ctx, rec, ptr.Candidate, live)
+		if err != nil {
+			return rec, true, err
+		}
+		v, done := applyGate(rec, live, sel, gone, gates.ApplyTimeout.D(), now)
 		if rec.State == rs.StageBaking && v.failed == "" {
 			cand, err := c.candidate(ctx, rec)
 			if err != nil {
@@ -107,7 +111,7 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 			return rec, false, err
 		case rec.State == rs.StageProgressing && done:
 			rec.State, rec.BakeStarted = rs.StageBaking, now
-		case rec.State == rs.StageBaking && now.Sub(rec.BakeStarted) >= stage.BakeTime():
+		case rec.State == rs.StageBaking && done && now.Sub(rec.BakeStarted) >= stage.BakeTime():
 			if pol.Promotion == config.PromotionManual {
 				rec.State, rec.Reason = rs.StageAwaitingPromotion, fmt.Sprintf("stage %d of %d passed its gates; lbctl rollout promote starts the next", rec.Stage+1, rec.Stages)
 			} else {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sort"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -11,6 +12,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 	rs "github.com/sluicelb/sluice/api/rollout"
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // record reads pc's rollout record (zero State if none).
@@ -62,6 +64,43 @@ func (c *Controller) op(ctx context.Context, pc string) (rs.RolloutOp, []clientv
 		return rs.RolloutOp{}, del, nil
 	}
 	return op, del, nil
+}
+
+// absent names the proxies a stage selects that do not report now: a
+// stale status (frozen, cut off, crash-looping) or, from the last-seen
+// records, a status lease that expired since the rollout started. They
+// count as not having applied the candidate.
+func (c *Controller) absent(ctx context.Context, rec rs.Staged, cand *snapshot.Candidate, live []report.ProxyStatus) ([]string, error) {
+	alive := map[string]bool{}
+	for _, st := range live {
+		alive[st.ID] = true
+	}
+	var out []string
+	for _, prefix := range []func(string) (string, error){c.layout.StatusPrefix, c.layout.LastSeenPrefix} {
+		p, err := prefix(rec.ProxyCluster)
+		if err != nil {
+			return nil, err
+		}
+		r, err := c.cli.Get(ctx, p, clientv3.WithPrefix())
+		if err != nil {
+			return nil, fmt.Errorf("read %s: %w", p, err)
+		}
+		for _, kv := range r.Kvs {
+			var st report.ProxyStatus
+			if json.Unmarshal(kv.Value, &st) != nil || alive[st.ID] || !cand.Selects(st.ID) || st.UpdatedAt.Before(rec.StartedAt) {
+				continue
+			}
+			alive[st.ID] = true // once
+			out = append(out, fmt.Sprintf("%s (no report since %s)", st.ID, st.UpdatedAt.UTC().Format(time.RFC3339)))
+		}
+	}
+	for _, id := range cand.IDs { // a count stage's proxy that vanished entirely
+		if !alive[id] {
+			out = append(out, id+" (no status)")
+		}
+	}
+	sort.Strings(out)
+	return out, nil
 }
 
 // reports reads pc's live (not stale) proxy statuses and their demand
