@@ -182,6 +182,18 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 	if r.Staged, err = e.stagedRollouts(ctx, pc); err != nil {
 		return r, err
 	}
+	if q.revision > 0 {
+		// A rollout of these inputs that was rolled back (or aborted)
+		// ends the wait at once, even before the scheduler's status says
+		// so: the proxies moving to the republished stable content must
+		// not look like a converged rollout.
+		for _, s := range r.Staged {
+			if s.Holds(s.CandidateHash) && s.InputRevision >= q.revision {
+				r.Waiting[s.ProxyCluster] = fmt.Sprintf("rollout %s of input revision %d was %s: %s", s.ID, s.InputRevision, strings.ToLower(strings.ReplaceAll(s.State, "_", " ")), s.Reason)
+				r.final = true
+			}
+		}
+	}
 	r.Converged = res.Converged && len(r.Waiting) == 0
 	return r, nil
 }
