@@ -286,6 +286,26 @@ func TestRolloutStagedPauseResumeAbort(t *testing.T) {
 		t.Fatalf("rollout pause: exit %d, %v\n%s", code, err, out)
 	}
 	paused := waitStaged(t, f, 10*time.Second, "paused", func(r rs.Staged) bool { return r.State == rs.StagePaused })
+	// Held in stage 1: every proxy reports the rollout, whether it is in
+	// the stage, and the version its stage runs.
+	eventually(t, 10*time.Second, "the proxies report stage 1", func() error {
+		sts, err := statuses(ctx, f, "BFE1")
+		if err != nil {
+			return err
+		}
+		for _, p := range f.ProxiesOf("BFE1") {
+			st, canary := sts[p.ID], p.ID == rec.Selected[0]
+			want := rec.StableVersion
+			if canary {
+				want = rec.CandidateVersion
+			}
+			if st.AppliedVersion != want || st.PointerVersion != want || st.InStage != canary || st.Rollout != rec.ID || st.RolloutStage != 0 {
+				return fmt.Errorf("%s reports v%d (pointer v%d) in_stage=%v rollout %q, want v%d in_stage=%v rollout %s",
+					p.ID, st.AppliedVersion, st.PointerVersion, st.InStage, st.Rollout, want, canary, rec.ID)
+			}
+		}
+		return nil
+	})
 	// Wait out more than the bake: a paused rollout does not move.
 	deadline := time.Now().Add(stagedBake + 2*time.Second)
 	for time.Now().Before(deadline) {
