@@ -32,6 +32,9 @@ func rolloutCommand() *cli.Command {
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"With --revision R the target is what the scheduler published for input revision R or later (WAITING until it did).\n" +
 				"With --watch the table is printed again on every change in etcd until Ctrl-C (exit 0 then).\n" +
+				"Staged rollouts: each proxy's target is what its stage runs; each proxy cluster's rollout follows the table (state,\n" +
+				"stage, selected proxies, gates with their figures, why it ended). A rolled-back or aborted rollout holds its inputs:\n" +
+				"the proxy cluster is BLOCKED until lbctl rollout retry or new inputs.\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
