@@ -122,14 +122,22 @@ func (h *harness) follow() {
 	}
 }
 
-// traffic writes each proxy's demand report: n answers, bad of them 5xx.
+// traffic writes each proxy's demand report: 100 answers, bad of them
+// 5xx, all within 2 ms.
 func (h *harness) traffic(bad func(id string) int) {
+	h.t.Helper()
+	h.trafficSlow(bad, func(string) int { return 1 })
+}
+
+// trafficSlow is traffic with each proxy's answers in latency bucket
+// bucket(id).
+func (h *harness) trafficSlow(bad func(id string) int, bucket func(id string) int) {
 	h.t.Helper()
 	h.follow() // proxies rewrite their status every report interval too
 	for _, id := range h.ids {
 		tr := report.Traffic{Requests: 100, SubClusters: map[string]uint64{"SC1": 50, "SC2": 50},
 			Status: report.StatusCounts{S2xx: uint64(100 - bad(id)), S5xx: uint64(bad(id))}, LatencyMs: make([]uint64, report.LatencyBuckets)}
-		tr.LatencyMs[1] = 100
+		tr.LatencyMs[bucket(id)] = 100
 		h.put(layout.Demand, id, report.Demand{ProxyCluster: "BFE1", ID: id, WindowSeconds: 10, UpdatedAt: h.now(),
 			Clusters: map[string]report.ClusterDemand{"demo-main": {RPS: 10, Traffic: &tr}}})
 	}
@@ -487,4 +495,62 @@ func slicesWithout(ids []string, drop string) []string {
 		}
 	}
 	return out
+}
+
+// A canary answering slowly (p99 ≤ 500 ms against the stable ≤ 2 ms, taken
+// as 25 ms: limit 75 ms) is rolled back by the p99 gate.
+func TestSlowCanaryRolledBackByP99(t *testing.T) {
+	h := newHarness(t, ids4...)
+	pol := twoStages()
+	canary := h.start(pol)
+	h.follow()
+	h.step(pol)
+	h.advance(2 * time.Second)
+	h.trafficSlow(none, func(id string) int {
+		if id == canary {
+			return 8 // ≤ 500 ms
+		}
+		return 1
+	})
+	rec := h.step(pol)
+	if rec.State != rs.StageRolledBack || rec.FailedGate != "p99" || !strings.Contains(rec.Reason, "stage p99 ≤ 500 ms, stable p99 ≤ 2 ms; limit 75 ms") {
+		t.Fatalf("record %+v, want ROLLED_BACK by the p99 gate with its figures", rec)
+	}
+}
+
+// A canary dropping traffic its row does not blackhole fails the blackhole
+// gate; with share_tolerance_points set, a realised share off its weight
+// fails the share gate.
+func TestShareAndBlackholeGates(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		gates    config.RolloutGates
+		subs     map[string]uint64
+		gate     string
+		contains string
+	}{
+		{"blackhole", config.RolloutGates{}, map[string]uint64{"SC1": 40, "SC2": 40, config.Blackhole: 20}, "blackhole",
+			"cluster demo-main: blackhole share 20.0 points, weight 0.0 + 5"},
+		{"share", config.RolloutGates{ShareTolerance: 10, BlackholeEpsilon: -1}, map[string]uint64{"SC1": 90, "SC2": 10}, "share",
+			"cluster demo-main sub-cluster SC1: realised 90.0 points, weight 60.0 ± 10"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, ids4...)
+			pol := twoStages()
+			pol.Gates = c.gates
+			canary := h.start(pol) // the candidate's row: SC1 60, SC2 40
+			h.follow()
+			h.step(pol)
+			h.advance(2 * time.Second)
+			h.traffic(none)
+			tr := report.Traffic{Requests: 100, SubClusters: c.subs, Status: report.StatusCounts{S2xx: 100}, LatencyMs: make([]uint64, report.LatencyBuckets)}
+			tr.LatencyMs[1] = 100
+			h.put(layout.Demand, canary, report.Demand{ProxyCluster: "BFE1", ID: canary, UpdatedAt: h.now(),
+				Clusters: map[string]report.ClusterDemand{"demo-main": {Traffic: &tr}}})
+			rec := h.step(pol)
+			if rec.State != rs.StageRolledBack || rec.FailedGate != c.gate || !strings.Contains(rec.Reason, c.contains) {
+				t.Fatalf("record %+v, want ROLLED_BACK by the %s gate: %q", rec, c.gate, c.contains)
+			}
+		})
+	}
 }

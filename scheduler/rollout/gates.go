@@ -15,7 +15,7 @@ import (
 
 // p99Floor is the least stable p99 the latency gate multiplies: the
 // histogram's buckets are coarse below it (report.LatencyBoundsMs).
-const p99Floor = 10.0
+const p99Floor = 25.0
 
 // verdict is a gate evaluation: the figures, and the first failed gate.
 type verdict struct {
@@ -176,9 +176,12 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 			if !ok || c.Row.Denominator <= 0 || t.Requests < min {
 				continue
 			}
-			subs := make([]string, 0, len(c.Row.Weights))
+			subs := make([]string, 0, len(c.Row.Weights)+1)
 			for s := range c.Row.Weights {
 				subs = append(subs, s)
+			}
+			if _, ok := c.Row.Weights[config.Blackhole]; !ok {
+				subs = append(subs, config.Blackhole) // weight 0: no drop intended
 			}
 			sort.Strings(subs)
 			for _, sub := range subs {
@@ -189,7 +192,7 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 						Detail: fmt.Sprintf("cluster %s: blackhole share %.1f points, weight %.1f + %g", name, got, want, g.BlackholeEpsilon)}
 					v.add(gt)
 				}
-				if g.ShareTolerance > 0 {
+				if g.ShareTolerance > 0 && (sub != config.Blackhole || c.Row.Weights[sub] > 0 || got > 0) {
 					gt := rs.Gate{Name: "share", OK: math.Abs(got-want) <= g.ShareTolerance, Judged: true,
 						Detail: fmt.Sprintf("cluster %s sub-cluster %s: realised %.1f points, weight %.1f ± %g", name, sub, got, want, g.ShareTolerance)}
 					if !gt.OK || len(v.gates) < 12 { // keep the record small: failures always, passes a few
