@@ -33,6 +33,9 @@ type State struct {
 	Drains []Drain `json:"drains,omitempty"`
 	// Scheduler tunes how weights are computed.
 	Scheduler SchedulerSettings `json:"scheduler"`
+	// Rollout stages new snapshots (fleet-wide; a proxy cluster's own
+	// policy wins). Nil: every change reaches every proxy at once.
+	Rollout *RolloutPolicy `json:"rollout,omitempty"`
 }
 
 // Topology describes where things are.
@@ -69,6 +72,9 @@ type ProxyCluster struct {
 	// TrustedProxies are CIDRs whose X-Forwarded-For is believed when taking
 	// the client IP. Empty: the peer address is always the client IP.
 	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+	// Rollout stages this proxy cluster's new snapshots (wins over
+	// State.Rollout).
+	Rollout *RolloutPolicy `json:"rollout,omitempty"`
 }
 
 // Product is a set of hosts with an ordered list of route rules.

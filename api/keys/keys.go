@@ -11,7 +11,9 @@
 //	last-seen/<proxyCluster>/<proxyID>        copy of the last status (no lease: GONE proxies)
 //	snapshots/<proxyCluster>/<version>        snapshot manifest (immutable)
 //	parts/<sha256>                            snapshot content part (immutable)
-//	current/<proxyCluster>                    pointer to the live snapshot
+//	current/<proxyCluster>                    pointer to the live snapshot (and a staged rollout's candidate)
+//	rollouts/<proxyCluster>                   staged rollout record (scheduler)
+//	rollout-ops/<proxyCluster>                operator's promote/pause/resume/abort/retry (lbctl)
 //	lineage                                   lineage of every snapshot under the prefix (scheduler)
 //	election                                  scheduler leader election prefix
 //	leader                                    scheduler leader info (lease)
@@ -291,6 +293,22 @@ func (l Layout) ParseCurrent(key string) (string, error) {
 	}
 	return parts[0], nil
 }
+
+// Rollout is the key of a proxy cluster's staged rollout record (written by
+// the scheduler leader, fenced).
+func (l Layout) Rollout(proxyCluster string) (string, error) { return l.join("rollouts", proxyCluster) }
+
+// RolloutPrefix covers every staged rollout record.
+func (l Layout) RolloutPrefix() string { return l.prefix + "/rollouts/" }
+
+// RolloutOp is the key where lbctl asks the leader to promote, pause,
+// resume, abort or retry a proxy cluster's staged rollout.
+func (l Layout) RolloutOp(proxyCluster string) (string, error) {
+	return l.join("rollout-ops", proxyCluster)
+}
+
+// RolloutOpPrefix covers every pending rollout operation.
+func (l Layout) RolloutOpPrefix() string { return l.prefix + "/rollout-ops/" }
 
 // Lineage is the key of the lineage record: the id of the history every
 // snapshot and pointer under this prefix belongs to. The scheduler creates

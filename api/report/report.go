@@ -58,8 +58,16 @@ type ProxyStatus struct {
 	LatestVersion uint64 `json:"latest_version,omitempty"`
 	// PointerLineage and PointerVersion are what current/<proxy cluster>
 	// named when the proxy last read it.
+	// During a staged rollout they name what the pointer says for this
+	// proxy: the candidate when the stage selects it, else the stable
+	// version.
 	PointerLineage string `json:"pointer_lineage,omitempty"`
 	PointerVersion uint64 `json:"pointer_version,omitempty"`
+	// Rollout and RolloutStage name the staged rollout the pointer carries
+	// ("": none); InStage: its stage selects this proxy.
+	Rollout      string `json:"rollout,omitempty"`
+	RolloutStage int    `json:"rollout_stage,omitempty"`
+	InStage      bool   `json:"in_stage,omitempty"`
 	// Ahead: the pointer names an older version of the applied lineage (it
 	// was moved back); the proxy keeps the newer snapshot it applied (I1)
 	// until a version above it is published.
@@ -154,6 +162,9 @@ const (
 	PublishUnchanged = "unchanged" // the live snapshot already had this content
 	PublishFailed    = "failed"    // not published: Reason says why (the validator's words)
 	PublishFenced    = "fenced"    // the leadership ended before the publish committed
+	// PublishRolledBack: a staged rollout of these inputs was rolled back;
+	// they are held until they change or an operator retries (Reason).
+	PublishRolledBack = "rolled_back"
 )
 
 // PublishResult is the outcome of the leader's last publish for one proxy
@@ -177,6 +188,8 @@ func (r PublishResult) Blocked() (bool, string) {
 		return true, r.Reason
 	case PublishFenced:
 		return true, "the scheduler's leadership ended before the publish committed"
+	case PublishRolledBack:
+		return true, r.Reason
 	}
 	return false, ""
 }

@@ -147,6 +147,10 @@ func Compute(in Input) Result {
 
 // Classify decides one live proxy's rollout state.
 func Classify(st report.ProxyStatus, tg Target, now time.Time) Proxy {
+	if tg.Candidate != nil && !tg.AtLeast {
+		// A staged rollout: the proxy's target is what its stage runs.
+		tg.Pointer = tg.Pointer.For(st.ID)
+	}
 	target := tg.Version
 	p := Proxy{ProxyCluster: st.ProxyCluster, ID: st.ID, Applied: st.AppliedVersion, Target: target, Lineage: st.AppliedLineage}
 	sameLineage := st.AppliedLineage == tg.Lineage
@@ -221,7 +225,7 @@ func ForRevision(rev int64, sched *report.SchedulerStatus, targets map[string]Ta
 		switch {
 		case !ok || res.InputRevision < rev:
 			waiting[pc] = fmt.Sprintf("the scheduler has not published input revision %d yet (it last computed %d)", rev, res.InputRevision)
-		case res.Result == report.PublishFailed:
+		case res.Result == report.PublishFailed || res.Result == report.PublishRolledBack:
 			final = true
 			fallthrough
 		case res.Result == report.PublishFenced:

@@ -47,11 +47,14 @@ type Part struct {
 }
 
 // Pointer is the value of current/<proxyCluster>: which snapshot is live.
-// Lineage is "" in pointers written before lineages existed.
+// Lineage is "" in pointers written before lineages existed. During a staged
+// rollout Candidate names the snapshot the stage's proxies run; Version and
+// Hash stay the stable snapshot every other proxy runs (Pointer.For).
 type Pointer struct {
-	Lineage string `json:"lineage,omitempty"`
-	Version uint64 `json:"version"`
-	Hash    string `json:"hash"`
+	Lineage   string     `json:"lineage,omitempty"`
+	Version   uint64     `json:"version"`
+	Hash      string     `json:"hash"`
+	Candidate *Candidate `json:"candidate,omitempty"`
 }
 
 // Encode turns s into a manifest and the parts that must be stored before it.

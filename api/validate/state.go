@@ -32,6 +32,7 @@ func State(s *config.State) error {
 	})
 	c.pins(s)
 	c.drains(s)
+	c.rollouts(s)
 	c.scheduler("scheduler", s.Scheduler)
 	return c.err()
 }

@@ -21,8 +21,8 @@ import (
 func rolloutCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "rollout",
-		Usage: "watch snapshot rollouts",
-		Subcommands: []*cli.Command{{
+		Usage: "watch snapshot rollouts; act on staged rollouts",
+		Subcommands: append([]*cli.Command{{
 			Name:      "status",
 			Usage:     "per proxy: SYNCED, PENDING, REJECTED (reason), AHEAD (of a moved-back pointer), STALE (last seen T) or GONE (lease expired); exit 0 only when every live proxy runs the target",
 			UsageText: "lbctl rollout status [--proxy-cluster B] [--version V | --revision R] [--wait --wait-timeout 2m | --watch]",
@@ -32,6 +32,9 @@ func rolloutCommand() *cli.Command {
 				"in its lineage is AHEAD (the pointer was moved back; the next publish goes above it).\n" +
 				"With --revision R the target is what the scheduler published for input revision R or later (WAITING until it did).\n" +
 				"With --watch the table is printed again on every change in etcd until Ctrl-C (exit 0 then).\n" +
+				"Staged rollouts: each proxy's target is what its stage runs; each proxy cluster's rollout follows the table (state,\n" +
+				"stage, selected proxies, gates with their figures, why it ended). A rolled-back or aborted rollout holds its inputs:\n" +
+				"the proxy cluster is BLOCKED until lbctl rollout retry or new inputs.\n" +
 				"Exit codes: 0 converged; 4 not converged (the laggards are named); 1 error.",
 			Flags: []cli.Flag{
 				&cli.StringFlag{Name: "proxy-cluster", Usage: "only this proxy cluster"},
@@ -87,7 +90,7 @@ func rolloutCommand() *cli.Command {
 				}
 				return err
 			}),
-		}},
+		}}, stagedCommands()...),
 	}
 }
 
@@ -110,6 +113,9 @@ type rolloutReport struct {
 	// that revision is not known yet.
 	Revision int64             `json:"revision,omitempty"`
 	Waiting  map[string]string `json:"waiting,omitempty"`
+	// Staged are the staged rollout records (stage, gates, figures, why one
+	// ended), one per proxy cluster that had one.
+	Staged []rollout.Staged `json:"staged,omitempty"`
 	// final: waiting longer cannot help (a failed publish of revision R).
 	final bool
 }
@@ -182,6 +188,21 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 	}
 	res := rollout.Compute(in)
 	r.Proxies, r.Blocked, r.NoLeader = res.Proxies, res.Blocked, res.NoLeader
+	if r.Staged, err = e.stagedRollouts(ctx, pc); err != nil {
+		return r, err
+	}
+	if q.revision > 0 {
+		// A rollout of these inputs that was rolled back (or aborted)
+		// ends the wait at once, even before the scheduler's status says
+		// so: the proxies moving to the republished stable content must
+		// not look like a converged rollout.
+		for _, s := range r.Staged {
+			if s.Holds(s.CandidateHash) && s.InputRevision >= q.revision {
+				r.Waiting[s.ProxyCluster] = fmt.Sprintf("rollout %s of input revision %d was %s: %s", s.ID, s.InputRevision, strings.ToLower(strings.ReplaceAll(s.State, "_", " ")), s.Reason)
+				r.final = true
+			}
+		}
+	}
 	r.Converged = res.Converged && len(r.Waiting) == 0
 	return r, nil
 }
@@ -219,6 +240,7 @@ func (r rolloutReport) table(w io.Writer) error {
 	for _, k := range slices.Sorted(maps.Keys(r.Invalid)) {
 		fmt.Fprintf(w, "%s\tINVALID (%s)\n", k, r.Invalid[k])
 	}
+	stagedTable(w, r.Staged)
 	if r.Converged {
 		fmt.Fprintln(w, "converged: every live proxy runs its target version")
 	}
@@ -239,7 +261,7 @@ func (r rolloutReport) watchTable(w io.Writer) error {
 
 // rolloutKeys are what rollout status shows: the keys lbctl proxies shows
 // (statuses, last-seen records, pointers, the scheduler's status).
-func rolloutKeys(l keys.Layout) []string { return proxyKeys(l) }
+func rolloutKeys(l keys.Layout) []string { return append(proxyKeys(l), l.RolloutPrefix()) }
 
 // waitRollout watches status and pointer keys until converged or ctx ends.
 func (e *env) waitRollout(ctx context.Context, pc string, version uint64) (rolloutReport, error) {

@@ -68,6 +68,9 @@ type Config struct {
 	Client       *clientv3.Client
 	Layout       keys.Layout
 	ProxyCluster string
+	// ID is the proxy's id: a staged rollout's pointer selects proxies by
+	// it (snapshot.Pointer.For).
+	ID string
 	// Apply builds and atomically swaps in a checked snapshot; an error
 	// means it was rejected and nothing changed (I5). It is called from
 	// Run's goroutine only, never concurrently.
@@ -263,9 +266,15 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 		return nil
 	}
 	if err := snapshot.ValidLineage(p.Lineage); err != nil {
-		w.reject(p, fmt.Sprintf("pointer %s: %v", w.currentKey, err))
+		w.reject(p.For(""), fmt.Sprintf("pointer %s: %v", w.currentKey, err))
 		return nil
 	}
+	if err := p.CheckCandidate(); err != nil {
+		w.reject(p.For(""), fmt.Sprintf("pointer %s: %v", w.currentKey, err))
+		return nil
+	}
+	w.noteStage(p)
+	p = p.For(w.cfg.ID) // the snapshot this proxy runs
 	switch w.notePointer(p) {
 	case verdictOlder:
 		return nil

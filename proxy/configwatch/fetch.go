@@ -27,7 +27,7 @@ func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (validate.Check
 			return validate.Checked{}, err
 		} else if found {
 			var now snapshot.Pointer
-			if codec.UnmarshalJSON(cur, &now) == nil && now != p {
+			if codec.UnmarshalJSON(cur, &now) == nil && now.For(w.cfg.ID) != p {
 				return validate.Checked{}, errSuperseded
 			}
 		}

@@ -76,6 +76,28 @@ func (w *Watcher) notePointer(p snapshot.Pointer) verdict {
 	return v
 }
 
+// noteStage records the staged rollout the pointer carries (if any) and
+// whether its stage selects this proxy.
+func (w *Watcher) noteStage(p snapshot.Pointer) {
+	w.mu.Lock()
+	st := &w.st
+	was := [3]any{st.Rollout, st.Stage, st.InStage}
+	st.Rollout, st.Stage, st.InStage = "", 0, false
+	if c := p.Candidate; c != nil {
+		st.Rollout, st.Stage, st.InStage = c.Rollout, c.Stage, c.Selects(w.cfg.ID)
+	}
+	changed := was != [3]any{st.Rollout, st.Stage, st.InStage}
+	in := st.InStage
+	w.mu.Unlock()
+	if changed && p.Candidate != nil {
+		w.log.Info("staged rollout", "rollout", p.Candidate.Rollout, "stage", p.Candidate.Stage, "in_stage", in,
+			"stable_version", p.Version, "candidate_version", p.Candidate.Version)
+	}
+	if changed {
+		w.changed() // the status report says it soon, not an interval later
+	}
+}
+
 // recordApplied records s as applied; a change of lineage is logged once at
 // warn level and counted.
 func (w *Watcher) recordApplied(s *snapshot.Snapshot, source string) {

@@ -20,9 +20,16 @@ type Status struct {
 	RejectedReason  string
 	// LatestVersion is the newest pointer seen in the applied lineage.
 	LatestVersion uint64
-	// PointerLineage and PointerVersion are what the pointer named when last read.
+	// PointerLineage and PointerVersion are what the pointer named for this
+	// proxy when last read (during a staged rollout: the candidate when the
+	// stage selects the proxy, else the stable version).
 	PointerLineage string
 	PointerVersion uint64
+	// Rollout and Stage name the staged rollout the pointer carried when
+	// last read ("": none); InStage: its stage selects this proxy.
+	Rollout string
+	Stage   int
+	InStage bool
 	// Ahead: the pointer names an older version of the applied lineage (it
 	// was moved back); the newer applied snapshot stays (I1).
 	Ahead bool

@@ -323,6 +323,7 @@ func (s *source) proxyStatus(cfg Config, started time.Time) report.ProxyStatus {
 		AppliedVersion: ws.AppliedVersion, AppliedHash: ws.AppliedHash, AppliedAt: ws.AppliedAt,
 		RejectedVersion: ws.RejectedVersion, RejectedReason: ws.RejectedReason, LatestVersion: ws.LatestVersion,
 		AppliedLineage: ws.AppliedLineage, PointerLineage: ws.PointerLineage, PointerVersion: ws.PointerVersion,
+		Rollout: ws.Rollout, RolloutStage: ws.Stage, InStage: ws.InStage,
 		Ahead: ws.Ahead, LineageChanges: ws.LineageChanges, PreviousLineage: ws.PreviousLineage,
 		WatchLagSeconds: ws.StaleSeconds(now), EtcdConnected: ws.Connected, Source: ws.Source,
 		BinaryVersion: cfg.Version, StartedAt: started, UpdatedAt: now,

@@ -139,6 +139,9 @@ func (s *Scheduler) reconcile(ctx context.Context) (time.Time, error) {
 		}
 	}
 	versions, err := s.publishAll(ctx, lead, pl, prev, active)
+	if due := s.stepRollouts(ctx, lead, pl.ProxyClusters()); !due.IsZero() && (next.IsZero() || due.Before(next)) {
+		next = due
+	}
 	s.book.keep(pl.ProxyClusters())
 	if werr := s.writeStatus(ctx, lead); werr != nil {
 		s.log.Warn("writing scheduler status", "err", werr)
@@ -159,11 +162,20 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 	versions := map[string]uint64{}
 	var errs []error
 	history := 0
-	if st := s.inv.View().State; st != nil {
+	st := s.inv.View().State
+	if st != nil {
 		history = st.Scheduler.History
 	}
 	for _, pc := range pcs {
-		r, err := s.pub.PublishHash(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
+		var pol *config.RolloutPolicy
+		if st != nil {
+			pol = st.RolloutFor(pc)
+		}
+		urgent := ""
+		if pol != nil && prev[pc] != nil && prev[pc].Meta.Hash != pl.Hashes[pc] {
+			urgent = urgentReason(st, prev[pc], pl.Snapshot(pc)) // assembled only for a staged change
+		}
+		out, err := s.staged.Publish(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
 			sp := pl.Snapshot(pc)
 			if sp == nil {
 				return nil, ""
@@ -172,8 +184,12 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 			snap.Meta.Inputs = inputsFor(s.book.view, active, pc)
 			snap.Meta.Intents = intentsFor(s.book.view, active, pc)
 			return &snap, reason(pc, &snap, prev[pc], active)
-		})
+		}, pol, urgent, s.book.inputRev)
+		r := out.Result
 		s.book.note(pc, r, err, s.cfg.Now())
+		if out.Held != "" {
+			s.book.held(pc, out.Held)
+		}
 		if errors.Is(err, publish.ErrFenced) {
 			s.log.Error("publish fenced: stepping down", "proxy_cluster", pc)
 			select {

@@ -95,6 +95,10 @@ type clusterOutput struct {
 	sums [][sha256.Size]byte
 }
 
+// Available reports whether an instance takes traffic (the planner's rule,
+// also the rollout's for urgent changes).
+func Available(in config.Instance) bool { return available(in) }
+
 func available(in config.Instance) bool {
 	return in.Weight > 0 && (in.State == "" || in.State == config.StateHealthy)
 }

@@ -143,7 +143,11 @@ func (p *Publisher) Publish(ctx context.Context, lead *Leadership, s *snapshot.S
 // a scheduler assembles only the snapshots that change. build returns the
 // snapshot (its Meta.Hash must be hash) and the publish reason.
 func (p *Publisher) PublishHash(ctx context.Context, lead *Leadership, pc, hash string, build func() (*snapshot.Snapshot, string)) (Result, error) {
-	res, err := p.publish(ctx, lead, pc, hash, build)
+	return p.count(p.publish(ctx, lead, pc, hash, build, plainPublish))
+}
+
+// count counts a publish's result in sluice_scheduler_publishes_total.
+func (p *Publisher) count(res Result, err error) (Result, error) {
 	switch {
 	case err == nil:
 		p.m.WithLabelValues(string(res.Outcome)).Inc()
@@ -159,7 +163,27 @@ func (p *Publisher) PublishHash(ctx context.Context, lead *Leadership, pc, hash 
 	return res, err
 }
 
-func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash string, build func() (*snapshot.Snapshot, string)) (Result, error) {
+// how says what a publish writes besides the manifest (publish_staged.go).
+type how struct {
+	// unchanged: the pointer already carries hash (nothing to publish).
+	unchanged func(cur snapshot.Pointer, lineage, hash string) bool
+	// pointer is the new pointer value for the new version.
+	pointer func(cur snapshot.Pointer, lineage string, version uint64, hash string) snapshot.Pointer
+	// extra operations committed with the pointer (given the new pointer).
+	extra func(cur, next snapshot.Pointer) []clientv3.Op
+}
+
+// plainPublish makes the new version every proxy's snapshot.
+var plainPublish = how{
+	unchanged: func(cur snapshot.Pointer, lineage, hash string) bool {
+		return cur.Hash == hash && cur.Lineage == lineage && cur.Candidate == nil
+	},
+	pointer: func(_ snapshot.Pointer, lineage string, version uint64, hash string) snapshot.Pointer {
+		return snapshot.Pointer{Lineage: lineage, Version: version, Hash: hash}
+	},
+}
+
+func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash string, build func() (*snapshot.Snapshot, string), w how) (Result, error) {
 	curKey, err := p.layout.Current(pc)
 	if err != nil {
 		return Result{}, fmt.Errorf("publish: %w: %w", ErrInvalid, err)
@@ -186,7 +210,7 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 			}
 		}
 		ptr, curRev, lineage := h.ptr, h.ptrRev, h.lineage.ID
-		if ptr.Hash == hash && ptr.Lineage == lineage {
+		if w.unchanged(ptr, lineage, hash) {
 			return Result{Outcome: Unchanged, Version: ptr.Version, Hash: hash, Lineage: lineage}, nil
 		}
 		if !built {
@@ -233,7 +257,12 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		if err != nil {
 			return Result{}, fmt.Errorf("publish: encode manifest: %w", err)
 		}
-		ptrRaw, _ := json.Marshal(snapshot.Pointer{Lineage: lineage, Version: snap.Meta.Version, Hash: hash})
+		next := w.pointer(ptr, lineage, snap.Meta.Version, hash)
+		ptrRaw, _ := json.Marshal(next)
+		ops := []clientv3.Op{clientv3.OpPut(manKey, string(manRaw)), clientv3.OpPut(curKey, string(ptrRaw))}
+		if w.extra != nil {
+			ops = append(ops, w.extra(ptr, next)...)
+		}
 		r, err := p.cli.Txn(ctx).If(
 			lead.Fence(),
 			clientv3.Compare(clientv3.CreateRevision(manKey), "=", 0),
@@ -241,15 +270,12 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 			// The lineage must still be the one read: a wipe of the prefix
 			// under us gets a new lineage, not our version numbers.
 			clientv3.Compare(clientv3.CreateRevision(p.layout.Lineage()), "=", h.linRev),
-		).Then(
-			clientv3.OpPut(manKey, string(manRaw)),
-			clientv3.OpPut(curKey, string(ptrRaw)),
-		).Else(
+		).Then(ops...).Else(
 			clientv3.OpGet(lead.Key, clientv3.WithKeysOnly()),
 		).Commit()
 		if err != nil {
 			// The request may have been applied and only the answer lost.
-			if ok, res := p.landed(pc, lineage, snap.Meta.Version, hash); ok {
+			if ok, res := p.landed(pc, next); ok {
 				return res, nil
 			}
 			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
@@ -270,16 +296,22 @@ func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
 	return len(kvs) == 1 && kvs[0].CreateRevision == rev
 }
 
-// landed checks, after a failed commit, whether the pointer carries our
-// lineage, version and hash anyway.
-func (p *Publisher) landed(pc, lineage string, version uint64, hash string) (bool, Result) {
+// landed checks, after a failed commit, whether the pointer is the one we
+// wrote anyway.
+func (p *Publisher) landed(pc string, want snapshot.Pointer) (bool, Result) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	ptr, _, err := p.Current(ctx, pc)
-	if err != nil || ptr.Hash != hash || ptr.Version != version || ptr.Lineage != lineage {
+	if err != nil || ptr.Hash != want.Hash || ptr.Version != want.Version || ptr.Lineage != want.Lineage ||
+		(ptr.Candidate == nil) != (want.Candidate == nil) ||
+		(want.Candidate != nil && (ptr.Candidate.Version != want.Candidate.Version || ptr.Candidate.Hash != want.Candidate.Hash)) {
 		return false, Result{}
 	}
-	return true, Result{Outcome: Published, Version: version, Hash: hash, Lineage: lineage}
+	v, h := want.Version, want.Hash
+	if want.Candidate != nil {
+		v, h = want.Candidate.Version, want.Candidate.Hash
+	}
+	return true, Result{Outcome: Published, Version: v, Hash: h, Lineage: want.Lineage}
 }
 
 // WriteParts stores parts, each in its own transaction fenced on lead (a

@@ -8,7 +8,10 @@
 // with the same facts in X-Sluice-Backend-* headers. /healthz answers 200
 // (or 503 after POST /admin/unhealthy), /metrics answers
 // {"in_flight":N,"requests_total":N}, /stats the per-path counts and the last
-// traceparent seen. ?delay=500ms delays the answer.
+// traceparent seen. ?delay=500ms delays the answer. Fault injection for
+// rollout drills (fault.go): --fail-percent P [--fail-status S] [--slow D]
+// at start, or POST /admin/fault?percent=P&status=S&delay=D at run time
+// (percent=0 clears); /healthz is never affected.
 package main
 
 import (
@@ -34,12 +37,16 @@ type backend struct {
 	mu                            sync.Mutex
 	lastTraceparent               string
 	byPath                        map[string]int64
+	fault                         fault
 }
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:0", "address to serve on")
 	cluster := flag.String("cluster", "demo", "cluster name to report")
 	sub := flag.String("subcluster", "SC", "sub-cluster name to report")
+	failPercent := flag.Int("fail-percent", 0, "answer this percent of requests with --fail-status (and/or --slow)")
+	failStatus := flag.Int("fail-status", 500, "status of the failed answers")
+	slow := flag.Duration("slow", 0, "delay the failed answers by this long (with --fail-percent)")
 	flag.Parse()
 
 	ln, err := net.Listen("tcp", *listen)
@@ -49,6 +56,14 @@ func main() {
 	}
 	b := &backend{cluster: *cluster, subcluster: *sub, instance: ln.Addr().String(), byPath: map[string]int64{}}
 	b.healthy.Store(true)
+	status := *failStatus
+	if *slow > 0 && *failPercent > 0 && !flagSet("fail-status") {
+		status = 0 // slow only
+	}
+	if err := b.fault.set(*failPercent, status, *slow); err != nil {
+		fmt.Fprintln(os.Stderr, "demo-backend: --fail-percent:", err)
+		os.Exit(2)
+	}
 	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
@@ -88,6 +103,9 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case "/admin/healthy":
 		b.healthy.Store(true)
 		return
+	case "/admin/fault":
+		b.fault.admin(w, r)
+		return
 	}
 	b.inFlight.Add(1)
 	defer b.inFlight.Add(-1)
@@ -106,10 +124,30 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	h := w.Header()
+	if hit, status, delay := b.fault.pick(); hit {
+		if delay > 0 {
+			select {
+			case <-time.After(delay):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		if status != 0 {
+			h.Set("X-Sluice-Backend-Fault", "injected")
+			http.Error(w, "injected fault", status)
+			return
+		}
+	}
 	h.Set("X-Sluice-Backend-Cluster", b.cluster)
 	h.Set("X-Sluice-Backend-Subcluster", b.subcluster)
 	h.Set("X-Sluice-Backend-Instance", b.instance)
 	writeJSON(w, map[string]string{"cluster": b.cluster, "subcluster": b.subcluster, "instance": b.instance, "method": r.Method, "path": r.URL.Path})
+}
+
+func flagSet(name string) bool {
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
 
 func writeJSON(w http.ResponseWriter, v any) {

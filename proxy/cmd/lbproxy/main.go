@@ -80,6 +80,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). (--tls-front chooses for --listen-tls)", EnvVars: env("FRONT")},
 			&cli.StringFlag{Name: "tls-front", Value: "std", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): std (default; 17 KiB per idle connection) or fasthttp (measured: more memory per idle connection, not faster yet)", EnvVars: env("TLS_FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
+			&cli.DurationFlag{Name: "report-interval", Value: 5e9, Usage: "how often the status and demand reports are rewritten in etcd (staged rollouts judge traffic from them)", EnvVars: env("REPORT_INTERVAL")},
 			&cli.DurationFlag{Name: "watch-stall-timeout", Value: 30e9, Usage: "restart the etcd snapshot watch when no event and no progress notification arrived for this long", EnvVars: env("WATCH_STALL_TIMEOUT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
@@ -122,6 +123,9 @@ func run(c *cli.Context) error {
 	if f := c.Duration("access-log-flush"); f <= 0 {
 		return fmt.Errorf("--access-log-flush %s: want a positive duration", f)
 	}
+	if d := c.Duration("report-interval"); d < 100*time.Millisecond {
+		return fmt.Errorf("--report-interval %s: want at least 100ms", d)
+	}
 	if d := c.Duration("watch-stall-timeout"); d <= 0 {
 		return fmt.Errorf("--watch-stall-timeout %s: want a positive duration", d)
 	}
@@ -139,8 +143,9 @@ func run(c *cli.Context) error {
 			MaxHeaderBytes: c.Int("max-header-bytes"),
 		},
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
-		StallTimeout: c.Duration("watch-stall-timeout"),
-		Version:      version,
+		StallTimeout:   c.Duration("watch-stall-timeout"),
+		ReportInterval: c.Duration("report-interval"),
+		Version:        version,
 	}
 	if e := c.String("etcd"); e != "" {
 		for _, ep := range strings.Split(e, ",") {

@@ -1,0 +1,86 @@
+package validate
+
+import (
+	"fmt"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// rollouts checks the fleet-wide rollout policy and each proxy cluster's.
+func (c *collector) rollouts(s *config.State) {
+	if s.Rollout != nil {
+		c.rollout("rollout", s.Rollout, s)
+	}
+	for _, name := range sortedKeys(s.Topology.ProxyClusters) {
+		if p := s.Topology.ProxyClusters[name].Rollout; p != nil {
+			c.rollout("topology.proxy_clusters."+name+".rollout", p, s)
+		}
+	}
+}
+
+func (c *collector) rollout(path string, p *config.RolloutPolicy, s *config.State) {
+	if len(p.Stages) == 0 {
+		c.add(path+".stages", "is empty; want at least one stage (or no rollout policy)")
+	}
+	lastPercent, lastCount := 0.0, 0
+	for i, st := range p.Stages {
+		sp := fmt.Sprintf("%s.stages[%d]", path, i)
+		set := 0
+		if st.Count != 0 {
+			set++
+		}
+		if st.Percent != 0 {
+			set++
+		}
+		if len(st.ProxyClusters) > 0 {
+			set++
+		}
+		if set != 1 {
+			c.add(sp, "sets %d of count, percent and proxy_clusters; want exactly one", set)
+		}
+		switch {
+		case st.Count < 0:
+			c.add(sp+".count", "%d is negative; want a number of proxies ≥ 1", st.Count)
+		case st.Count > 0 && st.Count < lastCount:
+			c.add(sp+".count", "%d is below an earlier stage's %d; a stage includes the previous ones' proxies", st.Count, lastCount)
+		}
+		lastCount = max(lastCount, st.Count)
+		switch {
+		case st.Percent < 0 || st.Percent > 100:
+			c.add(sp+".percent", "%v is outside 0-100", st.Percent)
+		case st.Percent > 0 && st.Percent < lastPercent:
+			c.add(sp+".percent", "%v is below an earlier stage's %v; a stage includes the previous ones' proxies", st.Percent, lastPercent)
+		}
+		lastPercent = max(lastPercent, st.Percent)
+		for j, pc := range st.ProxyClusters {
+			if _, ok := s.Topology.ProxyClusters[pc]; !ok {
+				c.add(fmt.Sprintf("%s.proxy_clusters[%d]", sp, j), "proxy cluster %q is not in topology.proxy_clusters", pc)
+			}
+		}
+	}
+	switch p.Promotion {
+	case "", config.PromotionAuto, config.PromotionManual:
+	default:
+		c.add(path+".promotion", "%q is neither %q nor %q", p.Promotion, config.PromotionAuto, config.PromotionManual)
+	}
+	g := p.Gates
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"max_5xx_ratio", g.Max5xxRatio}, {"margin_5xx", g.Margin5xx}} {
+		if r.v > 1 {
+			c.add(path+".gates."+r.name, "%v is a ratio above 1; write 0.05 for 5 %%", r.v)
+		}
+	}
+	for _, r := range []struct {
+		name string
+		v    float64
+	}{{"share_tolerance_points", g.ShareTolerance}, {"blackhole_epsilon_points", g.BlackholeEpsilon}} {
+		if r.v > 100 {
+			c.add(path+".gates."+r.name, "%v points is above 100", r.v)
+		}
+	}
+	if g.MinRequests < 0 {
+		c.add(path+".gates.min_requests", "%d is negative", g.MinRequests)
+	}
+}
