@@ -379,7 +379,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		res.Body.Close()
 		got <- out{res.StatusCode, string(b)}
 	}()
-	eventually(t, 5*time.Second, "slow request at the backend", func() bool { return hits.Load() == 1 })
+	eventually(t, 20*time.Second, "slow request at the backend", func() bool { return hits.Load() == 1 })
 	r.shutdown(t)
 	if o := <-got; o.code != 200 || o.body != "b1" {
 		t.Fatalf("in-flight request at shutdown: %d %q, want 200 b1", o.code, o.body)
@@ -596,7 +596,7 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 		f, logged := accessFile(t)
 		r := start(t, Config{ConfigFile: path, AccessLog: f, AccessLogBuffer: 1 << 20, AccessLogFlush: 20 * time.Millisecond})
 		httpGet(t, "http://"+r.addrs.HTTP+"/tick", "a.test")
-		eventually(t, 5*time.Second, "the line flushed while running", func() bool {
+		eventually(t, 20*time.Second, "the line flushed while running", func() bool {
 			return strings.Contains(logged(), `"path":"/tick"`)
 		})
 		if _, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", ""); !strings.Contains(m, "sluice_proxy_access_log_dropped_bytes_total 0") {
