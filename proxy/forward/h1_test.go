@@ -433,7 +433,9 @@ func TestPoolLimitAndQueueTimeout(t *testing.T) {
 func TestIdleConnectionsReaped(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
 	defer srv.Close()
-	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, 100*time.Millisecond), 0)
+	// 1 s, not 100ms: the check that the connection was pooled must come
+	// before the reaper, and a loaded machine can pause a test for 100ms.
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, time.Second), 0)
 	if s, _, err := get(up, context.Background()); err != nil || s != 200 {
 		t.Fatalf("%d %v", s, err)
 	}
