@@ -320,7 +320,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 		}
 		reqDone <- err
 	}()
-	poll.EventuallyTrue(t, 5*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 
 	// Drain through the admin API, as `lbagent drain` does.
 	resp, err := http.Post("http://"+r.a.AdminAddr()+"/drain", "", nil)
@@ -329,7 +329,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	}
 	resp.Body.Close()
 	drainAt := time.Now()
-	poll.EventuallyTrue(t, 5*time.Second, "draining written", func() bool { s, _, _, _ := ev.snapshot(); return len(s) > 0 && s[0] == "draining" })
+	poll.EventuallyTrue(t, 20*time.Second, "draining written", func() bool { s, _, _, _ := ev.snapshot(); return len(s) > 0 && s[0] == "draining" })
 	rec, _, _ := getInstance(t, cli, key)
 	if rec.Reason != "drain requested on the admin API" {
 		t.Fatalf("reason %q", rec.Reason)
@@ -360,7 +360,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("agent did not exit after the drain")
 	}
-	poll.EventuallyTrue(t, 5*time.Second, "delete event seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
+	poll.EventuallyTrue(t, 20*time.Second, "delete event seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
 	states, _, _, _ := ev.snapshot()
 	if fmt.Sprint(states) != "[draining gone]" {
 		t.Fatalf("sequence %v; want [draining gone]", states)
@@ -451,7 +451,7 @@ func TestFlappingBackendBoundedWrites(t *testing.T) {
 	poll.EventuallyTrue(t, 20*time.Second, "60 flapping probes", func() bool { return b.probes.Load() >= 60 })
 	r.stop(t)
 	elapsed := time.Since(start)
-	poll.EventuallyTrue(t, 5*time.Second, "delete seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
+	poll.EventuallyTrue(t, 20*time.Second, "delete seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
 	_, _, puts, _ := ev.snapshot()
 	bound := int(elapsed/cfg.MinWriteGap) + 2
 	t.Logf("%d probes (each a state change) in %s → %d writes; bound %d", b.probes.Load(), elapsed.Round(time.Millisecond), puts, bound)
@@ -471,7 +471,7 @@ func TestAdminTokenAndConfigErrors(t *testing.T) {
 	cfg := baseConfig(t, srv, b)
 	cfg.AdminToken = "s3cret"
 	r := startAgent(t, cfg)
-	poll.EventuallyTrue(t, 5*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
+	poll.EventuallyTrue(t, 20*time.Second, "admin up", func() bool { return r.a.AdminAddr() != "" })
 	admin := "http://" + r.a.AdminAddr()
 	resp, err := http.Post(admin+"/drain", "", nil)
 	if err != nil || resp.StatusCode != http.StatusUnauthorized {

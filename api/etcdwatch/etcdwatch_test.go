@@ -202,7 +202,10 @@ func TestQuietWatchIsNotAStall(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	s := newRecSink(false)
 	var rs restarts
-	run(t, Config{Client: cli, Key: "/q/", Prefix: true, StallTimeout: 150 * time.Millisecond, Logger: quiet, OnRestart: rs.on}, s)
+	// 500ms, progress asked every 167ms: right after the write below only
+	// etcd's answer to a progress request tells the watch is healthy, and a
+	// loaded machine may take longer than a 150ms stall timeout for it.
+	run(t, Config{Client: cli, Key: "/q/", Prefix: true, StallTimeout: 500 * time.Millisecond, Logger: quiet, OnRestart: rs.on}, s)
 	poll.EventuallyTrue(t, 10*time.Second, "five confirmations of a quiet store", func() bool { return s.heardN.Load() >= 5 })
 	// Writes elsewhere move the store's revision: now etcd answers the
 	// progress requests, and the watch still counts as healthy.

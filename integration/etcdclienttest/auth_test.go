@@ -172,7 +172,7 @@ func TestPermissionRevokedAndGranted(t *testing.T) {
 		t.Fatal(err)
 	}
 	var err error
-	eventually(t, 5*time.Second, "put refused", func() error {
+	eventually(t, 20*time.Second, "put refused", func() error {
 		if err = put(c, key, "2"); err == nil {
 			return errors.New("put still allowed")
 		}
@@ -191,7 +191,7 @@ func TestPermissionRevokedAndGranted(t *testing.T) {
 	if err := s.Grant(ctx, "sluice", "/sluice/"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "put after the grant", func() error { return put(c, key, "3") })
+	eventually(t, 20*time.Second, "put after the grant", func() error { return put(c, key, "3") })
 }
 
 func TestWrongPasswordSaysSo(t *testing.T) {

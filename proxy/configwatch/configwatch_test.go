@@ -76,7 +76,7 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 	for v := uint64(6); v <= 30; v++ {
 		publish(t, cli, testSnapshot(v))
 	}
-	eventually(t, 20*time.Second, "v30 applied", func() bool { return rec.last() == 30 })
+	waitApplied(t, w, rec, 30, 20*time.Second, "v30 applied")
 	got := rec.versions()
 	for i := 1; i < len(got); i++ {
 		if got[i] <= got[i-1] {
@@ -230,7 +230,9 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 		}
 	}
 	publish(t, cli, testSnapshot(9))
-	eventually(t, 20*time.Second, "valid v9 applied", func() bool { return rec.last() == 9 })
+	waitApplied(t, w, rec, 9, 20*time.Second, "valid v9 applied")
+	// OnChange follows the recorded apply: wait for it, then count exactly.
+	eventually(t, 10*time.Second, "v9's OnChange", func() bool { return changes.Load() >= int64(len(cases))+3 })
 	if n := changes.Load(); n != int64(len(cases))+3 {
 		t.Fatalf("OnChange called %d times, want %d (the connection + 2 applies + %d rejections)", n, len(cases)+3, len(cases))
 	}
@@ -368,7 +370,7 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, cli, testSnapshot(4))
-	eventually(t, 30*time.Second, "v4 applied after etcd is back", func() bool { return rec2.last() == 4 })
+	waitApplied(t, w2, rec2, 4, 30*time.Second, "v4 applied after etcd is back")
 	if got := rec2.versions(); !equal(got, []uint64{3, 4}) {
 		t.Fatalf("applied %v, want [3 4]", got)
 	}
@@ -411,7 +413,7 @@ func TestPointerDeletedKeepsLastGood(t *testing.T) {
 		t.Fatal(err)
 	}
 	publish(t, cli, testSnapshot(2))
-	eventually(t, 20*time.Second, "v2 applied after the prefix was wiped", func() bool { return rec.last() == 2 })
+	waitApplied(t, w, rec, 2, 20*time.Second, "v2 applied after the prefix was wiped")
 	if got := rec.versions(); !equal(got, []uint64{1, 2}) || w.Status().AppliedVersion != 2 {
 		t.Fatalf("applied %v", got)
 	}

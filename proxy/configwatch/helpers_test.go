@@ -163,6 +163,15 @@ func (r *recorder) last() uint64 {
 	return v[len(v)-1]
 }
 
+// waitApplied waits until w has applied version v: Apply (rec) was called
+// with it and the watcher has recorded it. The watcher calls Apply first and
+// records, counts, logs and notifies after it returns, so a test that saw
+// only rec.last() == v may still read the Status from before.
+func waitApplied(t testing.TB, w *Watcher, rec *recorder, v uint64, within time.Duration, what string) {
+	t.Helper()
+	eventually(t, within, what, func() bool { return rec.last() == v && w.Status().AppliedVersion == v })
+}
+
 // start runs a watcher until the test ends.
 func start(t testing.TB, cfg Config) *Watcher {
 	t.Helper()

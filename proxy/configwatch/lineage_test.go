@@ -78,6 +78,8 @@ func TestLineageChangeAppliedAndMovedBackPointerAhead(t *testing.T) {
 	if got := rec.versions(); !equal(got, []uint64{5, 6, 1}) {
 		t.Fatalf("applied %v, want [5 6 1]", got)
 	}
+	// The counter follows the recorded apply: wait for it, then count exactly.
+	eventually(t, 10*time.Second, "the lineage change counted", func() bool { return testutil.ToFloat64(w.m.lineageChanges) >= 1 })
 	if n := testutil.ToFloat64(w.m.lineageChanges); n != 1 {
 		t.Fatalf("sluice_proxy_lineage_changes_total = %v, want 1", n)
 	}
@@ -132,7 +134,7 @@ func TestOldCacheYieldsToNewLineage(t *testing.T) {
 			rec := newRecorder()
 			w := start(t, Config{Client: cli, Apply: rec.apply, Cache: openCache(t, dir)})
 			eventually(t, 10*time.Second, "pointer seen", func() bool { return w.Status().PointerVersion == 1 })
-			eventually(t, 10*time.Second, "settled", func() bool { return rec.last() == tc.want })
+			waitApplied(t, w, rec, tc.want, 10*time.Second, "settled")
 			st := w.Status()
 			if st.AppliedVersion != tc.want || st.AppliedLineage != map[uint64]string{1: tc.lineage, 18: ""}[tc.want] {
 				t.Fatalf("status %+v", st)

@@ -61,9 +61,25 @@ func writeJSON(t *testing.T, path string, v any) {
 	}
 }
 
+// writeRaw replaces path's content with s at once (write then rename): a
+// poll never reads a half-written or emptied file, which would count one
+// more reload than the test made. The temporary file is outside path's
+// directory, where a BFE directory's fingerprint would see it.
 func writeRaw(t *testing.T, path, s string) {
 	t.Helper()
-	if err := os.WriteFile(path, []byte(s), 0o600); err != nil {
+	f, err := os.CreateTemp("", "writeraw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.WriteString(s)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil { // CreateTemp made it 0600, in the test's temp root's file system
+		err = os.Rename(f.Name(), path)
+	}
+	if err != nil {
+		os.Remove(f.Name())
 		t.Fatal(err)
 	}
 }
@@ -276,6 +292,8 @@ func TestRunReloadsOnChangeAndKeepsLastGood(t *testing.T) {
 			t.Fatalf("versions not increasing: v%d (parent %d) after v%d", all[i].Meta.Version, all[i].Meta.Parent, all[i-1].Meta.Version)
 		}
 	}
+	// The counter follows Apply's return: wait for it, then count exactly.
+	eventually(t, 10*time.Second, "the third apply counted", func() bool { return counter(t, reg, "applied") >= 3 })
 	if counter(t, reg, "applied") != 3 {
 		t.Fatalf("applied counter = %v, want 3", counter(t, reg, "applied"))
 	}

@@ -350,10 +350,10 @@ func TestClosedIdleConnectionNeverReused(t *testing.T) {
 			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
 				t.Fatalf("first: %d %q %v", s, b, err)
 			}
-			eventually(t, 5*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+			eventually(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
 			// The FIN/RST crosses loopback asynchronously: poll until the
 			// idle connection's check sees it.
-			eventually(t, 5*time.Second, "backend went away", func() bool {
+			eventually(t, 20*time.Second, "backend went away", func() bool {
 				up.idleMu.Lock()
 				defer up.idleMu.Unlock()
 				return len(up.idle) == 1 && up.idle[0].nc.(*sockio.Conn).Idle() != nil
@@ -389,7 +389,7 @@ func TestStaleReusedConnectionReported(t *testing.T) {
 	if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
 		t.Fatalf("first: %d %q %v", s, b, err)
 	}
-	eventually(t, 5*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+	eventually(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
 	_, _, err := get(up, context.Background())
 	var se *StaleConnError
 	if !errors.As(err, &se) || se.Unsent {
@@ -433,14 +433,16 @@ func TestPoolLimitAndQueueTimeout(t *testing.T) {
 func TestIdleConnectionsReaped(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
 	defer srv.Close()
-	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, 100*time.Millisecond), 0)
+	// 1 s, not 100ms: the check that the connection was pooled must come
+	// before the reaper, and a loaded machine can pause a test for 100ms.
+	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, time.Second), 0)
 	if s, _, err := get(up, context.Background()); err != nil || s != 200 {
 		t.Fatalf("%d %v", s, err)
 	}
 	if up.IdleConns() != 1 {
 		t.Fatalf("idle %d, want 1", up.IdleConns())
 	}
-	eventually(t, 5*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
+	eventually(t, 20*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
 }
 
 // The response-header timeout and the context deadline are net timeouts.
@@ -592,7 +594,7 @@ func TestBodyBufferedChunked(t *testing.T) {
 	if err != nil || string(buf[:n]) != "first" {
 		t.Fatalf("first read %q %v", buf[:n], err)
 	}
-	eventually(t, 5*time.Second, "the partial chunk line buffered", func() bool { return res.Body.c.br.Buffered() > 0 })
+	eventually(t, 20*time.Second, "the partial chunk line buffered", func() bool { return res.Body.c.br.Buffered() > 0 })
 	if res.Body.Buffered() {
 		t.Fatal("Buffered with only a part of the next chunk-size line")
 	}

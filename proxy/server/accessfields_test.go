@@ -26,9 +26,13 @@ func TestAccessLogFields(t *testing.T) {
 	p := newProxy(t, testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil)), proxyOpts{opts: Options{AccessLog: slog.New(slog.NewJSONHandler(&buf, nil))}})
 	c := client(t)
+	start := time.Now()
 	if s, body := do(t, c, http.MethodPut, p.url+"/up?a=1&b=2", "r1", "12345"); s != http.StatusOK || len(body) != 1000 {
 		t.Fatalf("PUT: %d, %d bytes", s, len(body))
 	}
+	// The proxy's times are parts of the request the client saw; bounded
+	// by it rather than by a fixed second, which a loaded machine can pass.
+	took := float64(time.Since(start))
 	lines := buf.lines(t)
 	if len(lines) != 1 {
 		t.Fatalf("%d access lines, want 1", len(lines))
@@ -39,13 +43,13 @@ func TestAccessLogFields(t *testing.T) {
 			t.Errorf("%s = %v, want %v (line %v)", k, l[k], v, l)
 		}
 	}
-	if d, _ := l["upstream_header_time"].(float64); d <= 0 || d > float64(time.Second) {
-		t.Errorf("upstream_header_time = %v, want a positive duration under 1s", l["upstream_header_time"])
+	if d, _ := l["upstream_header_time"].(float64); d <= 0 || d > took {
+		t.Errorf("upstream_header_time = %v, want a positive duration under the request's %v", l["upstream_header_time"], took)
 	}
 	// The first request dialled; the second reuses the connection.
 	d, _ := l["upstream_connect_time"].(float64)
-	if os.Getenv(upstreamEnv) != UpstreamStd && (d <= 0 || d > float64(time.Second)) {
-		t.Errorf("upstream_connect_time = %v on a new connection, want a positive duration under 1s", l["upstream_connect_time"])
+	if os.Getenv(upstreamEnv) != UpstreamStd && (d <= 0 || d > took) {
+		t.Errorf("upstream_connect_time = %v on a new connection, want a positive duration under the request's %v", l["upstream_connect_time"], took)
 	}
 	do(t, c, http.MethodGet, p.url+"/again", "r2", "")
 	if l := buf.lines(t)[1]; l["upstream_connect_time"] != 0.0 {

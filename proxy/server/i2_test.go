@@ -77,7 +77,7 @@ func TestI2OneTablePerRequestUnderSwaps(t *testing.T) {
 		}
 		if v%20 == 0 {
 			served := a.hits.Load() + b.hits.Load()
-			eventually(t, 5*time.Second, "traffic between swaps", func() bool { return a.hits.Load()+b.hits.Load() > served })
+			eventually(t, 20*time.Second, "traffic between swaps", func() bool { return a.hits.Load()+b.hits.Load() > served })
 		}
 	}
 	close(stop)
@@ -98,7 +98,7 @@ func TestI2OneTablePerRequestUnderSwaps(t *testing.T) {
 			want, name = b.addr.String(), "B"
 		}
 		if l["instance"] != want {
-			t.Fatalf("request %v logged with version %v went to %v, which is not in that table (%s)", l["path"], v, l["instance"], want)
+			t.Fatalf("request %v logged with version %v went to %v, which is not in that table (%s); line %v", l["path"], v, l["instance"], want, l)
 		}
 		mu.Lock()
 		got := answered[l["path"].(string)]

@@ -329,7 +329,7 @@ func TestBackendRestartUnderPOSTLoad(t *testing.T) {
 			defer cancel()
 			shut <- old.srv.Shutdown(sctx)
 		}()
-		eventually(t, 5*time.Second, "the old generation closed its idle connections", func() bool {
+		eventually(t, 20*time.Second, "the old generation closed its idle connections", func() bool {
 			old.mu.Lock()
 			defer old.mu.Unlock()
 			closed := 0

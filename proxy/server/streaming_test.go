@@ -12,7 +12,9 @@ import (
 )
 
 // slowBody is a backend that sends its header (and first, a part of its
-// body) at once and the rest when the test releases it — or after 2 s.
+// body) at once and the rest only when the test releases it (or the request
+// is abandoned). So whatever the client has before the release was relayed
+// while the backend still held the rest: no timing is involved.
 func slowBody(t *testing.T, sized bool, first, rest string, hdr map[string]string) (*backend, chan struct{}) {
 	release := make(chan struct{})
 	b := newBackend(t, "slow", func(w http.ResponseWriter, r *http.Request) {
@@ -27,7 +29,8 @@ func slowBody(t *testing.T, sized bool, first, rest string, hdr map[string]strin
 		http.NewResponseController(w).Flush()
 		select {
 		case <-release:
-		case <-time.After(2 * time.Second):
+		case <-r.Context().Done():
+			return
 		}
 		io.WriteString(w, rest)
 	})
@@ -44,18 +47,19 @@ func TestResponseHeaderNotHeldForBody(t *testing.T) {
 				map[string]int{"SC1": 100}, nil)), proxyOpts{})
 			req, _ := http.NewRequest(http.MethodGet, p.url+"/", nil)
 			req.Host = "demo.test"
+			// The backend holds its body until release: a proxy that held
+			// the header for the first body byte would never answer, and
+			// the client gives up after its 20 s timeout.
 			start := time.Now()
 			res, err := client(t).Do(req)
 			took := time.Since(start)
 			close(release)
 			if err != nil {
-				t.Fatal(err)
+				t.Fatalf("no header while the backend held its body: %v", err)
 			}
+			t.Logf("header after %s", took)
 			body, err := io.ReadAll(res.Body)
 			res.Body.Close()
-			if took > 200*time.Millisecond {
-				t.Errorf("header after %s, want < 200ms (the backend sent it at once)", took)
-			}
 			if err != nil || string(body) != "the body" || res.StatusCode != http.StatusOK {
 				t.Fatalf("answer %d %q %v", res.StatusCode, body, err)
 			}
@@ -98,13 +102,14 @@ func TestBodyStreamsAsItComes(t *testing.T) {
 			if v, ok := res.Header[AccelBuffering]; ok {
 				t.Errorf("%s relayed to the client: %q", AccelBuffering, v)
 			}
+			// The backend holds "second" until release (deferred): a proxy
+			// that buffered the body would not give "first;" before the
+			// client's 20 s timeout.
 			buf := make([]byte, len("first;"))
 			if _, err := io.ReadFull(res.Body, buf); err != nil || string(buf) != "first;" {
-				t.Fatalf("first part %q %v", buf, err)
+				t.Fatalf("first part %q while the backend held the rest: %v", buf, err)
 			}
-			if took := time.Since(start); took > 200*time.Millisecond {
-				t.Errorf("first part after %s, want < 200ms (the backend sent it at once)", took)
-			}
+			t.Logf("first part after %s", time.Since(start))
 		})
 	}
 }

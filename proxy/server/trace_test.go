@@ -39,7 +39,7 @@ func TestTraceOfCrossSubclusterRetry(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d, want 200 after the cross retry", res.StatusCode)
 	}
-	eventually(t, 5e9, "server span exported", func() bool {
+	eventually(t, 20e9, "server span exported", func() bool {
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.Name() == "sluice.request" {
 				return true

@@ -266,7 +266,7 @@ func TestDashboardPageStateAndEvents(t *testing.T) {
 			Reason  string `json:"reason"`
 		} `json:"versions"`
 	}
-	poll.Eventually(t, 5*time.Second, "BFE1's pinned version published", func() error {
+	poll.Eventually(t, 20*time.Second, "BFE1's pinned version published", func() error {
 		code, body := get(t, s, "/ui/api/history?proxy_cluster=BFE1")
 		if err := json.Unmarshal([]byte(body), &hist); code != 200 || err != nil || len(hist.Versions) < 2 {
 			return fmt.Errorf("history: %d %v %s", code, err, body)
@@ -440,7 +440,7 @@ func TestDashboardActions(t *testing.T) {
 		if code != 200 || msg != "Shift s-1 is now "+c.state+"." {
 			t.Fatalf("%s: %d %q", c.kind, code, msg)
 		}
-		poll.Eventually(t, 2*time.Second, "shift intent "+c.state, func() error {
+		poll.Eventually(t, 10*time.Second, "shift intent "+c.state, func() error {
 			r, err := cli.Get(context.Background(), sk)
 			if err != nil {
 				return err

@@ -5,7 +5,6 @@ package etcdtest
 
 import (
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -15,6 +14,8 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/sluicelb/sluice/testkit/freeport"
 )
 
 // Server is a running embedded etcd.
@@ -184,11 +185,7 @@ func New(t testing.TB) (*Server, *clientv3.Client) {
 	return s, c
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort is a port to bind now and again after a Restart, or in an
+// external etcd: below the ephemeral range, where no outgoing connection
+// takes it meanwhile (testkit/freeport).
+func freePort() (int, error) { return freeport.Port() }

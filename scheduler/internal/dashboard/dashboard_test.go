@@ -209,7 +209,13 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 	}
 	next(t, docs, 2*time.Second, "no leader again", func(d Doc) bool { return d.NoLeader && d.Rollout[0].Blocked == "" })
 
-	// An unchanged rebuild makes no new document; a change does.
+	// An unchanged rebuild makes no new document; a change does. p1's
+	// last-seen record goes first: its "(1m0s ago)" moves with the clock,
+	// and a rebuild across a second boundary rightly made a new document.
+	if _, err := cli.Delete(context.Background(), lk); err != nil {
+		t.Fatal(err)
+	}
+	next(t, docs, 10*time.Second, "p1 forgotten", func(d Doc) bool { return len(d.Rollout[0].Proxies) == 0 })
 	_, seq, _ := d.current()
 	d.rebuild()
 	if _, again, _ := d.current(); again != seq {
