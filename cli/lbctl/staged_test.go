@@ -64,7 +64,7 @@ func TestStagedRolloutStatusAndRequests(t *testing.T) {
 		t.Fatalf("no request written: %v", err)
 	}
 	var op rollout.RolloutOp
-	if err := json.Unmarshal(r.Kvs[0].Value, &op); err != nil || op.Op != rollout.OpPromote || !op.All || !strings.HasPrefix(op.Author, "lbctl:") {
+	if err := json.Unmarshal(r.Kvs[0].Value, &op); err != nil || op.Op != rollout.OpPromote || !op.All || op.Author != defaultAuthor() {
 		t.Fatalf("request %s (%v)", r.Kvs[0].Value, err)
 	}
 }
