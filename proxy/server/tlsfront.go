@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // TLSFront serves a TLS listener. It makes the handshake itself and hands
@@ -100,7 +102,7 @@ func (t *TLSFront) Serve(l net.Listener) error {
 // serveConn makes the handshake and hands the connection on by ALPN.
 func (t *TLSFront) serveConn(c net.Conn) {
 	defer t.wg.Done()
-	tc := tls.Server(c, t.cfg)
+	tc, rec := tlsServer(sockio.Wrap(c), t.cfg)
 	ctx, cancel := context.WithTimeout(t.ctx, t.handshake)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -108,11 +110,14 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	q := t.h2
-	if t.fast != nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
-		q = t.h1
+	if t.fast == nil || tc.ConnectionState().NegotiatedProtocol == "h2" {
+		if rec != nil {
+			rec.free = true // net/http is never parked: no cutting
+		}
+		t.h2.push(tc)
+		return
 	}
-	q.push(tc)
+	t.h1.push(parkable(tc, rec))
 }
 
 // Shutdown stops accepting and handshaking, then shuts both servers down
