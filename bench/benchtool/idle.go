@@ -73,9 +73,14 @@ func idle(args []string) error {
 		}
 		return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
 	}
-	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
+	for _, m := range []map[string]float64{before, after} { // free heap the runtime has not returned to the OS yet
+		if idle, ok := m["go_memstats_heap_idle_bytes"]; ok {
+			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
+		}
+	}
+	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
 		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
-		per("go_memstats_stack_inuse_bytes"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
+		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
 	return nil
 }
 

@@ -44,6 +44,10 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	if err != nil {
 		return nil, err
 	}
+	// HTTP/2 answers' headers are not added to HPACK's dynamic table (as
+	// nginx does): an idle connection then holds no encoder table (its maps
+	// and entries, 1-5 KiB); the static table and Huffman coding still apply.
+	std.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
 	switch kind {
 	case "", FrontStd:
