@@ -200,6 +200,42 @@ func measure(pid int, admin, token string) (map[string]float64, error) {
 
 // adminGet fetches url; with m, it keeps the go_* gauges of the text exposition.
 func adminGet(url, token string, m map[string]float64) error {
+	return adminFetch(url, token, func(body io.Reader) error {
+		if m == nil {
+			_, err := io.Copy(io.Discard, body)
+			return err
+		}
+		sc := bufio.NewScanner(body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
+				if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+					m[f[0]] = v
+				}
+			}
+		}
+		return sc.Err()
+	})
+}
+
+// saveProfile writes the admin API's profile at url to file.
+func saveProfile(url, token, file string) error {
+	return adminFetch(url, token, func(body io.Reader) error {
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, body); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+}
+
+// adminFetch GETs url with the admin token and hands a 200 answer's body to read.
+func adminFetch(url, token string, read func(io.Reader) error) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -215,45 +251,5 @@ func adminGet(url, token string, m map[string]float64) error {
 	if res.StatusCode != 200 {
 		return fmt.Errorf("%s: status %d", url, res.StatusCode)
 	}
-	if m == nil {
-		_, err = io.Copy(io.Discard, res.Body)
-		return err
-	}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
-			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-				m[f[0]] = v
-			}
-		}
-	}
-	return sc.Err()
-}
-
-// saveProfile writes the admin API's profile at url to file.
-func saveProfile(url, token, file string) error {
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer res.Body.Close()
-	if res.StatusCode != 200 {
-		return fmt.Errorf("%s: status %d", url, res.StatusCode)
-	}
-	f, err := os.Create(file)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(f, res.Body); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
+	return read(res.Body)
 }

@@ -116,12 +116,7 @@ func (c *flushConn) flush(t *testing.T, n int) {
 // the handshake wait for flush.
 func dialTLSFlush(t *testing.T, addr string, cfg *tls.Config) (*tls.Conn, *flushConn, *bufio.Reader) {
 	t.Helper()
-	raw, err := net.Dial("tcp", addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { raw.Close() })
-	raw.SetDeadline(time.Now().Add(20 * time.Second))
+	raw, _ := dialFront(t, addr)
 	fc := &flushConn{Conn: raw}
 	tc := tls.Client(fc, cfg)
 	if err := tc.Handshake(); err != nil {
