@@ -8,7 +8,7 @@
 # Rows: nginx · lbproxy (--tls-front std, the default) · lbproxy-fast
 # (--tls-front fasthttp). Rounds interleave the rows.
 #
-# Usage: ROUNDS=3 DURATION=8s bench/tlsrun.sh
+# Usage: ROUNDS=3 DURATION=8s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
