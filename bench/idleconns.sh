@@ -8,16 +8,19 @@
 # collection, --pprof behind an admin token). Rows:
 #   lbproxy       defaults (fasthttp front): plain HTTP/1.1
 #   lbproxy-net   --front std (net/http): plain HTTP/1.1
-#   lbproxy-tls   HTTP/1.1 over TLS (ECDSA P-256), ALPN http/1.1
-#   nginx         one worker, when nginx is installed (its worker's RSS)
+#   lbproxy-tls   HTTP/1.1 over TLS (ECDSA P-256), ALPN http/1.1 (--tls-front std, the default)
+#   lbproxy-tls-fast  the same on --tls-front fasthttp (parked while idle)
+#   lbproxy-h2    HTTP/2 over TLS, ALPN h2: one GET, then no open stream
+#   nginx, nginx-tls, nginx-h2  the same three on nginx, one worker, when
+#                 nginx is installed (its worker's RSS)
 # Loopback only; every phase is bounded (open + settle + measure). The fd
 # limit is raised to the hard limit; a count that does not fit under it
 # (client and proxy each hold one fd per connection) is skipped and said so.
 #
-# Usage: CONNS="10000 50000" bench/idleconns.sh
+# Usage: CONNS="10000 50000" bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there)
 set -euo pipefail
 CONNS=${CONNS:-10000 50000}
-ROWS=${ROWS:-lbproxy lbproxy-net lbproxy-tls nginx}
+ROWS=${ROWS:-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-idle.XXXXXX)
 PIDS=()
@@ -58,31 +61,39 @@ for n in $CONNS; do
   fi
   for row in $ROWS; do
     case $row in
-      lbproxy|lbproxy-net|lbproxy-tls)
+      lbproxy|lbproxy-net|lbproxy-tls|lbproxy-tls-fast|lbproxy-h2)
         extra=(); url=http://127.0.0.1:28383/; addr=127.0.0.1:28383; tls=()
         [ "$row" = lbproxy-net ] && extra=(--front std)
-        [ "$row" = lbproxy-tls ] && { extra=(--listen-tls 127.0.0.1:28384 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem");
-          url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls); }
+        case $row in lbproxy-tls*|lbproxy-h2)
+          extra=(--listen-tls 127.0.0.1:28384 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
+          url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls) ;; esac
+        [ "$row" = lbproxy-tls-fast ] && extra+=(--tls-front fasthttp)
+        [ "$row" = lbproxy-h2 ] && tls=(-h2)
         GOMAXPROCS=1 "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$WORK/snapshot.json" \
           --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
           --access-log off --trace-sample 0 "${extra[@]}" 2>"$WORK/$row.log" & pid=$!; PIDS+=($pid)
         wait_up "$url"
-        "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench "${tls[@]}"
+        prof=(); [ -n "${PROFILES:-}" ] && prof=(-heap-profile "$PROFILES/$row-$n.pprof")
+        "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench "${tls[@]}" "${prof[@]}"
         stop "$pid" ;;
-      nginx)
-        [ -n "$NGINX" ] || { echo "nginx: not installed, skipped"; continue; }
+      nginx|nginx-tls|nginx-h2)
+        [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
+        listen="listen 127.0.0.1:28381;"; url=http://127.0.0.1:28381/; tls=()
+        case $row in nginx-tls) listen="listen 127.0.0.1:28381 ssl;"; url=https://127.0.0.1:28381/; tls=(-tls) ;;
+          nginx-h2) listen="listen 127.0.0.1:28381 ssl http2;"; url=https://127.0.0.1:28381/; tls=(-h2) ;; esac
         {
           echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err; worker_rlimit_nofile $LIMIT;"
           echo "events { worker_connections $((n + 100)); }"
           echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 90s;"
           echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
           echo " upstream be { server 127.0.0.1:29301; keepalive 64; }"
-          echo " server { listen 127.0.0.1:28381; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+          echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;"
+          echo " server { $listen location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
         } > "$WORK/nginx.conf"
         "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & pid=$!; PIDS+=($pid)
-        wait_up http://127.0.0.1:28381/
+        wait_up "$url"
         worker=$(pgrep -P "$pid" | head -1)
-        "$WORK/benchtool" idle -label nginx -addr 127.0.0.1:28381 -pid "$worker" -conns "$n"
+        "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" "${tls[@]}"
         stop "$pid" ;;
     esac
   done

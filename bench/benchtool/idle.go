@@ -21,7 +21,7 @@ import (
 // -admin (lbproxy's admin API, --pprof with -token) the Go heap and stack
 // from /metrics after a forced collection (/debug/pprof/heap?gc=1).
 //
-//	benchtool idle -addr 127.0.0.1:28083 -pid 1234 -conns 10000 [-admin 127.0.0.1:29083 -token T] [-tls]
+//	benchtool idle -addr 127.0.0.1:28083 -pid 1234 -conns 10000 [-admin 127.0.0.1:29083 -token T] [-tls | -h2]
 func idle(args []string) error {
 	fs := flag.NewFlagSet("idle", flag.ExitOnError)
 	addr := fs.String("addr", "", "server address (loopback)")
@@ -31,7 +31,9 @@ func idle(args []string) error {
 	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
 	token := fs.String("token", "", "admin token (--admin-token)")
 	useTLS := fs.Bool("tls", false, "TLS (ALPN http/1.1, any certificate)")
+	useH2 := fs.Bool("h2", false, "HTTP/2 over TLS (ALPN h2): one GET, then no open stream")
 	label := fs.String("label", "", "row label")
+	profile := fs.String("heap-profile", "", "with -admin: write the heap profile (connections open) to this file")
 	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
 	fs.Parse(args)
 	if *addr == "" || *pid == 0 {
@@ -42,7 +44,7 @@ func idle(args []string) error {
 		return err
 	}
 	start := time.Now()
-	open, err := openIdle(*addr, *host, *conns, *useTLS)
+	open, err := openIdle(*addr, *host, *conns, *useTLS, *useH2)
 	defer func() {
 		for _, c := range open {
 			c.Close()
@@ -57,6 +59,11 @@ func idle(args []string) error {
 	if err != nil {
 		return err
 	}
+	if *profile != "" && *admin != "" {
+		if err := saveProfile("http://"+*admin+"/debug/pprof/heap", *token, *profile); err != nil {
+			return err
+		}
+	}
 	n := float64(len(open))
 	per := func(k string) string {
 		a, okA := after[k]
@@ -66,16 +73,21 @@ func idle(args []string) error {
 		}
 		return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
 	}
-	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
+	for _, m := range []map[string]float64{before, after} { // free heap the runtime has not returned to the OS yet
+		if idle, ok := m["go_memstats_heap_idle_bytes"]; ok {
+			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
+		}
+	}
+	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
 		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
-		per("go_memstats_stack_inuse_bytes"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
+		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
 	return nil
 }
 
 func fmtCount(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 
 // openIdle opens n connections (64 at a time), each answered once.
-func openIdle(addr, host string, n int, useTLS bool) ([]net.Conn, error) {
+func openIdle(addr, host string, n int, useTLS, useH2 bool) ([]net.Conn, error) {
 	out := make([]net.Conn, n)
 	errs := make(chan error, 64)
 	var wg sync.WaitGroup
@@ -86,8 +98,10 @@ func openIdle(addr, host string, n int, useTLS bool) ([]net.Conn, error) {
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				c, err := dialIdle(addr, i, useTLS)
-				if err == nil {
+				c, err := dialIdle(addr, i, useTLS, useH2)
+				if err == nil && useH2 {
+					err = oneH2GET(c, host)
+				} else if err == nil {
 					err = oneGET(c, req)
 				}
 				if err != nil {
@@ -125,9 +139,12 @@ func openIdle(addr, host string, n int, useTLS bool) ([]net.Conn, error) {
 
 // dialIdle spreads connections over source addresses 127.0.0.2... (20 000
 // each) so that many fit in the ephemeral port range.
-func dialIdle(addr string, i int, useTLS bool) (net.Conn, error) {
+func dialIdle(addr string, i int, useTLS, useH2 bool) (net.Conn, error) {
 	d := net.Dialer{Timeout: 5 * time.Second,
 		LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, byte(i/20000), byte(2+i%200))}}
+	if useH2 {
+		return dialH2(&d, addr)
+	}
 	if !useTLS {
 		return d.Dial("tcp", addr)
 	}
@@ -183,6 +200,42 @@ func measure(pid int, admin, token string) (map[string]float64, error) {
 
 // adminGet fetches url; with m, it keeps the go_* gauges of the text exposition.
 func adminGet(url, token string, m map[string]float64) error {
+	return adminFetch(url, token, func(body io.Reader) error {
+		if m == nil {
+			_, err := io.Copy(io.Discard, body)
+			return err
+		}
+		sc := bufio.NewScanner(body)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
+				if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+					m[f[0]] = v
+				}
+			}
+		}
+		return sc.Err()
+	})
+}
+
+// saveProfile writes the admin API's profile at url to file.
+func saveProfile(url, token, file string) error {
+	return adminFetch(url, token, func(body io.Reader) error {
+		f, err := os.Create(file)
+		if err != nil {
+			return err
+		}
+		if _, err := io.Copy(f, body); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	})
+}
+
+// adminFetch GETs url with the admin token and hands a 200 answer's body to read.
+func adminFetch(url, token string, read func(io.Reader) error) error {
 	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
@@ -198,19 +251,5 @@ func adminGet(url, token string, m map[string]float64) error {
 	if res.StatusCode != 200 {
 		return fmt.Errorf("%s: status %d", url, res.StatusCode)
 	}
-	if m == nil {
-		_, err = io.Copy(io.Discard, res.Body)
-		return err
-	}
-	sc := bufio.NewScanner(res.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 2 && strings.HasPrefix(f[0], "go_") {
-			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
-				m[f[0]] = v
-			}
-		}
-	}
-	return sc.Err()
+	return read(res.Body)
 }

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -110,11 +111,21 @@ func sink(args []string) error {
 	return nil
 }
 
-func newClient(conns int) *http.Client {
-	return &http.Client{Transport: &http.Transport{
+// newClient keeps up to conns connections; https URLs take any certificate
+// (loopback) and speak HTTP/1.1, or HTTP/2 with h2 (streams multiplexed on
+// as few connections as the server's stream limit allows).
+func newClient(conns int, h2 bool) *http.Client {
+	tr := &http.Transport{
 		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
 		DisableCompression: true, IdleConnTimeout: time.Minute,
-	}, Timeout: 10 * time.Second}
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // #nosec G402: loopback benchmark
+	}
+	if h2 {
+		tr.ForceAttemptHTTP2 = true
+	} else {
+		tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	}
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
 }
 
 func do(c *http.Client, url, host string) error {
@@ -142,8 +153,9 @@ func load(args []string) error {
 	host := fs.String("host", "bench.test", "Host header")
 	conns := fs.Int("conns", 64, "concurrent keep-alive connections")
 	dur := fs.Duration("duration", 10*time.Second, "run time")
+	h2 := fs.Bool("h2", false, "HTTP/2 (https URL): conns concurrent requests, multiplexed")
 	fs.Parse(args)
-	c := newClient(*conns)
+	c := newClient(*conns, *h2)
 	var n, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(*dur)
@@ -185,7 +197,7 @@ func rate(args []string) error {
 	if *r <= 0 {
 		return errors.New("-rate must be positive")
 	}
-	c := newClient(*conns)
+	c := newClient(*conns, false)
 	interval := time.Second / time.Duration(*r)
 	total := int(dur.Seconds() * float64(*r))
 	lat := make([]time.Duration, total)

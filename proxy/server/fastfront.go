@@ -167,7 +167,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
 	ac := &addrConn{Conn: c}
 	ac.wait, _ = c.(readableWaiter)
-	if tc, ok := c.(*tls.Conn); ok { // from TLSFront: the handshake is done
+	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
 		st := tc.ConnectionState()
 		ac.tls = &st
 	}

@@ -35,7 +35,7 @@ const (
 // fasthttp reads while idle only with an empty buffer (a pipelined request
 // already buffered is served without a read), so no byte is lost.
 func (c *addrConn) Read(p []byte) (int, error) {
-	if c.wait != nil && c.idle.Load() && c.park.CompareAndSwap(connServing, connParking) {
+	if c.wait != nil && c.idle.Load() && !buffered(c.wait) && c.park.CompareAndSwap(connServing, connParking) {
 		return 0, io.EOF
 	}
 	return c.Conn.Read(p)
@@ -154,8 +154,15 @@ func (f *FastFront) beginClose() {
 }
 
 // readableWaiter is a connection that can wait for its next byte without a
-// buffer (sockio.Conn: TCP on Linux); others are never parked.
+// buffer (sockio.Conn: TCP on Linux; tlsIdleConn); others are never parked.
 type readableWaiter interface{ AwaitReadable() error }
+
+// buffered reports whether w holds bytes already read from its socket (a TLS
+// connection's records, tlsidle.go): it is not parked then, fasthttp reads.
+func buffered(w readableWaiter) bool {
+	b, ok := w.(interface{ Buffered() bool })
+	return ok && b.Buffered()
+}
 
 // waitReadable waits until c has something to read (a byte, its end, an
 // error) or idle passes.

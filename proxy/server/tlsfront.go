@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // TLSFront serves a TLS listener. It makes the handshake itself and hands
@@ -42,6 +44,10 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	if err != nil {
 		return nil, err
 	}
+	// HTTP/2 answers' headers are not added to HPACK's dynamic table (as
+	// nginx does): an idle connection then holds no encoder table (its maps
+	// and entries, 1-5 KiB); the static table and Huffman coding still apply.
+	std.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
 	switch kind {
 	case "", FrontStd:
@@ -100,7 +106,7 @@ func (t *TLSFront) Serve(l net.Listener) error {
 // serveConn makes the handshake and hands the connection on by ALPN.
 func (t *TLSFront) serveConn(c net.Conn) {
 	defer t.wg.Done()
-	tc := tls.Server(c, t.cfg)
+	tc, rec := tlsServer(sockio.Wrap(c), t.cfg)
 	ctx, cancel := context.WithTimeout(t.ctx, t.handshake)
 	err := tc.HandshakeContext(ctx)
 	cancel()
@@ -108,11 +114,14 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	q := t.h2
-	if t.fast != nil && tc.ConnectionState().NegotiatedProtocol != "h2" {
-		q = t.h1
+	if t.fast == nil || tc.ConnectionState().NegotiatedProtocol == "h2" {
+		if rec != nil {
+			rec.free = true // net/http is never parked: no cutting
+		}
+		t.h2.push(tc)
+		return
 	}
-	q.push(tc)
+	t.h1.push(parkable(tc, rec))
 }
 
 // Shutdown stops accepting and handshaking, then shuts both servers down

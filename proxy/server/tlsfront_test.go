@@ -49,6 +49,12 @@ func testCertificate(t testing.TB) (tls.Certificate, *x509.CertPool) {
 // tlsProxy is a Server behind a TLSFront of the given kind on loopback.
 func tlsProxy(t testing.TB, kind string, snap *snapshot.Snapshot) (*TLSFront, string, *x509.CertPool) {
 	t.Helper()
+	return tlsProxyWith(t, kind, snap, FrontOptions{})
+}
+
+// tlsProxyWith is tlsProxy with front options (the certificate is added).
+func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
 	done := make(chan struct{})
@@ -62,7 +68,8 @@ func tlsProxy(t testing.TB, kind string, snap *snapshot.Snapshot) (*TLSFront, st
 		t.Fatal(err)
 	}
 	cert, pool := testCertificate(t)
-	tf, err := s.TLSFront(kind, FrontOptions{Certificates: []tls.Certificate{cert}})
+	fo.Certificates = []tls.Certificate{cert}
+	tf, err := s.TLSFront(kind, fo)
 	if err != nil {
 		t.Fatal(err)
 	}
