@@ -538,9 +538,10 @@ func TestDashboardShowsBlocked(t *testing.T) {
 	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--reason", "e2e drain all", "--wait"); err != nil || code != 0 {
 		t.Fatalf("drain SC1 --wait: exit %d %v\n%s", code, err, o)
 	}
-	if o, code, err := f.Lbctl(ctx, "drain", "--cluster", "demo-main", "--subcluster", "SC2", "--reason", "e2e drain all"); err != nil || code != 0 {
-		t.Fatalf("drain SC2: exit %d %v\n%s", code, err, o)
-	}
+	// lbctl refuses the last drain before writing (issue 15); written by
+	// hand, as etcdctl would, it reaches the scheduler, which cannot
+	// publish it.
+	drainByHand(t, ctx, f, "demo-main", "SC2", "e2e drain all")
 	const reason = "100 drops all traffic; set allow_full_drop to allow it"
 	took := waitInPage(t, bctx, heading, "BFE1 BLOCKED with the validator's reason", 30*time.Second, func(s string) bool {
 		return strings.Contains(s, "BLOCKED") && strings.Contains(s, reason) && !strings.Contains(s, "converged")

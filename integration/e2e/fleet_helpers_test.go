@@ -116,3 +116,23 @@ func statuses(ctx context.Context, f *fleet.Fleet, pc string) (map[string]report
 	}
 	return out, nil
 }
+
+// drainByHand adds a drain to the desired state straight in etcd, as
+// etcdctl would, bypassing lbctl's checks.
+func drainByHand(t *testing.T, ctx context.Context, f *fleet.Fleet, cluster, subcluster, reason string) {
+	t.Helper()
+	r, err := f.Client.Get(ctx, f.Layout.Desired())
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("read the desired state: %v", err)
+	}
+	var st map[string]any
+	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+		t.Fatal(err)
+	}
+	drains, _ := st["drains"].([]any)
+	st["drains"] = append(drains, map[string]any{"cluster": cluster, "subcluster": subcluster, "reason": reason})
+	raw, _ := json.Marshal(st)
+	if _, err := f.Client.Put(ctx, f.Layout.Desired(), string(raw)); err != nil {
+		t.Fatal(err)
+	}
+}

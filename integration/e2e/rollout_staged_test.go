@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -331,7 +332,7 @@ func TestRolloutStagedPauseResumeAbort(t *testing.T) {
 		t.Fatalf("rollout abort: exit %d, %v\n%s", code, err, out)
 	}
 	rec = waitStaged(t, f, 10*time.Second, "aborted", func(r rs.Staged) bool { return r.State == rs.StageAborted })
-	if !strings.Contains(rec.Reason, "aborted by lbctl:") || rec.RollbackVersion <= rec.CandidateVersion {
+	if !regexp.MustCompile(`aborted by \S+@\S+`).MatchString(rec.Reason) || rec.RollbackVersion <= rec.CandidateVersion {
 		t.Fatalf("aborted record %+v, want the author and a republished stable version", rec)
 	}
 	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.RollbackVersion {

@@ -293,19 +293,7 @@ func TestDrainOfEverySubclusterRefusedThenBlocked(t *testing.T) {
 	}
 
 	// The same drain written by hand, as etcdctl would: BLOCKED.
-	r, err := f.Client.Get(ctx, f.Layout.Desired())
-	if err != nil {
-		t.Fatal(err)
-	}
-	var st map[string]any
-	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
-		t.Fatal(err)
-	}
-	st["drains"] = append(st["drains"].([]any), map[string]any{"cluster": "demo-main", "subcluster": "SC2", "reason": "by hand"})
-	raw, _ := json.Marshal(st)
-	if _, err := f.Client.Put(ctx, f.Layout.Desired(), string(raw)); err != nil {
-		t.Fatal(err)
-	}
+	drainByHand(t, ctx, f, "demo-main", "SC2", "by hand")
 	sk, _ := f.Layout.Shift("s-hand")
 	if _, err := f.Client.Put(ctx, sk, `{"id": "s-hand", "proxy_cluster": "BFE1", "percent": "fifty"}`); err != nil {
 		t.Fatal(err)
