@@ -59,8 +59,9 @@ type Config struct {
 	Client *clientv3.Client
 	// TTL of each lease, rounded up to whole seconds; at least 1s.
 	TTL time.Duration
-	// OpTimeout bounds one grant or revoke (default 5s).
-	OpTimeout time.Duration
+	// OpTimeout bounds one grant (default 5s); RevokeTimeout one revoke
+	// (default OpTimeout), which may hold up a stop while etcd is away.
+	OpTimeout, RevokeTimeout time.Duration
 	// Backoff paces grant attempts after failures (zero value: the
 	// api/backoff defaults). It is reset after each granted lease.
 	Backoff backoff.Policy
@@ -93,6 +94,9 @@ func New(cfg Config) (*Keeper, error) {
 	if cfg.OpTimeout <= 0 {
 		cfg.OpTimeout = 5 * time.Second
 	}
+	if cfg.RevokeTimeout <= 0 {
+		cfg.RevokeTimeout = cfg.OpTimeout
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -117,7 +121,7 @@ func (k *Keeper) Abandon() { k.abandon.Store(true) }
 // it, and when the session ends or hold reports the lease lost, revokes
 // what may be left of the old lease and opens a new one (the first retry at
 // once, then with backoff while grants fail). When ctx is done it revokes
-// the lease (bounded by OpTimeout; skipped after Abandon) and returns nil.
+// the lease (bounded by RevokeTimeout; skipped after Abandon) and returns nil.
 func (k *Keeper) Run(ctx context.Context, hold Hold) error {
 	if !k.running.CompareAndSwap(false, true) {
 		return fmt.Errorf("lease: %s keeper is already running", k.cfg.Name)
@@ -223,7 +227,7 @@ func (k *Keeper) close(ctx context.Context, s *concurrency.Session) {
 
 // revoke drops id, with its own deadline (ctx may be done already).
 func (k *Keeper) revoke(ctx context.Context, lessor clientv3.Lease, id clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.OpTimeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), k.cfg.RevokeTimeout)
 	defer cancel()
 	if _, err := lessor.Revoke(rctx, id); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
