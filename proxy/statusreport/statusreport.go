@@ -17,8 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/api/lease"
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/lease"
 	"github.com/sluicelb/sluice/api/report"
 )
 
