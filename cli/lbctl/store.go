@@ -126,7 +126,7 @@ func (e *env) pointers(ctx context.Context) (map[string]snapshot.Pointer, error)
 			continue
 		}
 		var p snapshot.Pointer
-		if err := json.Unmarshal(kv.Value, &p); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &p); err != nil {
 			return nil, fmt.Errorf("pointer %s: %w", kv.Key, err)
 		}
 		out[pc] = p
@@ -152,7 +152,7 @@ func (e *env) manifest(ctx context.Context, pc string, v uint64) (snapshot.Manif
 		return snapshot.Manifest{}, fmt.Errorf("snapshot %s v%d does not exist (history may have been trimmed)", pc, v)
 	}
 	var m snapshot.Manifest
-	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &m); err != nil {
 		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", k, err)
 	}
 	return m, nil
@@ -222,7 +222,7 @@ func (e *env) history(ctx context.Context, pc string) ([]snapshot.Manifest, erro
 	var out []snapshot.Manifest
 	for _, kv := range r.Kvs {
 		var m snapshot.Manifest
-		if err := json.Unmarshal(kv.Value, &m); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &m); err != nil {
 			continue
 		}
 		m.Inline = nil
@@ -258,7 +258,7 @@ func (e *env) instances(ctx context.Context, cluster string) ([]report.Instance,
 	var out []report.Instance
 	for _, kv := range r.Kvs {
 		var in report.Instance
-		if err := json.Unmarshal(kv.Value, &in); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &in); err != nil {
 			continue
 		}
 		if cluster == "" || in.Cluster == cluster {

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -129,7 +130,7 @@ func (f *Fleet) Snapshot(ctx context.Context, pc string, version uint64) (*snaps
 		return nil, fmt.Errorf("snapshot %s v%d missing", pc, version)
 	}
 	var m snapshot.Manifest
-	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
+	if err := codec.DecodeValue(string(r.Kvs[0].Key), r.Kvs[0].Value, &m); err != nil {
 		return nil, err
 	}
 	return snapshot.Decode(m, func(d string) ([]byte, error) {

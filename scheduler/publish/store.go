@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -97,7 +96,7 @@ func (p *Publisher) LoadCurrent(ctx context.Context, cache map[string]*snapshot.
 			continue
 		}
 		var ptr snapshot.Pointer
-		if err := json.Unmarshal(kv.Value, &ptr); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &ptr); err != nil {
 			firstErr = fmt.Errorf("pointer %s: %w", kv.Key, err)
 			continue
 		}
