@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/sluicelb/sluice/testkit/poll"
 	"net/http"
 	"sort"
 	"testing"
@@ -39,7 +40,7 @@ func TestTraceOfCrossSubclusterRetry(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d, want 200 after the cross retry", res.StatusCode)
 	}
-	eventually(t, 5e9, "server span exported", func() bool {
+	poll.EventuallyTrue(t, 5e9, "server span exported", func() bool {
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.Name() == "sluice.request" {
 				return true

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -97,13 +99,7 @@ func TestRunFlushesPeriodicallyAndAtStop(t *testing.T) {
 	done := make(chan struct{})
 	go func() { w.Run(ctx, 5*time.Millisecond); close(done) }()
 	w.Write([]byte("tick\n"))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(r.get()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the periodic flush never wrote the line")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	poll.EventuallyTrue(t, 5*time.Second, "the periodic flush wrote the line", func() bool { return len(r.get()) != 0 })
 	w.Write([]byte("last\n"))
 	cancel()
 	<-done
