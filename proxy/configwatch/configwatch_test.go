@@ -14,8 +14,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/proxy/faultproxy"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 

@@ -9,8 +9,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
-	"github.com/sluicelb/sluice/proxy/faultproxy"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
