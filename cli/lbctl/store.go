@@ -13,6 +13,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -140,22 +141,11 @@ func (e *env) manifest(ctx context.Context, pc string, v uint64) (snapshot.Manif
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	k, err := e.layout.Snapshot(pc, v)
-	if err != nil {
-		return snapshot.Manifest{}, err
+	m, found, err := snapio.Manifest(ctx, cli, e.layout, pc, v)
+	if err == nil && !found {
+		err = fmt.Errorf("snapshot %s v%d does not exist (history may have been trimmed)", pc, v)
 	}
-	r, err := cli.Get(ctx, k)
-	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("read %s: %w", k, err)
-	}
-	if len(r.Kvs) == 0 {
-		return snapshot.Manifest{}, fmt.Errorf("snapshot %s v%d does not exist (history may have been trimmed)", pc, v)
-	}
-	var m snapshot.Manifest
-	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &m); err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", k, err)
-	}
-	return m, nil
+	return m, err
 }
 
 // snapshot reads and decodes one snapshot.
@@ -164,21 +154,7 @@ func (e *env) snapshot(ctx context.Context, pc string, v uint64) (*snapshot.Snap
 	if err != nil {
 		return nil, err
 	}
-	cli := e.client
-	return snapshot.Decode(m, func(d string) ([]byte, error) {
-		k, err := e.layout.Part(d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := cli.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		if len(r.Kvs) == 0 {
-			return nil, snapshot.ErrMissingPart
-		}
-		return r.Kvs[0].Value, nil
-	})
+	return snapshot.Decode(m, snapio.Parts(ctx, e.client, e.layout))
 }
 
 // liveSnapshots returns the snapshot current/<pc> points to for each proxy
