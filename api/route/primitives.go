@@ -6,6 +6,8 @@ import (
 	"net/textproto"
 	"sort"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The primitives, with BFE's names and argument conventions. Lists are
@@ -98,7 +100,7 @@ var signatures = map[string]signature{
 		l, err := list(a, 0, false)
 		if err == nil {
 			for _, m := range l {
-				if !isToken(m) {
+				if !httpguts.ValidHeaderFieldName(m) {
 					return nil, &argError{0, fmt.Sprintf("method %q is not an HTTP token", truncate(m))}
 				}
 			}
@@ -133,7 +135,7 @@ var signatures = map[string]signature{
 			return nil, err
 		}
 		for i, h := range l {
-			if !isToken(h) {
+			if !httpguts.ValidHeaderFieldName(h) {
 				return nil, &argError{0, fmt.Sprintf("header name %q is not an HTTP token", truncate(h))}
 			}
 			l[i] = textproto.CanonicalMIMEHeaderKey(h)
@@ -141,7 +143,7 @@ var signatures = map[string]signature{
 		return &headerKeyIn{headers: l}, nil
 	}},
 	"req_header_value_in": {params: []param{pStr("header"), pList("values"), pCI}, build: func(a []arg) (matcher, *argError) {
-		if !isToken(a[0].s) {
+		if !httpguts.ValidHeaderFieldName(a[0].s) {
 			return nil, &argError{0, fmt.Sprintf("header name %q is not an HTTP token", truncate(a[0].s))}
 		}
 		l, err := list(a, 1, a[2].b)
@@ -406,21 +408,4 @@ func lowerASCII(s string) string {
 		}
 	}
 	return s
-}
-
-// isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
 }
