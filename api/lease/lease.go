@@ -138,8 +138,13 @@ func (k *Keeper) Run(ctx context.Context, hold Hold) error {
 			continue
 		}
 		bo.Reset()
-		k.hold(ctx, s, hold)
+		lost := k.hold(ctx, s, hold)
 		k.close(ctx, s)
+		if !lost && ctx.Err() == nil {
+			// The holder failed or gave up with the lease alive: do not
+			// spin on grants.
+			backoff.Sleep(ctx, bo.Next())
+		}
 	}
 	return nil
 }
@@ -185,8 +190,9 @@ func (k *Keeper) open(ctx context.Context) (*concurrency.Session, error) {
 }
 
 // hold runs the holder until the session ends, the holder reports the lease
-// lost, or ctx is done.
-func (k *Keeper) hold(ctx context.Context, s *concurrency.Session, hold Hold) {
+// lost, or ctx is done. It reports whether the lease was lost (a new one is
+// taken at once).
+func (k *Keeper) hold(ctx context.Context, s *concurrency.Session, hold Hold) bool {
 	hctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -199,17 +205,22 @@ func (k *Keeper) hold(ctx context.Context, s *concurrency.Session, hold Hold) {
 	err := hold(hctx, s.Lease())
 	switch {
 	case ctx.Err() != nil:
+		return false
 	case err != nil && !IsLost(err):
 		k.log.Warn("lease holder failed; taking a new lease", "lease", int64(s.Lease()), "err", err)
+		return false
 	case err != nil:
 		k.log.Warn("lease lost; taking a new one", "lease", int64(s.Lease()), "err", err)
+		return true
+	}
+	select {
+	case <-s.Done():
+		k.hookErr("keepalive", errors.New("keepalive channel closed"))
+		k.log.Warn("lease keepalive ended (lease expired, revoked, or etcd unreachable past the TTL); taking a new one", "lease", int64(s.Lease()))
+		return true
 	default:
-		select {
-		case <-s.Done():
-			k.hookErr("keepalive", errors.New("keepalive channel closed"))
-			k.log.Warn("lease keepalive ended (lease expired, revoked, or etcd unreachable past the TTL); taking a new one", "lease", int64(s.Lease()))
-		default:
-		}
+		k.log.Warn("lease holder returned with the lease alive; taking a new lease", "lease", int64(s.Lease()))
+		return false
 	}
 }
 

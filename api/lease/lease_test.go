@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -181,5 +182,27 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	if _, err := New(Config{Client: cli, TTL: 500 * time.Millisecond}); err == nil {
 		t.Error("sub-second TTL accepted")
+	}
+}
+
+// A holder that fails with the lease alive does not make the keeper spin:
+// the next lease comes after a backoff delay.
+func TestFailingHolderBacksOff(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	granted := make(chan time.Time, 10)
+	hold := func(ctx context.Context, id clientv3.LeaseID) error { return errors.New("holder broke") }
+	_, stop := start(t, Config{Client: cli, TTL: 30 * time.Second, Backoff: backoff.Policy{Min: 400 * time.Millisecond, Max: 400 * time.Millisecond},
+		Hooks: Hooks{Granted: func(clientv3.LeaseID) { granted <- time.Now() }}}, hold)
+	defer stop()
+	first := <-granted
+	var second time.Time
+	select {
+	case second = <-granted:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no second lease")
+	}
+	// Jittered into [Min/2, Min): at least 200ms apart.
+	if gap := second.Sub(first); gap < 200*time.Millisecond {
+		t.Fatalf("second lease %s after the first, want a backoff of at least 200ms", gap)
 	}
 }
