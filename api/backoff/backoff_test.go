@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -52,4 +53,20 @@ func TestSleepStopsWithContext(t *testing.T) {
 	if !Sleep(context.Background(), time.Millisecond) {
 		t.Fatal("Sleep of 1ms did not complete")
 	}
+}
+
+// Sleep waits exactly d, or until ctx is done (fake clock: synctest).
+func TestSleepWaitsTheDelayOrTheContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		if !Sleep(context.Background(), time.Hour) || time.Since(start) != time.Hour {
+			t.Fatalf("Sleep(1h) returned after %s", time.Since(start))
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(10*time.Minute, cancel)
+		start = time.Now()
+		if Sleep(ctx, time.Hour) || time.Since(start) != 10*time.Minute {
+			t.Fatalf("Sleep cancelled at 10m returned after %s", time.Since(start))
+		}
+	})
 }

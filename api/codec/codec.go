@@ -85,3 +85,14 @@ func DecodeFields(raw []byte, v any) error {
 	}
 	return nil
 }
+
+// DecodeValue decodes a value stored in etcd under key strictly, as
+// UnmarshalJSON does; the error names the key. Every record Sluice reads
+// back from etcd (pointers, manifests, status, demand, registrations,
+// leader records) is decoded through it or UnmarshalJSON.
+func DecodeValue(key string, raw []byte, v any) error {
+	if err := UnmarshalJSON(raw, v); err != nil {
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	return nil
+}

@@ -93,3 +93,16 @@ func TestExplicitZeroKeptOverDefault(t *testing.T) {
 		t.Errorf("policy = %+v; want retry_max 0 as written and other defaults", p.Retry)
 	}
 }
+
+func TestDecodeValueNamesTheKey(t *testing.T) {
+	var v struct {
+		Version int64 `json:"version"`
+	}
+	if err := codec.DecodeValue("/sluice/current/pc1", []byte(`{"version":3}`), &v); err != nil || v.Version != 3 {
+		t.Fatalf("good value: %v, %+v", err, v)
+	}
+	err := codec.DecodeValue("/sluice/current/pc1", []byte(`{"version":3,"extra":1}`), &v)
+	if err == nil || !strings.HasPrefix(err.Error(), "/sluice/current/pc1: ") || !strings.Contains(err.Error(), "extra") {
+		t.Fatalf("unknown field: got %v, want an error naming the key and the field", err)
+	}
+}

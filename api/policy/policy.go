@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicelb/sluice/api/config"
 )
 
@@ -130,21 +132,7 @@ func call(s, name string) (string, bool) {
 
 // IsToken reports whether s is a non-empty RFC 9110 token (header and
 // cookie names, methods).
-func IsToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
-			continue
-		}
-		if !strings.ContainsRune("!#$%&'*+-.^_`|~", rune(c)) {
-			return false
-		}
-	}
-	return true
-}
+func IsToken(s string) bool { return httpguts.ValidHeaderFieldName(s) }
 
 // Mode is a sub-cluster (GSLB) mode, policy.balance.subcluster_mode.
 type Mode uint8

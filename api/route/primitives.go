@@ -7,7 +7,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/sluicelb/sluice/api/policy"
+	"golang.org/x/net/http/httpguts"
 )
 
 // The primitives, with BFE's names and argument conventions. Lists are
@@ -100,7 +100,7 @@ var signatures = map[string]signature{
 		l, err := list(a, 0, false)
 		if err == nil {
 			for _, m := range l {
-				if !isToken(m) {
+				if !httpguts.ValidHeaderFieldName(m) {
 					return nil, &argError{0, fmt.Sprintf("method %q is not an HTTP token", truncate(m))}
 				}
 			}
@@ -135,7 +135,7 @@ var signatures = map[string]signature{
 			return nil, err
 		}
 		for i, h := range l {
-			if !isToken(h) {
+			if !httpguts.ValidHeaderFieldName(h) {
 				return nil, &argError{0, fmt.Sprintf("header name %q is not an HTTP token", truncate(h))}
 			}
 			l[i] = textproto.CanonicalMIMEHeaderKey(h)
@@ -143,7 +143,7 @@ var signatures = map[string]signature{
 		return &headerKeyIn{headers: l}, nil
 	}},
 	"req_header_value_in": {params: []param{pStr("header"), pList("values"), pCI}, build: func(a []arg) (matcher, *argError) {
-		if !isToken(a[0].s) {
+		if !httpguts.ValidHeaderFieldName(a[0].s) {
 			return nil, &argError{0, fmt.Sprintf("header name %q is not an HTTP token", truncate(a[0].s))}
 		}
 		l, err := list(a, 1, a[2].b)
@@ -409,6 +409,3 @@ func lowerASCII(s string) string {
 	}
 	return s
 }
-
-// isToken reports whether s is a non-empty RFC 9110 token.
-func isToken(s string) bool { return policy.IsToken(s) }

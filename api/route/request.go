@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // Request is what conditions are evaluated against: the HTTP request plus
@@ -153,7 +155,7 @@ func parseCookies(dst []pair, line string) []pair {
 		part, line, _ = strings.Cut(line, ";")
 		part = strings.TrimSpace(part)
 		name, val, ok := strings.Cut(part, "=")
-		if !ok || name == "" || !isToken(name) {
+		if !ok || !httpguts.ValidHeaderFieldName(name) {
 			continue
 		}
 		if len(val) > 1 && val[0] == '"' && val[len(val)-1] == '"' {

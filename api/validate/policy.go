@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/policy"
@@ -93,7 +95,7 @@ func (c *collector) policy(path string, p config.Policy) {
 	if b.BoundedLoadPercent != 0 && (b.BoundedLoadPercent < 100 || b.BoundedLoadPercent > MaxBoundedLoad) {
 		c.add(bp+".bounded_load_percent", "%d is neither 0 (off) nor in 100..%d", b.BoundedLoadPercent, MaxBoundedLoad)
 	}
-	if b.StickyCookie != "" && !isCookieName(b.StickyCookie) {
+	if b.StickyCookie != "" && !httpguts.ValidHeaderFieldName(b.StickyCookie) {
 		c.add(bp+".sticky_cookie", "%q is not a valid cookie name (an HTTP token)", b.StickyCookie)
 	} else if b.StickyCookie == "" && b.Instance == config.InstanceStickyCookie {
 		c.add(bp+".sticky_cookie", "is empty; instance mode sticky-cookie needs a cookie name")
@@ -172,18 +174,15 @@ func (c *collector) policy(path string, p config.Policy) {
 
 func (c *collector) hashHeader(path, h string) {
 	if name, ok := strings.CutPrefix(h, "Cookie:"); ok {
-		if !isCookieName(name) {
+		if !httpguts.ValidHeaderFieldName(name) {
 			c.add(path, "%q: cookie name %q is not an HTTP token", h, name)
 		}
 		return
 	}
-	if !isCookieName(h) {
+	if !httpguts.ValidHeaderFieldName(h) {
 		c.add(path, "%q is not a header name (an HTTP token) or \"Cookie:NAME\"", h)
 	}
 }
-
-// isCookieName reports whether s is an RFC 6265 cookie name (an RFC 9110 token).
-func isCookieName(s string) bool { return policy.IsToken(s) }
 
 // subClusters checks the sub-clusters of one cluster and their instances.
 // idcOK reports whether an IDC name is known (nil: only syntax is checked).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/go-retryablehttp"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 )
 
@@ -99,7 +100,7 @@ func (e *env) schedulerURL(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("no scheduler leader in etcd (%s); give --scheduler URL", e.layout.Leader())
 	}
 	var l report.Leader
-	if err := json.Unmarshal(r.Kvs[0].Value, &l); err != nil || l.APIAddr == "" {
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &l); err != nil || l.APIAddr == "" {
 		return "", fmt.Errorf("leader record %s has no API address; give --scheduler URL", e.layout.Leader())
 	}
 	return withScheme(l.APIAddr), nil

@@ -2,7 +2,6 @@ package lbctl
 
 import (
 	"bufio"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -166,9 +165,7 @@ func validateCommand() *cli.Command {
 			if err != nil {
 				return inFile(path, raw, err)
 			}
-			var probe map[string]json.RawMessage
-			_ = json.Unmarshal(j, &probe)
-			if _, isSnap := probe["meta"]; isSnap {
+			if codec.KindOf(j) == codec.KindSnapshot {
 				s, err := snapshot.Unmarshal(j)
 				if err != nil {
 					return inFile(path, raw, err)

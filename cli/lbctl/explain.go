@@ -1,7 +1,6 @@
 package lbctl
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -131,9 +130,7 @@ func decodeSnapshotOrState(raw []byte, proxyCluster string) (*snapshot.Snapshot,
 	if err != nil {
 		return nil, err
 	}
-	var probe map[string]json.RawMessage
-	_ = json.Unmarshal(j, &probe)
-	if _, isSnap := probe["meta"]; isSnap {
+	if codec.KindOf(j) == codec.KindSnapshot {
 		return snapshot.Unmarshal(j)
 	}
 	var st config.State

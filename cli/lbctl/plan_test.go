@@ -10,8 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // plan --what-if asks a real scheduler (found through its leader key) and
@@ -31,30 +33,20 @@ func TestPlanWhatIfAgainstScheduler(t *testing.T) {
 		s.Wait()
 	}()
 	deadline := time.Now().Add(30 * time.Second)
-	for {
+	poll.EventuallyTrue(t, time.Until(deadline), "a scheduler leader", func() bool {
 		r, err := h.cli.Get(context.Background(), h.layout.Leader())
-		if err == nil && len(r.Kvs) == 1 {
-			var l report.Leader
-			if json.Unmarshal(r.Kvs[0].Value, &l) == nil && l.APIAddr != "" {
-				break
-			}
+		if err != nil || len(r.Kvs) != 1 {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no scheduler leader")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+		var l report.Leader
+		return codec.UnmarshalJSON(r.Kvs[0].Value, &l) == nil && l.APIAddr != ""
+	})
 	// The first publication of every proxy cluster of static.yaml: one
 	// appearing after "before" was read would look like a what-if publishing.
-	for {
-		if p, err := h.pointersNow(); err == nil && p["BFE1"] > 0 && p["BFE2"] > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("nothing published")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+	poll.EventuallyTrue(t, time.Until(deadline), "BFE1 and BFE2 published", func() bool {
+		p, err := h.pointersNow()
+		return err == nil && p["BFE1"] > 0 && p["BFE2"] > 0
+	})
 	before, _ := h.pointersNow()
 	out := h.mustRun("plan", "--what-if", "drain demo-main/SC1", "--cluster", "demo-main")
 	if !strings.Contains(out, "WHAT-IF (not published)") || !strings.Contains(out, "BFE1") {

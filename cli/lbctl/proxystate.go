@@ -2,12 +2,12 @@ package lbctl
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/rollout"
 )
@@ -40,7 +40,7 @@ func (e *env) statusesUnder(ctx context.Context, prefix string) ([]report.ProxyS
 	var out []report.ProxyStatus
 	for _, kv := range r.Kvs {
 		var st report.ProxyStatus
-		if json.Unmarshal(kv.Value, &st) == nil {
+		if codec.UnmarshalJSON(kv.Value, &st) == nil {
 			out = append(out, st)
 		}
 	}
@@ -67,7 +67,7 @@ func (e *env) schedulerStatus(ctx context.Context) (*report.SchedulerStatus, err
 		return nil, nil
 	}
 	var st report.SchedulerStatus
-	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
 		return nil, fmt.Errorf("scheduler status at %s: %w", e.layout.SchedulerStatus(), err)
 	}
 	return &st, nil

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -130,7 +131,7 @@ func (e *env) pointers(ctx context.Context) (map[string]snapshot.Pointer, error)
 			continue
 		}
 		var p snapshot.Pointer
-		if err := json.Unmarshal(kv.Value, &p); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &p); err != nil {
 			return nil, fmt.Errorf("pointer %s: %w", kv.Key, err)
 		}
 		out[pc] = p
@@ -144,22 +145,11 @@ func (e *env) manifest(ctx context.Context, pc string, v uint64) (snapshot.Manif
 	if err != nil {
 		return snapshot.Manifest{}, err
 	}
-	k, err := e.layout.Snapshot(pc, v)
-	if err != nil {
-		return snapshot.Manifest{}, err
+	m, found, err := snapio.Manifest(ctx, cli, e.layout, pc, v)
+	if err == nil && !found {
+		err = fmt.Errorf("snapshot %s v%d does not exist (history may have been trimmed)", pc, v)
 	}
-	r, err := cli.Get(ctx, k)
-	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("read %s: %w", k, err)
-	}
-	if len(r.Kvs) == 0 {
-		return snapshot.Manifest{}, fmt.Errorf("snapshot %s v%d does not exist (history may have been trimmed)", pc, v)
-	}
-	var m snapshot.Manifest
-	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("manifest %s: %w", k, err)
-	}
-	return m, nil
+	return m, err
 }
 
 // snapshot reads and decodes one snapshot.
@@ -168,21 +158,7 @@ func (e *env) snapshot(ctx context.Context, pc string, v uint64) (*snapshot.Snap
 	if err != nil {
 		return nil, err
 	}
-	cli := e.client
-	return snapshot.Decode(m, func(d string) ([]byte, error) {
-		k, err := e.layout.Part(d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := cli.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		if len(r.Kvs) == 0 {
-			return nil, snapshot.ErrMissingPart
-		}
-		return r.Kvs[0].Value, nil
-	})
+	return snapshot.Decode(m, snapio.Parts(ctx, e.client, e.layout))
 }
 
 // liveSnapshots returns the snapshot current/<pc> points to for each proxy
@@ -226,7 +202,7 @@ func (e *env) history(ctx context.Context, pc string) ([]snapshot.Manifest, erro
 	var out []snapshot.Manifest
 	for _, kv := range r.Kvs {
 		var m snapshot.Manifest
-		if err := json.Unmarshal(kv.Value, &m); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &m); err != nil {
 			continue
 		}
 		m.Inline = nil
@@ -262,7 +238,7 @@ func (e *env) instances(ctx context.Context, cluster string) ([]report.Instance,
 	var out []report.Instance
 	for _, kv := range r.Kvs {
 		var in report.Instance
-		if err := json.Unmarshal(kv.Value, &in); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &in); err != nil {
 			continue
 		}
 		if cluster == "" || in.Cluster == cluster {

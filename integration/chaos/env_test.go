@@ -27,6 +27,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // The compose fleet (deploy/compose/docker-compose.yml, project "sluice").
@@ -180,20 +181,11 @@ func mustDocker(t *testing.T, args ...string) string {
 }
 
 // eventually polls cond until it returns nil or the deadline passes.
+// Each check costs requests to the containers: every 200ms. It returns how
+// long cond took to hold.
 func eventually(t *testing.T, what string, limit time.Duration, cond func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	deadline := start.Add(limit)
-	for {
-		err := cond()
-		if err == nil {
-			return time.Since(start)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %v", what, limit, err)
-		}
-		time.Sleep(200 * time.Millisecond) // poll interval, not a wait for state
-	}
+	return poll.Every(t, limit, 200*time.Millisecond, what, cond)
 }
 
 // healthy reports whether every named container is running and, when it

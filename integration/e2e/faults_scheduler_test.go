@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/integration/fleet"
-	"github.com/sluicelb/sluice/proxy/faultproxy"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
 )
 
 // Catalogue B3: the leading scheduler is cut off from etcd (a fault proxy

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/integration/fleet"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 var binDir string
@@ -76,19 +77,10 @@ func dumpLogs(t *testing.T, dir string) {
 }
 
 // eventually polls cond until it returns nil or the timeout passes.
+// Each check costs requests to the fleet: every 100ms.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var err error
-	for {
-		if err = cond(); err == nil {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %s: %v", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond) // poll interval, not a wait for state
-	}
+	poll.Every(t, timeout, 100*time.Millisecond, what, cond)
 }
 
 // outcome is what one client request got.

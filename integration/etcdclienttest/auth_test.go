@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // authServer starts etcd with auth on: root, and user sluice with
@@ -34,16 +35,7 @@ func newClient(t *testing.T, cfg etcdclient.Config) *etcdclient.Client {
 // eventually polls f every 50ms until it returns nil or d passes.
 func eventually(t *testing.T, d time.Duration, what string, f func() error) time.Duration {
 	t.Helper()
-	start := time.Now()
-	var err error
-	for time.Since(start) < d {
-		if err = f(); err == nil {
-			return time.Since(start)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s: %v", what, d, err)
-	return 0
+	return poll.Every(t, d, 50*time.Millisecond, what, f)
 }
 
 func put(c *etcdclient.Client, key, val string) error {

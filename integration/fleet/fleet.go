@@ -372,7 +372,7 @@ func (f *Fleet) Current(ctx context.Context, pc string) (snapshot.Pointer, error
 		return snapshot.Pointer{}, fmt.Errorf("no snapshot published for %s", pc)
 	}
 	var p snapshot.Pointer
-	err = json.Unmarshal(r.Kvs[0].Value, &p)
+	err = codec.DecodeValue(string(r.Kvs[0].Key), r.Kvs[0].Value, &p)
 	return p, err
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -117,35 +118,14 @@ func (f *Fleet) serving(ctx context.Context) error {
 
 // Snapshot reads and decodes one published snapshot of a proxy cluster.
 func (f *Fleet) Snapshot(ctx context.Context, pc string, version uint64) (*snapshot.Snapshot, error) {
-	k, err := f.Layout.Snapshot(pc, version)
+	m, found, err := snapio.Manifest(ctx, f.Client, f.Layout, pc, version)
 	if err != nil {
 		return nil, err
 	}
-	r, err := f.Client.Get(ctx, k)
-	if err != nil {
-		return nil, err
-	}
-	if len(r.Kvs) == 0 {
+	if !found {
 		return nil, fmt.Errorf("snapshot %s v%d missing", pc, version)
 	}
-	var m snapshot.Manifest
-	if err := json.Unmarshal(r.Kvs[0].Value, &m); err != nil {
-		return nil, err
-	}
-	return snapshot.Decode(m, func(d string) ([]byte, error) {
-		pk, err := f.Layout.Part(d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := f.Client.Get(ctx, pk)
-		if err != nil {
-			return nil, err
-		}
-		if len(r.Kvs) == 0 {
-			return nil, snapshot.ErrMissingPart
-		}
-		return r.Kvs[0].Value, nil
-	})
+	return snapshot.Decode(m, snapio.Parts(ctx, f.Client, f.Layout))
 }
 
 func getJSON(ctx context.Context, url string, v any) error {

@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -36,11 +37,14 @@ func benchEnv(b *testing.B, mode string, n int) *env {
 // BenchmarkPick is one full two-level pick: sub-cluster (consistent, client
 // IP hash) then instance, Start+Next+Done+Release on a Selection the caller
 // owns — the server's path (the Selection lives in its per-request state).
+// It runs every instance algorithm (allInstanceModes, the table the
+// algorithm tests share; "random(2)" and "source/consistent" are named
+// random(2) and source-consistent here).
 func BenchmarkPick(b *testing.B) {
-	for _, mode := range []string{config.InstanceWRR, config.InstanceWLC, config.InstanceLeastConn, config.InstanceWLCRandom,
-		config.InstanceP2CEWMA, config.InstanceSticky, config.InstanceRandom, config.InstanceStaticRR} {
+	for _, mode := range allInstanceModes {
+		name := strings.ReplaceAll(mode, "/", "-")
 		for _, n := range []int{4, 100, 1000, 10000} {
-			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/n=%d", name, n), func(b *testing.B) {
 				e := benchEnv(b, mode, n)
 				c := e.cluster()
 				ips := benchIPs()

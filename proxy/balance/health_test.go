@@ -12,18 +12,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond) // polling interval, not a wait for state
-	}
-}
 
 func fail(p Pick) { p.Done(Result{Err: errors.New("refused"), Kind: KindConnect}) }
 
@@ -216,10 +206,10 @@ func TestRunProbesCheckingAddress(t *testing.T) {
 		t.Fatalf("probe of a 500 backend: err %v state %s", err, ep.Health())
 	}
 	healthy.Store(true)
-	eventually(t, "probe recovery", func() bool { return ep.Health() == Normal })
+	poll.EventuallyTrue(t, 10*time.Second, "probe recovery", func() bool { return ep.Health() == Normal })
 	// Released address: the next table does not reference it.
 	h.Store(mustBuild(t, snap(2, pol, 0, sc{name: "A", weight: 100, weights: []int{1}}), r))
-	eventually(t, "release", func() bool { return r.Endpoint(addr) == nil })
+	poll.EventuallyTrue(t, 10*time.Second, "release", func() bool { return r.Endpoint(addr) == nil })
 }
 
 func mustBuild(t *testing.T, s interface{}, r *Registry) *Table {

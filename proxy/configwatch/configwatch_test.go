@@ -14,8 +14,9 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/proxy/faultproxy"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -64,10 +65,10 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cache := openCache(t, t.TempDir())
 	w := start(t, Config{Client: newClient(t, cli.Endpoints()...), Apply: rec.apply, Cache: cache, Metrics: reg})
-	eventually(t, 20*time.Second, "v1 applied at start", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied at start", func() bool { return rec.last() == 1 })
 	for v := uint64(2); v <= 5; v++ {
 		publish(t, cli, testSnapshot(v))
-		eventually(t, 20*time.Second, "next version applied", func() bool { return rec.last() == v })
+		poll.EventuallyTrue(t, 20*time.Second, "next version applied", func() bool { return rec.last() == v })
 	}
 	if got := rec.versions(); !equal(got, []uint64{1, 2, 3, 4, 5}) {
 		t.Fatalf("applied %v, want [1 2 3 4 5]", got)
@@ -89,7 +90,7 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 		!st.Connected || st.RejectedVersion != 0 || st.StaleSeconds(time.Now()) != 0 {
 		t.Fatalf("status = %+v", st)
 	}
-	eventually(t, 10*time.Second, "disk cache holds v30", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "disk cache holds v30", func() bool {
 		s, err := cache.Load()
 		return err == nil && s.Snapshot().Meta.Version == 30 && s.Snapshot().Meta.Hash == want.Meta.Hash
 	})
@@ -116,7 +117,7 @@ func TestLargeSnapshotInParts(t *testing.T) {
 	publishRaw(t, cli, 1, s.Meta.Hash, raw, []snapshot.Part{part})
 	rec := newRecorder()
 	start(t, Config{Client: cli, Apply: rec.apply})
-	eventually(t, 20*time.Second, "v1 (in parts) applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 (in parts) applied", func() bool { return rec.last() == 1 })
 }
 
 // I1: an older version pointed to later is never applied, also across a
@@ -139,13 +140,13 @@ func TestNeverAppliesOlder(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
-	eventually(t, 20*time.Second, "v5 applied", func() bool { return rec.last() == 5 })
+	poll.EventuallyTrue(t, 20*time.Second, "v5 applied", func() bool { return rec.last() == 5 })
 	movePointer(t, cli, snaps[3]) // someone rolls the pointer back
-	eventually(t, 20*time.Second, "rollback seen and ignored", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "rollback seen and ignored", func() bool {
 		return testutil.ToFloat64(w.m.Applies.WithLabelValues("older")) == 1
 	})
 	publish(t, cli, snaps[6])
-	eventually(t, 20*time.Second, "v6 applied", func() bool { return rec.last() == 6 })
+	poll.EventuallyTrue(t, 20*time.Second, "v6 applied", func() bool { return rec.last() == 6 })
 	if got := rec.versions(); !equal(got, []uint64{5, 6}) {
 		t.Fatalf("applied %v, want [5 6] (v3 never)", got)
 	}
@@ -158,7 +159,7 @@ func TestNeverAppliesOlder(t *testing.T) {
 	movePointer(t, cli, snaps[4])
 	rec2 := newRecorder()
 	w2 := start(t, Config{Client: cli, Apply: rec2.apply, Cache: openCache(t, cacheDir)})
-	eventually(t, 20*time.Second, "v4 pointer seen after restart", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "v4 pointer seen after restart", func() bool {
 		return testutil.ToFloat64(w2.m.Applies.WithLabelValues("older")) >= 1
 	})
 	if got := rec2.versions(); !equal(got, []uint64{6}) {
@@ -178,7 +179,7 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	publish(t, cli, testSnapshot(1))
 	var changes atomic.Int64
 	w := start(t, Config{Client: cli, Apply: rec.apply, OnChange: func() { changes.Add(1) }})
-	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 
 	encode := func(s *snapshot.Snapshot) (snapshot.Manifest, []byte) {
 		m, _, err := snapshot.Encode(s)
@@ -217,7 +218,7 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	}
 	for _, c := range cases {
 		c.publish()
-		eventually(t, 20*time.Second, c.name+": rejected", func() bool { return w.Status().RejectedVersion == c.version })
+		poll.EventuallyTrue(t, 20*time.Second, c.name+": rejected", func() bool { return w.Status().RejectedVersion == c.version })
 		st := w.Status()
 		if !strings.Contains(st.RejectedReason, c.reason) {
 			t.Errorf("%s: reason %q does not mention %q", c.name, st.RejectedReason, c.reason)
@@ -232,7 +233,7 @@ func TestRejectsInvalidAndKeepsLastGood(t *testing.T) {
 	publish(t, cli, testSnapshot(9))
 	waitApplied(t, w, rec, 9, 20*time.Second, "valid v9 applied")
 	// OnChange follows the recorded apply: wait for it, then count exactly.
-	eventually(t, 10*time.Second, "v9's OnChange", func() bool { return changes.Load() >= int64(len(cases))+3 })
+	poll.EventuallyTrue(t, 10*time.Second, "v9's OnChange", func() bool { return changes.Load() >= int64(len(cases))+3 })
 	if n := changes.Load(); n != int64(len(cases))+3 {
 		t.Fatalf("OnChange called %d times, want %d (the connection + 2 applies + %d rejections)", n, len(cases)+3, len(cases))
 	}
@@ -254,7 +255,7 @@ func TestResyncsAfterCompaction(t *testing.T) {
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	w := start(t, Config{Client: wcli, Apply: rec.apply, StallTimeout: time.Minute})
-	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 
 	fp.SetMode(faultproxy.Reject) // resets every connection, refuses new ones
 	for v := uint64(2); v <= 51; v++ {
@@ -273,7 +274,7 @@ func TestResyncsAfterCompaction(t *testing.T) {
 		t.Fatalf("applied v%d while disconnected", got)
 	}
 	fp.SetMode(faultproxy.PassThrough)
-	eventually(t, 30*time.Second, "v51 applied after reconnect", func() bool { return rec.last() == 51 })
+	poll.EventuallyTrue(t, 30*time.Second, "v51 applied after reconnect", func() bool { return rec.last() == 51 })
 	st := w.Status()
 	if st.WatchRestarts[ReasonCompacted] < 1 {
 		t.Fatalf("watch restarts %v, want a compaction restart", st.WatchRestarts)
@@ -301,17 +302,17 @@ func TestDetectsStall(t *testing.T) {
 	stall := 1500 * time.Millisecond
 	reg := prometheus.NewRegistry()
 	w := start(t, Config{Client: wcli, Apply: rec.apply, StallTimeout: stall, OpTimeout: time.Second, Metrics: reg})
-	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 	// Healthy but idle for two stall timeouts: progress keeps it alive.
 	idleUntil := time.Now().Add(2 * stall)
-	eventually(t, 10*time.Second, "idle period passes", func() bool { return time.Now().After(idleUntil) })
+	poll.EventuallyTrue(t, 10*time.Second, "idle period passes", func() bool { return time.Now().After(idleUntil) })
 	if st := w.Status(); st.WatchRestarts[ReasonStall] != 0 || !st.Connected {
 		t.Fatalf("idle healthy watch restarted: %+v", st)
 	}
 
 	blackholedAt := time.Now()
 	fp.SetMode(faultproxy.Blackhole)
-	eventually(t, 10*stall, "stall detected", func() bool { return w.Status().WatchRestarts[ReasonStall] >= 1 })
+	poll.EventuallyTrue(t, 10*stall, "stall detected", func() bool { return w.Status().WatchRestarts[ReasonStall] >= 1 })
 	t.Logf("stall detected %v after the blackhole began", time.Since(blackholedAt))
 	st := w.Status()
 	if st.Connected || st.StaleSeconds(time.Now()) <= 0 {
@@ -322,10 +323,10 @@ func TestDetectsStall(t *testing.T) {
 	}
 	publish(t, cli, testSnapshot(2)) // published during the outage
 	fp.SetMode(faultproxy.PassThrough)
-	eventually(t, 30*time.Second, "v2 applied after heal", func() bool { return rec.last() == 2 })
+	poll.EventuallyTrue(t, 30*time.Second, "v2 applied after heal", func() bool { return rec.last() == 2 })
 	publish(t, cli, testSnapshot(3))
-	eventually(t, 30*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
-	eventually(t, 10*time.Second, "connected again", func() bool { return w.Status().Connected })
+	poll.EventuallyTrue(t, 30*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
+	poll.EventuallyTrue(t, 10*time.Second, "connected again", func() bool { return w.Status().Connected })
 }
 
 // I3: a proxy restarted while etcd is down serves its disk cache, then
@@ -347,8 +348,8 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 		}
 		done := make(chan error, 1)
 		go func() { done <- w.Run(ctx) }()
-		eventually(t, 20*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
-		eventually(t, 10*time.Second, "v3 cached", func() bool {
+		poll.EventuallyTrue(t, 20*time.Second, "v3 applied", func() bool { return rec.last() == 3 })
+		poll.EventuallyTrue(t, 10*time.Second, "v3 cached", func() bool {
 			s, err := cache.Load()
 			return err == nil && s.Snapshot().Meta.Version == 3
 		})
@@ -360,8 +361,8 @@ func TestRestartWithEtcdDownUsesDiskCache(t *testing.T) {
 	wcli := newClient(t, srv.Endpoints...)
 	rec2 := newRecorder()
 	w2 := start(t, Config{Client: wcli, Apply: rec2.apply, Cache: openCache(t, cacheDir), OpTimeout: time.Second, StallTimeout: 3 * time.Second})
-	eventually(t, 10*time.Second, "cached v3 applied without etcd", func() bool { return rec2.last() == 3 })
-	eventually(t, 10*time.Second, "sync failure recorded", func() bool { return w2.Status().WatchRestarts[ReasonSyncError] >= 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "cached v3 applied without etcd", func() bool { return rec2.last() == 3 })
+	poll.EventuallyTrue(t, 10*time.Second, "sync failure recorded", func() bool { return w2.Status().WatchRestarts[ReasonSyncError] >= 1 })
 	if st := w2.Status(); st.Source != SourceDiskCache || st.Connected || st.AppliedVersion != 3 {
 		t.Fatalf("while etcd is down: %+v", st)
 	}
@@ -391,7 +392,7 @@ func TestCorruptCacheNotApplied(t *testing.T) {
 	publish(t, cli, testSnapshot(2))
 	rec := newRecorder()
 	w := start(t, Config{Client: cli, Apply: rec.apply, Cache: openCache(t, dir)})
-	eventually(t, 20*time.Second, "v2 from etcd applied", func() bool { return rec.last() == 2 })
+	poll.EventuallyTrue(t, 20*time.Second, "v2 from etcd applied", func() bool { return rec.last() == 2 })
 	if got := rec.versions(); !equal(got, []uint64{2}) {
 		t.Fatalf("applied %v, want only [2] (corrupt cache ignored)", got)
 	}
@@ -406,7 +407,7 @@ func TestPointerDeletedKeepsLastGood(t *testing.T) {
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	w := start(t, Config{Client: cli, Apply: rec.apply})
-	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if _, err := cli.Delete(ctx, layout.Root(), clientv3PrefixOpt()); err != nil {
@@ -426,14 +427,14 @@ func TestRejectsSemanticallyInvalid(t *testing.T) {
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	w := start(t, Config{Client: cli, Apply: rec.apply})
-	eventually(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied", func() bool { return rec.last() == 1 })
 	s := testSnapshot(2)
 	c := s.Clusters["demo-main"]
 	c.Row = snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 50, "SC2": 45, config.Blackhole: 10}}
 	s.Clusters["demo-main"] = c
 	s.Meta.Hash = snapshot.ContentHash(s)
 	publish(t, cli, s)
-	eventually(t, 20*time.Second, "v2 rejected", func() bool { return w.Status().RejectedVersion == 2 })
+	poll.EventuallyTrue(t, 20*time.Second, "v2 rejected", func() bool { return w.Status().RejectedVersion == 2 })
 	if st := w.Status(); !strings.Contains(st.RejectedReason, "invalid snapshot") || !strings.Contains(st.RejectedReason, "105") || st.AppliedVersion != 1 {
 		t.Fatalf("status = %+v; want v2 rejected naming the sum 105", st)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
 	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 const pc = "BFE1"
@@ -169,7 +170,7 @@ func (r *recorder) last() uint64 {
 // only rec.last() == v may still read the Status from before.
 func waitApplied(t testing.TB, w *Watcher, rec *recorder, v uint64, within time.Duration, what string) {
 	t.Helper()
-	eventually(t, within, what, func() bool { return rec.last() == v && w.Status().AppliedVersion == v })
+	poll.EventuallyTrue(t, within, what, func() bool { return rec.last() == v && w.Status().AppliedVersion == v })
 }
 
 // start runs a watcher until the test ends.
@@ -203,18 +204,6 @@ func start(t testing.TB, cfg Config) *Watcher {
 		}
 	})
 	return w
-}
-
-// eventually polls cond every 10ms until it holds or the deadline passes.
-func eventually(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func newClient(t testing.TB, endpoints ...string) *clientv3.Client {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // syncBuffer is a log sink safe for the watcher's goroutine and the test.
@@ -51,26 +52,26 @@ func TestLineageChangeAppliedAndMovedBackPointerAhead(t *testing.T) {
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	l1 := lineageSnapshot("L1", 5)
 	publish(t, cli, l1)
-	eventually(t, 10*time.Second, "L1 v5 applied", func() bool { return rec.last() == 5 })
+	poll.EventuallyTrue(t, 10*time.Second, "L1 v5 applied", func() bool { return rec.last() == 5 })
 	publish(t, cli, lineageSnapshot("L1", 6))
-	eventually(t, 10*time.Second, "L1 v6 applied", func() bool { return rec.last() == 6 })
+	poll.EventuallyTrue(t, 10*time.Second, "L1 v6 applied", func() bool { return rec.last() == 6 })
 
 	// The pointer is moved back within L1: refused, reported ahead.
 	movePointer(t, cli, l1)
-	eventually(t, 10*time.Second, "ahead of the moved-back pointer", func() bool { return w.Status().Ahead })
+	poll.EventuallyTrue(t, 10*time.Second, "ahead of the moved-back pointer", func() bool { return w.Status().Ahead })
 	st := w.Status()
 	if st.AppliedLineage != "L1" || st.AppliedVersion != 6 || st.PointerLineage != "L1" || st.PointerVersion != 5 {
 		t.Fatalf("after the pointer moved back: %+v", st)
 	}
 	// The same pointer again (a resync) is not logged twice.
 	movePointer(t, cli, lineageSnapshot("L1", 6))
-	eventually(t, 10*time.Second, "not ahead at v6", func() bool { return !w.Status().Ahead })
+	poll.EventuallyTrue(t, 10*time.Second, "not ahead at v6", func() bool { return !w.Status().Ahead })
 	movePointer(t, cli, l1)
-	eventually(t, 10*time.Second, "ahead again", func() bool { return w.Status().Ahead })
+	poll.EventuallyTrue(t, 10*time.Second, "ahead again", func() bool { return w.Status().Ahead })
 
 	// A new lineage: its v1 is applied, although 1 < 6.
 	publish(t, cli, lineageSnapshot("L2", 1))
-	eventually(t, 10*time.Second, "L2 v1 applied", func() bool { return w.Status().AppliedLineage == "L2" })
+	poll.EventuallyTrue(t, 10*time.Second, "L2 v1 applied", func() bool { return w.Status().AppliedLineage == "L2" })
 	st = w.Status()
 	if st.AppliedVersion != 1 || st.Ahead || st.LineageChanges != 1 || st.PreviousLineage != "L1" || st.LatestVersion != 1 {
 		t.Fatalf("after the lineage change: %+v", st)
@@ -79,7 +80,7 @@ func TestLineageChangeAppliedAndMovedBackPointerAhead(t *testing.T) {
 		t.Fatalf("applied %v, want [5 6 1]", got)
 	}
 	// The counter follows the recorded apply: wait for it, then count exactly.
-	eventually(t, 10*time.Second, "the lineage change counted", func() bool { return testutil.ToFloat64(w.m.lineageChanges) >= 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "the lineage change counted", func() bool { return testutil.ToFloat64(w.m.lineageChanges) >= 1 })
 	if n := testutil.ToFloat64(w.m.lineageChanges); n != 1 {
 		t.Fatalf("sluice_proxy_lineage_changes_total = %v, want 1", n)
 	}
@@ -88,9 +89,9 @@ func TestLineageChangeAppliedAndMovedBackPointerAhead(t *testing.T) {
 	}
 	// Within L2, I1 holds again.
 	publish(t, cli, lineageSnapshot("L2", 2))
-	eventually(t, 10*time.Second, "L2 v2", func() bool { return rec.last() == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "L2 v2", func() bool { return rec.last() == 2 })
 	movePointer(t, cli, lineageSnapshot("L2", 1))
-	eventually(t, 10*time.Second, "ahead in L2", func() bool { return w.Status().Ahead })
+	poll.EventuallyTrue(t, 10*time.Second, "ahead in L2", func() bool { return w.Status().Ahead })
 	if rec.last() != 2 {
 		t.Fatalf("applied %v", rec.versions())
 	}
@@ -133,7 +134,7 @@ func TestOldCacheYieldsToNewLineage(t *testing.T) {
 			publish(t, cli, lineageSnapshot(tc.lineage, 1))
 			rec := newRecorder()
 			w := start(t, Config{Client: cli, Apply: rec.apply, Cache: openCache(t, dir)})
-			eventually(t, 10*time.Second, "pointer seen", func() bool { return w.Status().PointerVersion == 1 })
+			poll.EventuallyTrue(t, 10*time.Second, "pointer seen", func() bool { return w.Status().PointerVersion == 1 })
 			waitApplied(t, w, rec, tc.want, 10*time.Second, "settled")
 			st := w.Status()
 			if st.AppliedVersion != tc.want || st.AppliedLineage != map[uint64]string{1: tc.lineage, 18: ""}[tc.want] {
@@ -160,7 +161,7 @@ func TestManifestOfAnotherLineageRejected(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishPtr(t, cli, snapshot.Pointer{Lineage: "L2", Version: 1, Hash: s.Meta.Hash}, mustJSON(t, m), parts)
-	eventually(t, 10*time.Second, "rejected", func() bool { return w.Status().RejectedVersion == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "rejected", func() bool { return w.Status().RejectedVersion == 1 })
 	want := "manifest /sluicetest/snapshots/BFE1/00000000000000000001 is BFE1 v1 (lineage L1) hash " + s.Meta.Hash +
 		"; pointer says BFE1 v1 (lineage L2) hash " + s.Meta.Hash
 	if got := w.Status().RejectedReason; got != want {
@@ -186,11 +187,11 @@ func TestWipedEtcdUnderRunningWatcher(t *testing.T) {
 	putLineage(t, cli, "L1")
 	publish(t, cli, lineageSnapshot("L1", 1))
 	w := start(t, Config{Client: cli, Apply: rec.apply})
-	eventually(t, 10*time.Second, "L1 v1 applied", func() bool { return rec.last() == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "L1 v1 applied", func() bool { return rec.last() == 1 })
 	for v := uint64(2); v <= 20; v++ { // a revision the fresh store is far from
 		publish(t, cli, lineageSnapshot("L1", v))
 	}
-	eventually(t, 10*time.Second, "L1 v20 applied", func() bool { return rec.last() == 20 })
+	poll.EventuallyTrue(t, 10*time.Second, "L1 v20 applied", func() bool { return rec.last() == 20 })
 
 	srv.Stop()
 	if err := os.RemoveAll(dir); err != nil {
@@ -214,13 +215,13 @@ func TestWipedEtcdUnderRunningWatcher(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 10*time.Second, "L2 v1 applied after the wipe", func() bool { return w.Status().AppliedLineage == "L2" })
+	poll.EventuallyTrue(t, 10*time.Second, "L2 v1 applied after the wipe", func() bool { return w.Status().AppliedLineage == "L2" })
 	t.Logf("new lineage applied %v after the wipe", time.Since(wiped).Round(10*time.Millisecond))
 	if st := w.Status(); st.AppliedVersion != 1 || st.WatchRestarts[ReasonStoreReplaced] < 1 || !st.Connected {
 		t.Fatalf("status %+v", st)
 	}
 	publish(t, fcli, lineageSnapshot("L2", 2))
-	eventually(t, 10*time.Second, "L2 v2 applied", func() bool { return rec.last() == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "L2 v2 applied", func() bool { return rec.last() == 2 })
 }
 
 func mustJSON(t *testing.T, v any) []byte {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // A staged pointer: the proxy its stage selects applies the candidate, the
@@ -23,7 +24,7 @@ func TestStagedPointerSelectsByID(t *testing.T) {
 	wo := start(t, Config{Client: cli, Apply: other.apply, ID: "p-other"})
 	stable := lineageSnapshot("L1", 5)
 	publish(t, cli, stable)
-	eventually(t, 10*time.Second, "both on v5", func() bool { return canary.last() == 5 && other.last() == 5 })
+	poll.EventuallyTrue(t, 10*time.Second, "both on v5", func() bool { return canary.last() == 5 && other.last() == 5 })
 
 	cand := lineageSnapshot("L1", 6)
 	m, parts, err := snapshot.Encode(cand)
@@ -46,8 +47,8 @@ func TestStagedPointerSelectsByID(t *testing.T) {
 		t.Fatal(err)
 	}
 	putPointer(t, cli, ptr)
-	eventually(t, 10*time.Second, "canary on v6", func() bool { return canary.last() == 6 })
-	eventually(t, 10*time.Second, "other reports the stage", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "canary on v6", func() bool { return canary.last() == 6 })
+	poll.EventuallyTrue(t, 10*time.Second, "other reports the stage", func() bool {
 		st := wo.Status()
 		return st.Rollout == "r1" && !st.InStage && st.PointerVersion == 5
 	})
@@ -59,7 +60,7 @@ func TestStagedPointerSelectsByID(t *testing.T) {
 	}
 	// Promotion: the pointer names the candidate, no stage.
 	putPointer(t, cli, snapshot.Pointer{Lineage: "L1", Version: 6, Hash: cand.Meta.Hash})
-	eventually(t, 10*time.Second, "other on v6", func() bool { return other.last() == 6 && wo.Status().Rollout == "" })
+	poll.EventuallyTrue(t, 10*time.Second, "other on v6", func() bool { return other.last() == 6 && wo.Status().Rollout == "" })
 }
 
 // A percent stage selects by the hash of the id.

@@ -13,7 +13,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -139,12 +138,8 @@ func loadFile(cfg Config) (*snapshot.Snapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("load config %s: %w", cfg.Path, err)
 	}
-	var top map[string]json.RawMessage
-	if err := json.Unmarshal(j, &top); err != nil {
-		return nil, fmt.Errorf("load config %s: %w", cfg.Path, err)
-	}
 	var s *snapshot.Snapshot
-	if _, isState := top["topology"]; isState {
+	if codec.KindOf(j) == codec.KindState {
 		s, err = fromState(cfg, j)
 	} else {
 		s, err = fromSnapshot(cfg, j)

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -108,17 +109,6 @@ func (r *recorder) lastPort() int {
 		return 0
 	}
 	return s[len(s)-1].Clusters["demo-main"].SubClusters["SC1"].Instances[0].Port
-}
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 func counter(t *testing.T, reg *prometheus.Registry, result string) float64 {
@@ -273,19 +263,19 @@ func TestRunReloadsOnChangeAndKeepsLastGood(t *testing.T) {
 	writeJSON(t, p, testSnapshot(8001))
 	rec := &recorder{}
 	reg, _ := run(t, Config{Path: p, ProxyCluster: "BFE1", Apply: rec.apply, PollInterval: 20 * time.Millisecond, Signals: []os.Signal{syscall.SIGUSR2}})
-	eventually(t, 10*time.Second, "initial load applied", func() bool { return rec.lastPort() == 8001 })
+	poll.EventuallyTrue(t, 10*time.Second, "initial load applied", func() bool { return rec.lastPort() == 8001 })
 
 	writeJSON(t, p, testSnapshot(8002))
-	eventually(t, 10*time.Second, "change reloaded", func() bool { return rec.lastPort() == 8002 })
+	poll.EventuallyTrue(t, 10*time.Second, "change reloaded", func() bool { return rec.lastPort() == 8002 })
 
 	writeRaw(t, p, `{"meta": {"proxy_cluster": "BFE1", "version": 1}, "clusters": {`) // truncated
-	eventually(t, 10*time.Second, "bad reload counted", func() bool { return counter(t, reg, "invalid") == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "bad reload counted", func() bool { return counter(t, reg, "invalid") == 1 })
 	if got := len(rec.all()); got != 2 || rec.lastPort() != 8002 {
 		t.Fatalf("after a bad reload: %d applies, port %d; want 2 applies, last good 8002", got, rec.lastPort())
 	}
 
 	writeJSON(t, p, testSnapshot(8003))
-	eventually(t, 10*time.Second, "good reload after the bad one", func() bool { return rec.lastPort() == 8003 })
+	poll.EventuallyTrue(t, 10*time.Second, "good reload after the bad one", func() bool { return rec.lastPort() == 8003 })
 	all := rec.all()
 	for i := 1; i < len(all); i++ {
 		if all[i].Meta.Version <= all[i-1].Meta.Version || all[i].Meta.Parent != all[i-1].Meta.Version {
@@ -293,7 +283,7 @@ func TestRunReloadsOnChangeAndKeepsLastGood(t *testing.T) {
 		}
 	}
 	// The counter follows Apply's return: wait for it, then count exactly.
-	eventually(t, 10*time.Second, "the third apply counted", func() bool { return counter(t, reg, "applied") >= 3 })
+	poll.EventuallyTrue(t, 10*time.Second, "the third apply counted", func() bool { return counter(t, reg, "applied") >= 3 })
 	if counter(t, reg, "applied") != 3 {
 		t.Fatalf("applied counter = %v, want 3", counter(t, reg, "applied"))
 	}
@@ -304,17 +294,17 @@ func TestRunReloadsOnSIGHUP(t *testing.T) {
 	writeJSON(t, p, testSnapshot(8001))
 	rec := &recorder{}
 	reg, _ := run(t, Config{Path: p, ProxyCluster: "BFE1", Apply: rec.apply, PollInterval: time.Hour})
-	eventually(t, 10*time.Second, "initial load applied", func() bool { return rec.lastPort() == 8001 })
+	poll.EventuallyTrue(t, 10*time.Second, "initial load applied", func() bool { return rec.lastPort() == 8001 })
 	writeJSON(t, p, testSnapshot(8002))
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "SIGHUP reloaded", func() bool { return rec.lastPort() == 8002 })
+	poll.EventuallyTrue(t, 10*time.Second, "SIGHUP reloaded", func() bool { return rec.lastPort() == 8002 })
 	// SIGHUP with nothing changed applies nothing.
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "unchanged counted", func() bool { return counter(t, reg, "unchanged") == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "unchanged counted", func() bool { return counter(t, reg, "unchanged") == 1 })
 	if n := len(rec.all()); n != 2 {
 		t.Fatalf("%d applies, want 2", n)
 	}
@@ -353,7 +343,7 @@ func TestBFEConfDir(t *testing.T) {
 
 	rec := &recorder{}
 	reg, _ := run(t, Config{Path: dir, Kind: KindBFE, ProxyCluster: "BFE1", Apply: rec.apply, PollInterval: 20 * time.Millisecond, Signals: []os.Signal{syscall.SIGUSR2}})
-	eventually(t, 10*time.Second, "BFE dir applied", func() bool { return len(rec.all()) == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "BFE dir applied", func() bool { return len(rec.all()) == 1 })
 	// Break one file: the reload fails and the last good stays.
 	hr := filepath.Join(dir, "server_data_conf", "host_rule.data")
 	good, err := os.ReadFile(hr)
@@ -361,7 +351,7 @@ func TestBFEConfDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	writeRaw(t, hr, `{"Version": "x", "HostTags": `)
-	eventually(t, 10*time.Second, "bad BFE reload counted", func() bool { return counter(t, reg, "invalid") == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "bad BFE reload counted", func() bool { return counter(t, reg, "invalid") == 1 })
 	if len(rec.all()) != 1 {
 		t.Fatalf("bad BFE dir applied")
 	}
@@ -371,7 +361,7 @@ func TestBFEConfDir(t *testing.T) {
 		t.Fatal("sample host_rule.data has no \"shop.example.com\" to extend")
 	}
 	writeRaw(t, hr, changed)
-	eventually(t, 10*time.Second, "fixed BFE dir reloaded", func() bool { return len(rec.all()) == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "fixed BFE dir reloaded", func() bool { return len(rec.all()) == 2 })
 	hosts := rec.all()[1].Products["shop"].Hosts
 	if !contains(hosts, "new.sluice.test") {
 		t.Fatalf("reloaded hosts %v lack the new host", hosts)

@@ -22,20 +22,10 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(5 * time.Millisecond) // poll interval, not a wait for state
-	}
-}
 
 func testPool(maxIdle, maxConns int, queue, idle time.Duration) config.Pool {
 	return config.Pool{MaxIdleConnsPerHost: maxIdle, MaxConnsPerHost: maxConns,
@@ -350,10 +340,10 @@ func TestClosedIdleConnectionNeverReused(t *testing.T) {
 			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
 				t.Fatalf("first: %d %q %v", s, b, err)
 			}
-			eventually(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
 			// The FIN/RST crosses loopback asynchronously: poll until the
 			// idle connection's check sees it.
-			eventually(t, 20*time.Second, "backend went away", func() bool {
+			poll.EventuallyTrue(t, 20*time.Second, "backend went away", func() bool {
 				up.idleMu.Lock()
 				defer up.idleMu.Unlock()
 				return len(up.idle) == 1 && up.idle[0].nc.(*sockio.Conn).Idle() != nil
@@ -389,7 +379,7 @@ func TestStaleReusedConnectionReported(t *testing.T) {
 	if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
 		t.Fatalf("first: %d %q %v", s, b, err)
 	}
-	eventually(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
 	_, _, err := get(up, context.Background())
 	var se *StaleConnError
 	if !errors.As(err, &se) || se.Unsent {
@@ -442,7 +432,7 @@ func TestIdleConnectionsReaped(t *testing.T) {
 	if up.IdleConns() != 1 {
 		t.Fatalf("idle %d, want 1", up.IdleConns())
 	}
-	eventually(t, 20*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
+	poll.EventuallyTrue(t, 20*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
 }
 
 // The response-header timeout and the context deadline are net timeouts.
@@ -594,7 +584,7 @@ func TestBodyBufferedChunked(t *testing.T) {
 	if err != nil || string(buf[:n]) != "first" {
 		t.Fatalf("first read %q %v", buf[:n], err)
 	}
-	eventually(t, 20*time.Second, "the partial chunk line buffered", func() bool { return res.Body.c.br.Buffered() > 0 })
+	poll.EventuallyTrue(t, 20*time.Second, "the partial chunk line buffered", func() bool { return res.Body.c.br.Buffered() > 0 })
 	if res.Body.Buffered() {
 		t.Fatal("Buffered with only a part of the next chunk-size line")
 	}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // The response side of Upstream.Do: status line and header parsing, body
@@ -93,7 +95,7 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		}
 		i := 0
 		for i < len(line) && line[i] != ':' {
-			if !isTokenByte(line[i]) {
+			if !httpguts.IsTokenRune(rune(line[i])) {
 				return protoErr("header line %q", trim(line))
 			}
 			i++
@@ -126,18 +128,6 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		}
 	}
 	return nil
-}
-
-func isTokenByte(b byte) bool {
-	switch {
-	case 'a' <= b && b <= 'z', 'A' <= b && b <= 'Z', '0' <= b && b <= '9':
-		return true
-	}
-	switch b {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }
 
 // commonKeys interns the canonical form of frequent response header names, so
@@ -183,10 +173,10 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 	*b = Body{c: c, http10: b.http10}
 	keep := reusable && !c.u.noKeepAlive
 	connHdr := h["Connection"]
-	if hasToken(connHdr, "close") {
+	if httpguts.HeaderValuesContainsToken(connHdr, "close") {
 		keep = false
 	}
-	if b.http10 && !hasToken(connHdr, "keep-alive") {
+	if b.http10 && !httpguts.HeaderValuesContainsToken(connHdr, "keep-alive") {
 		keep = false
 	}
 	for _, name := range connHdr {

@@ -6,6 +6,10 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+
+	"golang.org/x/net/http/httpguts"
+
+	"github.com/sluicelb/sluice/proxy/internal/bufpool"
 )
 
 // The request side of Upstream.Do: request line, header and body framing.
@@ -25,7 +29,7 @@ func (c *conn) writeHead(req *Request, expect bool) {
 			continue
 		}
 		if k == "Te" {
-			if hasToken(vv, "trailers") {
+			if httpguts.HeaderValuesContainsToken(vv, "trailers") {
 				w.WriteString("Te: trailers\r\n")
 			}
 			continue
@@ -100,26 +104,7 @@ func skipRequestHeader(k string, connection []string) bool {
 		"Trailer", "Transfer-Encoding", "Upgrade", "Content-Length", "Expect", "Host":
 		return true
 	}
-	return len(connection) > 0 && hasToken(connection, k)
-}
-
-// hasToken reports whether the comma-separated lists vv hold token t
-// (case-insensitively).
-func hasToken(vv []string, t string) bool {
-	for _, v := range vv {
-		for len(v) > 0 {
-			var tok string
-			if i := indexByte(v, ','); i >= 0 {
-				tok, v = v[:i], v[i+1:]
-			} else {
-				tok, v = v, ""
-			}
-			if equalFoldTrim(tok, t) {
-				return true
-			}
-		}
-	}
-	return false
+	return len(connection) > 0 && httpguts.HeaderValuesContainsToken(connection, k)
 }
 
 func indexByte(s string, c byte) int {
@@ -158,8 +143,8 @@ func equalFoldTrim(s, t string) bool {
 
 // writeBody streams req.Body and flushes.
 func (c *conn) writeBody(req *Request) error {
-	buf := getBuf()
-	defer putBuf(buf)
+	buf := bufpool.Get()
+	defer bufpool.Put(buf)
 	if req.BodyLength >= 0 {
 		n, err := copyBody(c.bw, req.Body, req.BodyLength, *buf)
 		if err != nil {

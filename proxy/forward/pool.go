@@ -3,7 +3,6 @@ package forward
 import (
 	"bufio"
 	"context"
-	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -128,8 +127,3 @@ func (u *Upstream) IdleConns() int {
 	defer u.idleMu.Unlock()
 	return len(u.idle)
 }
-
-var bufPool = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func getBuf() *[]byte  { return bufPool.Get().(*[]byte) }
-func putBuf(b *[]byte) { bufPool.Put(b) }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
@@ -53,7 +54,7 @@ func TestOneApplyOneLogLineOneNotification(t *testing.T) {
 		ReportInterval: time.Hour, onReport: func() { k := outcomes(); mu.Lock(); stamps[k]++; mu.Unlock() },
 		Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v1 applied and etcd connected", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "v1 applied and etcd connected", func() bool {
 		st := adminStatus(t, r)
 		return st.AppliedVersion == 1 && st.EtcdConnected != nil && *st.EtcdConnected && countLines(logs.String(), "snapshot applied", 1) == 1
 	})
@@ -62,11 +63,11 @@ func TestOneApplyOneLogLineOneNotification(t *testing.T) {
 	// published back to back, a pointer can move on before its snapshot is
 	// read, and is then rightly skipped.
 	publish(t, cli, snapFor(2, b1.URL, map[string]int{"SC1": 60})) // rejected: the row does not sum to 100
-	eventually(t, 10*time.Second, "v2's reject notified", func() bool { return notes(2) >= 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "v2's reject notified", func() bool { return notes(2) >= 1 })
 	publish(t, cli, snapFor(3, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v3's apply notified", func() bool { return notes(3) >= 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "v3's apply notified", func() bool { return notes(3) >= 1 })
 	publish(t, cli, snapFor(4, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v4's apply notified", func() bool { return notes(4) >= 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "v4's apply notified", func() bool { return notes(4) >= 1 })
 	for k, what := range map[int]string{2: "the v2 reject", 3: "applying v3", 4: "applying v4"} {
 		if n := notes(k); n != 1 {
 			t.Errorf("%d notifications for %s, want 1", n, what)

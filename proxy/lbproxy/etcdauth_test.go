@@ -9,8 +9,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
-	"github.com/sluicelb/sluice/proxy/faultproxy"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // authEtcd starts etcd with auth on and user sluice (password "pw") allowed
@@ -33,7 +34,7 @@ func TestWrongPasswordAtBoot(t *testing.T) {
 
 	t.Run("no cache", func(t *testing.T) {
 		r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "wrong"}, CacheDir: t.TempDir()})
-		eventually(t, 10*time.Second, "the auth failure in the status", func() bool {
+		poll.EventuallyTrue(t, 10*time.Second, "the auth failure in the status", func() bool {
 			st := adminStatus(t, r)
 			return st.Etcd != nil && st.Etcd.LastErrorClass == etcdclient.ClassAuth
 		})
@@ -54,15 +55,15 @@ func TestWrongPasswordAtBoot(t *testing.T) {
 		dir := t.TempDir()
 		r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: dir})
 		publish(t, root, snapFor(4, b1.URL, map[string]int{"SC1": 100}))
-		eventually(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
+		poll.EventuallyTrue(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
 		r.shutdown(t)
 
 		r2 := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "wrong"}, CacheDir: dir, ID: "p2"})
-		eventually(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
+		poll.EventuallyTrue(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
 		if code, body, _ := httpGet(t, "http://"+r2.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b1" {
 			t.Fatalf("served %d %q, want 200 from b1 out of the disk cache", code, body)
 		}
-		eventually(t, 10*time.Second, "the auth failure in the status", func() bool {
+		poll.EventuallyTrue(t, 10*time.Second, "the auth failure in the status", func() bool {
 			st := adminStatus(t, r2)
 			return st.Etcd != nil && st.Etcd.LastError == wantErr && !st.Etcd.Connected
 		})
@@ -92,7 +93,7 @@ func TestFullEtcdRestart(t *testing.T) {
 			b2 := backendServer(t, "b2", nil)
 			r := start(t, Config{Etcd: e, CacheDir: t.TempDir()})
 			publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-			eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+			poll.EventuallyTrue(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
 
 			s.Stop()
 			if err := s.Restart(); err != nil {
@@ -105,10 +106,10 @@ func TestFullEtcdRestart(t *testing.T) {
 			}
 			defer root2.Close()
 			publish(t, root2, snapFor(2, b2.URL, map[string]int{"SC1": 100}))
-			eventually(t, 10*time.Second, "v2 applied after the restart", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
+			poll.EventuallyTrue(t, 10*time.Second, "v2 applied after the restart", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
 			applied := time.Since(back)
 			sk, _ := layout.Status("BFE1", "p1")
-			eventually(t, 10*time.Second-applied, "status key at v2", func() bool {
+			poll.EventuallyTrue(t, 10*time.Second-applied, "status key at v2", func() bool {
 				res, err := root2.Get(context.Background(), sk)
 				return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":2`)
 			})
@@ -130,7 +131,7 @@ func TestShutdownWithEtcdAway(t *testing.T) {
 	s.Stop()
 	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir(),
 		ShutdownTimeout: 2 * time.Second})
-	eventually(t, 10*time.Second, "etcd failure seen", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "etcd failure seen", func() bool {
 		st := adminStatus(t, r)
 		return st.Etcd != nil && st.Etcd.LastErrorClass == etcdclient.ClassUnreachable
 	})
@@ -165,7 +166,7 @@ func TestPermissionRevokedWhileRunning(t *testing.T) {
 	b2 := backendServer(t, "b2", nil)
 	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, Username: "sluice", Password: "pw"}, CacheDir: t.TempDir()})
 	publish(t, root, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "v1 applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -174,7 +175,7 @@ func TestPermissionRevokedWhileRunning(t *testing.T) {
 	}
 	sk, _ := layout.Status("BFE1", "p1")
 	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "http://") + ": permission denied on " + sk + " for user sluice"
-	eventually(t, 10*time.Second, "the refused status write in the status", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "the refused status write in the status", func() bool {
 		st := adminStatus(t, r)
 		return st.Etcd != nil && st.Etcd.LastError == want
 	})
@@ -193,7 +194,7 @@ func TestPermissionRevokedWhileRunning(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted := time.Now()
-	eventually(t, 10*time.Second, "v2 applied once granted again", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "v2 applied once granted again", func() bool { return adminStatus(t, r).AppliedVersion == 2 })
 	t.Logf("FIGURE lbproxy: applies v2 %s after the permission was granted again", time.Since(granted).Round(time.Millisecond))
 }
 
@@ -225,7 +226,7 @@ func TestDeadEtcdConnectionDetected(t *testing.T) {
 	defer fp.Resume()
 	t0 := time.Now()
 	limit := etcdclient.KeepAliveTime + etcdclient.KeepAliveTimeout + 2*time.Second
-	eventually(t, limit, "the dead connection noticed", func() bool { return !c.Connected() })
+	poll.EventuallyTrue(t, limit, "the dead connection noticed", func() bool { return !c.Connected() })
 	t.Logf("FIGURE keepalive: a silent etcd connection noticed after %s", time.Since(t0).Round(100*time.Millisecond))
 }
 
@@ -235,7 +236,7 @@ func TestUntrustedEtcdCertificateAtBoot(t *testing.T) {
 	s, otherCA := etcdtest.NewTLS(t)
 	r := start(t, Config{Etcd: Etcd{Endpoints: s.Endpoints, CACert: otherCA}, CacheDir: t.TempDir()})
 	want := "etcd " + strings.TrimPrefix(s.Endpoints[0], "https://") + ": TLS: x509: certificate signed by unknown authority"
-	eventually(t, 10*time.Second, "the TLS failure in the status", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "the TLS failure in the status", func() bool {
 		st := adminStatus(t, r)
 		return st.Etcd != nil && st.Etcd.LastError == want && !st.Etcd.Connected
 	})

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // stateFile writes a desired state (one proxy cluster BFE1, host a.test to
@@ -60,13 +62,10 @@ func TestFileModeReportsLikeEtcd(t *testing.T) {
 	}
 	v1 := st.AppliedVersion
 	os.WriteFile(path, []byte("topology: {idcs: [IDC1]\n"), 0o644) // broken YAML
-	deadline := time.Now().Add(20 * time.Second)
-	for st = adminStatus(t, r); st.RejectedVersion == 0; st = adminStatus(t, r) {
-		if time.Now().After(deadline) {
-			t.Fatal("the broken file never showed in /v1/status")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+	poll.EventuallyTrue(t, 20*time.Second, "the broken file shown in /v1/status", func() bool {
+		st = adminStatus(t, r)
+		return st.RejectedVersion != 0
+	})
 	if st.RejectedVersion != v1+1 || st.RejectedReason == "" || st.AppliedVersion != v1 {
 		t.Fatalf("status after a broken file: %+v, want rejected_version %d with a reason, applied %d kept", st, v1+1, v1)
 	}
@@ -74,13 +73,10 @@ func TestFileModeReportsLikeEtcd(t *testing.T) {
 		t.Errorf("metrics lack the rejected reload")
 	}
 	os.WriteFile(path, []byte(state(3)), 0o644)
-	deadline = time.Now().Add(20 * time.Second)
-	for st = adminStatus(t, r); st.AppliedVersion == v1; st = adminStatus(t, r) {
-		if time.Now().After(deadline) {
-			t.Fatal("the repaired file was not applied")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+	poll.EventuallyTrue(t, 20*time.Second, "the repaired file applied", func() bool {
+		st = adminStatus(t, r)
+		return st.AppliedVersion != v1
+	})
 	if st.RejectedVersion != 0 || st.RejectedReason != "" {
 		t.Fatalf("status after a newer good file: %+v, want the rejection cleared", st)
 	}

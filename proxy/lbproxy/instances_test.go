@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // The proxy's demand report carries its view of every instance: healthy and
@@ -35,7 +36,7 @@ func TestDemandReportCarriesInstances(t *testing.T) {
 	seen := func(what string, ok func(report.ProxyInstance) bool) {
 		t.Helper()
 		var last []report.ProxyInstance
-		eventually(t, 15*time.Second, what, func() bool {
+		poll.EventuallyTrue(t, 15*time.Second, what, func() bool {
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			res, err := cli.Get(ctx, key)

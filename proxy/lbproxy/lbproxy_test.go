@@ -27,6 +27,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/admin"
 	"github.com/sluicelb/sluice/proxy/server"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // TestMain checks for leaked goroutines. Two fasthttp goroutines are not
@@ -107,17 +108,6 @@ const pprofSnapshot = `{"meta":{"proxy_cluster":"BFE1","version":1,"created_at":
 const prefix = "/lbproxytest"
 
 var layout = keys.MustNew(prefix)
-
-func eventually(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond) // poll interval
-	}
-}
 
 func backendServer(t *testing.T, name string, hits *atomic.Int64) *httptest.Server {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -282,13 +272,13 @@ func TestInvalidSnapshotRejectedTrafficUnchanged(t *testing.T) {
 		t.Fatalf("readyz before any snapshot: %d, want 503", code)
 	}
 	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v1 applied", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "v1 applied", func() bool {
 		code, _, _ := httpGet(t, "http://"+r.addrs.Admin+"/readyz", "")
 		return code == 200
 	})
 	bad := snapFor(2, b2.URL, map[string]int{"SC1": 60}) // row does not sum to 100
 	publish(t, cli, bad)
-	eventually(t, 10*time.Second, "v2 rejected", func() bool { return adminStatus(t, r).RejectedVersion == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "v2 rejected", func() bool { return adminStatus(t, r).RejectedVersion == 2 })
 	st := adminStatus(t, r)
 	if st.AppliedVersion != 1 || !strings.Contains(st.RejectedReason, "SC1") && !strings.Contains(st.RejectedReason, "row") {
 		t.Fatalf("status %+v: want applied 1 and a reason naming the row", st)
@@ -299,13 +289,13 @@ func TestInvalidSnapshotRejectedTrafficUnchanged(t *testing.T) {
 		}
 	}
 	publish(t, cli, snapFor(3, b2.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v3 serves b2", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "v3 serves b2", func() bool {
 		_, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test")
 		return body == "b2"
 	})
 	// The status key in etcd carries the applied version.
 	sk, _ := layout.Status("BFE1", "p1")
-	eventually(t, 10*time.Second, "status key at v3", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "status key at v3", func() bool {
 		res, err := cli.Get(context.Background(), sk)
 		return err == nil && len(res.Kvs) == 1 && strings.Contains(string(res.Kvs[0].Value), `"applied_version":3`)
 	})
@@ -319,12 +309,12 @@ func TestRestartWithEtcdDownServesDiskCache(t *testing.T) {
 	dir := t.TempDir()
 	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: dir})
 	publish(t, cli, snapFor(4, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
+	poll.EventuallyTrue(t, 10*time.Second, "v4 applied", func() bool { return adminStatus(t, r).AppliedVersion == 4 })
 	r.shutdown(t)
 	srv.Stop()
 
 	r2 := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints(), DialTimeout: time.Second}, CacheDir: dir, ID: "p2"})
-	eventually(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
+	poll.EventuallyTrue(t, 10*time.Second, "cache applied", func() bool { return adminStatus(t, r2).AppliedVersion == 4 })
 	st := adminStatus(t, r2)
 	if st.Source != "disk-cache" || st.EtcdConnected == nil || *st.EtcdConnected {
 		t.Fatalf("status %+v: want source disk-cache, etcd not connected", st)
@@ -343,7 +333,7 @@ func TestRestartWithEtcdDownServesDiskCache(t *testing.T) {
 	defer cli2.Close()
 	b2 := backendServer(t, "b2", nil)
 	publish(t, cli2, snapFor(5, b2.URL, map[string]int{"SC1": 100}))
-	eventually(t, 20*time.Second, "v5 applied after etcd restart", func() bool { return adminStatus(t, r2).AppliedVersion == 5 })
+	poll.EventuallyTrue(t, 20*time.Second, "v5 applied after etcd restart", func() bool { return adminStatus(t, r2).AppliedVersion == 5 })
 	if code, body, _ := httpGet(t, "http://"+r2.addrs.HTTP+"/", "demo.test"); code != 200 || body != "b2" {
 		t.Fatalf("after convergence: %d %q, want 200 from b2", code, body)
 	}
@@ -356,9 +346,9 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 	b1 := backendServer(t, "b1", &hits)
 	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir()})
 	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
 	sk, _ := layout.Status("BFE1", "p1")
-	eventually(t, 10*time.Second, "status key", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "status key", func() bool {
 		res, err := cli.Get(context.Background(), sk)
 		return err == nil && len(res.Kvs) == 1
 	})
@@ -379,7 +369,7 @@ func TestGracefulShutdownFinishesInFlight(t *testing.T) {
 		res.Body.Close()
 		got <- out{res.StatusCode, string(b)}
 	}()
-	eventually(t, 20*time.Second, "slow request at the backend", func() bool { return hits.Load() == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "slow request at the backend", func() bool { return hits.Load() == 1 })
 	r.shutdown(t)
 	if o := <-got; o.code != 200 || o.body != "b1" {
 		t.Fatalf("in-flight request at shutdown: %d %q, want 200 b1", o.code, o.body)
@@ -419,7 +409,7 @@ func TestAdminAPI(t *testing.T) {
 	b1 := backendServer(t, "b1", nil)
 	r := start(t, Config{Etcd: Etcd{Endpoints: cli.Endpoints()}, CacheDir: t.TempDir()})
 	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "applied", func() bool { return adminStatus(t, r).AppliedVersion == 1 })
 	base := "http://" + r.addrs.Admin
 	addr := strings.TrimPrefix(b1.URL, "http://")
 
@@ -509,26 +499,13 @@ func TestConfigFileReload(t *testing.T) {
 	}
 	v1 := adminStatus(t, r).AppliedVersion
 	os.WriteFile(path, []byte(state(5)), 0o644)
-	deadline := time.Now().Add(20 * time.Second)
-	for adminStatus(t, r).AppliedVersion == v1 {
-		if time.Now().After(deadline) {
-			t.Fatal("changed file not reloaded")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+	poll.EventuallyTrue(t, 20*time.Second, "changed file reloaded", func() bool { return adminStatus(t, r).AppliedVersion != v1 })
 	v2 := adminStatus(t, r).AppliedVersion
 	os.WriteFile(path, []byte("topology: {idcs: [IDC1]\n"), 0o644) // broken YAML
-	deadline = time.Now().Add(20 * time.Second)
-	for {
+	poll.EventuallyTrue(t, 20*time.Second, "the broken file noticed", func() bool {
 		_, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", "")
-		if strings.Contains(m, `sluice_proxy_config_reloads_total{result="invalid"} 1`) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the broken file was not noticed")
-		}
-		time.Sleep(50 * time.Millisecond) // poll interval
-	}
+		return strings.Contains(m, `sluice_proxy_config_reloads_total{result="invalid"} 1`)
+	})
 	if st := adminStatus(t, r); st.AppliedVersion != v2 {
 		t.Fatalf("a broken file changed the applied version: %d → %d", v2, st.AppliedVersion)
 	}
@@ -596,7 +573,7 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 		f, logged := accessFile(t)
 		r := start(t, Config{ConfigFile: path, AccessLog: f, AccessLogBuffer: 1 << 20, AccessLogFlush: 20 * time.Millisecond})
 		httpGet(t, "http://"+r.addrs.HTTP+"/tick", "a.test")
-		eventually(t, 20*time.Second, "the line flushed while running", func() bool {
+		poll.EventuallyTrue(t, 20*time.Second, "the line flushed while running", func() bool {
 			return strings.Contains(logged(), `"path":"/tick"`)
 		})
 		if _, m, _ := httpGet(t, "http://"+r.addrs.Admin+"/metrics", ""); !strings.Contains(m, "sluice_proxy_access_log_dropped_bytes_total 0") {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/logcheck"
+	"github.com/sluicelb/sluice/testkit/poll"
 	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
@@ -22,11 +23,11 @@ func TestLogLinesHaveNoDuplicateKeysAndNoSpans(t *testing.T) {
 		Logger:        slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		TraceExporter: "stdout", TraceSample: 1, TraceOutput: &traces})
 	publish(t, cli, snapFor(1, b1.URL, map[string]int{"SC1": 100}))
-	eventually(t, 10*time.Second, "v1 serves b1", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "v1 serves b1", func() bool {
 		code, body, _ := httpGet(t, "http://"+r.addrs.HTTP+"/", "demo.test")
 		return code == 200 && body == "b1"
 	})
-	eventually(t, 10*time.Second, "configwatch and statusreport log lines", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "configwatch and statusreport log lines", func() bool {
 		s := logs.String()
 		return strings.Contains(s, `"component":"configwatch"`) && strings.Contains(s, `"component":"statusreport"`)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // Issue 17 (access log): query, bytes in and out, time to the upstream
@@ -91,7 +92,7 @@ func TestAccessLogClientLeftIs499(t *testing.T) {
 	}
 	io.ReadFull(res.Body, make([]byte, 1<<10))
 	conn.Close() // leaves with most of the 64 MiB unread
-	eventually(t, 10*time.Second, "an access line for the abandoned request", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "an access line for the abandoned request", func() bool {
 		buf.mu.Lock()
 		defer buf.mu.Unlock()
 		return buf.b.Len() > 0

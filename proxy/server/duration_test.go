@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // aheadClock is the real clock plus an offset that only grows: the
@@ -56,7 +57,7 @@ func TestRequestDurationHistogram(t *testing.T) {
 	}
 	// A request's end is observed after the client has the answer: poll.
 	var h *dto.Histogram
-	eventually(t, 10*time.Second, "both requests observed", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "both requests observed", func() bool {
 		mfs, err := reg.Gather()
 		if err != nil {
 			t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicelb/sluice/proxy/balance"
 	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/bufpool"
 )
 
 // Upstream clients (Options.UpstreamClient).
@@ -264,8 +265,8 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 	} else if !ready {
 		fl.Flush() // the header now: the body may take its time
 	}
-	bp := bufs.Get().(*[]byte)
-	defer bufs.Put(bp)
+	bp := bufpool.Get()
+	defer bufpool.Put(bp)
 	buf := *bp
 	for {
 		n, err := body.Read(buf)

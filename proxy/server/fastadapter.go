@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http/httpguts"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -213,7 +215,7 @@ func (a *fastAdapter) WriteHeader(code int) {
 			// buffered body or StreamBody's length, chunked otherwise).
 			continue
 		case "Connection":
-			if hasCloseToken(vv) {
+			if httpguts.HeaderValuesContainsToken(vv, "close") {
 				a.ctx.SetConnectionClose()
 			}
 			continue
@@ -234,17 +236,6 @@ func (a *fastAdapter) WriteHeader(code int) {
 			}
 		}
 	}
-}
-
-func hasCloseToken(vv []string) bool {
-	for _, v := range vv {
-		for _, t := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(t), "close") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // setTrailers gives the backend's trailers to fasthttp, which writes the

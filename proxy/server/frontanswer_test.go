@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // Issue 17.5: the answers the fasthttp front makes itself — 400, 408, 431 —
@@ -110,7 +111,7 @@ func TestStdFrontGeneratedAnswersVisible(t *testing.T) {
 		t.Fatalf("a backend's 400 counted as generated (%v)", n)
 	}
 	var lines []map[string]any
-	eventually(t, 10*time.Second, "two access lines", func() bool { lines = buf.lines(t); return len(lines) == 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "two access lines", func() bool { lines = buf.lines(t); return len(lines) == 2 })
 	buf.reset()
 	checkGenerated(t, p, &buf, b, []genCase{
 		{"GET / HTTP/1.1\r\nHost: demo.test\r\nX-Big: " + strings.Repeat("a", 16<<10) + "\r\n\r\n", "431", CodeHeaderTooLarge, ""},

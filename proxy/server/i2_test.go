@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // I2 under load: while tables are swapped continuously, every request reads
@@ -77,7 +78,7 @@ func TestI2OneTablePerRequestUnderSwaps(t *testing.T) {
 		}
 		if v%20 == 0 {
 			served := a.hits.Load() + b.hits.Load()
-			eventually(t, 20*time.Second, "traffic between swaps", func() bool { return a.hits.Load()+b.hits.Load() > served })
+			poll.EventuallyTrue(t, 20*time.Second, "traffic between swaps", func() bool { return a.hits.Load()+b.hits.Load() > served })
 		}
 	}
 	close(stop)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // connLog records the ConnState hook's calls.
@@ -99,7 +100,7 @@ func TestFastFrontParksIdleConnections(t *testing.T) {
 			t.Fatal(err)
 		}
 		readAnswers(t, br, small)
-		eventually(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+		poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
 	}
 	// Two requests in one write, then a body in two writes: nothing is lost
 	// across parking.
@@ -107,7 +108,7 @@ func TestFastFrontParksIdleConnections(t *testing.T) {
 		t.Fatal(err)
 	}
 	readAnswers(t, br, small, 200000)
-	eventually(t, 20*time.Second, "parked again", func() bool { return parkedConns(f) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "parked again", func() bool { return parkedConns(f) == 1 })
 	if _, err := io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 10\r\n\r\n01234"); err != nil {
 		t.Fatal(err)
 	}
@@ -123,8 +124,8 @@ func TestFastFrontParksIdleConnections(t *testing.T) {
 		t.Fatalf("StateClosed reported %d times while open, want 0", n)
 	}
 	conn.Close()
-	eventually(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
-	eventually(t, 20*time.Second, "the closed connection untracked", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the closed connection untracked", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		return len(f.conns) == 0
@@ -145,7 +146,7 @@ func TestFastFrontParkedIdleTimeout(t *testing.T) {
 	if d := time.Since(start); d > 10*time.Second {
 		t.Fatalf("closed after %v, want about 300ms", d)
 	}
-	eventually(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
 }
 
 // TestFastFrontShutdownClosesParked: Shutdown closes parked connections and
@@ -156,7 +157,7 @@ func TestFastFrontShutdownClosesParked(t *testing.T) {
 	conn, br := dialFront(t, p.addr)
 	io.WriteString(conn, smallGET)
 	readAnswers(t, br, len("small body\n"))
-	eventually(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := f.Shutdown(ctx); err != nil {
@@ -165,5 +166,5 @@ func TestFastFrontShutdownClosesParked(t *testing.T) {
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("read on the parked connection after Shutdown: %v, want EOF", err)
 	}
-	eventually(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // D1: a request drawn into GSLB_BLACKHOLE never reaches a backend, is answered
@@ -425,7 +426,7 @@ func TestD8SwapUnderLoadDropsNothing(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, 20*time.Second, "traffic after a swap", func() bool { return b1.hits.Load()+b2.hits.Load() >= int64(v) })
+		poll.EventuallyTrue(t, 20*time.Second, "traffic after a swap", func() bool { return b1.hits.Load()+b2.hits.Load() >= int64(v) })
 	}
 	close(stop)
 	wg.Wait()

@@ -13,7 +13,8 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strings"
-	"sync"
+
+	"github.com/sluicelb/sluice/proxy/internal/bufpool"
 )
 
 // newReverseProxy builds the one ReverseProxy all requests share; the
@@ -24,7 +25,7 @@ func (s *Server) newReverseProxy() *httputil.ReverseProxy {
 		Transport:      transport{},
 		ModifyResponse: s.modifyResponse,
 		ErrorHandler:   s.errorHandler,
-		BufferPool:     bufferPool{},
+		BufferPool:     bufpool.HTTPUtil{},
 		ErrorLog:       log.New(io.Discard, "", 0),
 	}
 }
@@ -124,10 +125,3 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 	}
 	st.generated(w, ge)
 }
-
-type bufferPool struct{}
-
-var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *(bufs.Get().(*[]byte)) }
-func (bufferPool) Put(b []byte) { bufs.Put(&b) }

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // genListener is one server generation's view of a shared listening
@@ -298,7 +299,7 @@ func TestBackendRestartUnderPOSTLoad(t *testing.T) {
 	}
 	for round := 0; round < 3; round++ {
 		before := served.Load()
-		eventually(t, 10*time.Second, "load before the restart", func() bool { return served.Load() >= before+40 })
+		poll.EventuallyTrue(t, 10*time.Second, "load before the restart", func() bool { return served.Load() >= before+40 })
 		// A burst holds 8 more connections at once: the pool keeps more
 		// idle connections than the load uses, as after any peak.
 		all, open := hold(workers + burst)
@@ -317,7 +318,7 @@ func TestBackendRestartUnderPOSTLoad(t *testing.T) {
 		open()
 		bwg.Wait()
 		before = served.Load()
-		eventually(t, 10*time.Second, "load after the burst", func() bool { return served.Load() >= before+20 })
+		poll.EventuallyTrue(t, 10*time.Second, "load after the burst", func() bool { return served.Load() >= before+20 })
 
 		all, open = hold(workers)
 		<-all // every worker has a request in flight
@@ -329,7 +330,7 @@ func TestBackendRestartUnderPOSTLoad(t *testing.T) {
 			defer cancel()
 			shut <- old.srv.Shutdown(sctx)
 		}()
-		eventually(t, 20*time.Second, "the old generation closed its idle connections", func() bool {
+		poll.EventuallyTrue(t, 20*time.Second, "the old generation closed its idle connections", func() bool {
 			old.mu.Lock()
 			defer old.mu.Unlock()
 			closed := 0
@@ -353,7 +354,7 @@ func TestBackendRestartUnderPOSTLoad(t *testing.T) {
 		<-old.done
 	}
 	before := served.Load()
-	eventually(t, 10*time.Second, "load after the restarts", func() bool { return served.Load() >= before+40 })
+	poll.EventuallyTrue(t, 10*time.Second, "load after the restarts", func() bool { return served.Load() >= before+40 })
 	stop()
 	wg.Wait()
 	failures.Range(func(k, v any) bool { t.Errorf("request %s failed: %s", k, v); return true })

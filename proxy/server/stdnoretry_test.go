@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // Issue 17 (--upstream-client std): http.Transport resent a replayable
@@ -51,7 +52,7 @@ func TestStdUpstreamDoesNotResendOnItsOwn(t *testing.T) {
 				t.Fatalf("the backend saw the second request %d times, want %d", got, tc.arrivals)
 			}
 			var lines []map[string]any
-			eventually(t, 10*time.Second, "two access-log lines", func() bool { lines = log.lines(t); return len(lines) == 2 })
+			poll.EventuallyTrue(t, 10*time.Second, "two access-log lines", func() bool { lines = log.lines(t); return len(lines) == 2 })
 			if a := lines[1]["attempts"]; a != tc.attempts {
 				t.Fatalf("access log attempts %v, want %v", a, tc.attempts)
 			}

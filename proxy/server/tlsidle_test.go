@@ -12,6 +12,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // chunkConn answers its chunks one per Read (for recordConn's unit tests).
@@ -141,7 +143,7 @@ func TestTLSFrontParksIdleConnections(t *testing.T) {
 	small := len("small body\n")
 	parked := func(what string) {
 		t.Helper()
-		eventually(t, 10*time.Second, what, func() bool { return parkedConns(tf.fast) == 1 })
+		poll.EventuallyTrue(t, 10*time.Second, what, func() bool { return parkedConns(tf.fast) == 1 })
 	}
 	for round := 0; round < 3; round++ {
 		io.WriteString(tc, smallGET)
@@ -171,9 +173,9 @@ func TestTLSFrontParkedClientCloses(t *testing.T) {
 	io.WriteString(tc, smallGET)
 	fc.flush(t, len(fc.buf))
 	readAnswers(t, br, len("small body\n"))
-	eventually(t, 10*time.Second, "parked", func() bool { return parkedConns(tf.fast) == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "parked", func() bool { return parkedConns(tf.fast) == 1 })
 	fc.Conn.Close()
-	eventually(t, 10*time.Second, "the closed connection untracked", func() bool { return fastConns(tf.fast) == 0 })
+	poll.EventuallyTrue(t, 10*time.Second, "the closed connection untracked", func() bool { return fastConns(tf.fast) == 0 })
 }
 
 // TestTLSFrontParkedIdleTimeoutAndShutdown: a parked TLS connection closes
@@ -188,7 +190,7 @@ func TestTLSFrontParkedIdleTimeoutAndShutdown(t *testing.T) {
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("read on the idle TLS connection: %v, want EOF (closed by the idle timeout)", err)
 	}
-	eventually(t, 10*time.Second, "the timed-out connection untracked", func() bool { return fastConns(tf.fast) == 0 })
+	poll.EventuallyTrue(t, 10*time.Second, "the timed-out connection untracked", func() bool { return fastConns(tf.fast) == 0 })
 
 	tc, fc, br = dialTLSFlush(t, addr, tlsClientConfig(pool))
 	io.WriteString(tc, smallGET)

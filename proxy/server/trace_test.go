@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func attrs(s sdktrace.ReadOnlySpan) map[attribute.Key]attribute.Value {
@@ -39,7 +40,7 @@ func TestTraceOfCrossSubclusterRetry(t *testing.T) {
 	if res.StatusCode != 200 {
 		t.Fatalf("status %d, want 200 after the cross retry", res.StatusCode)
 	}
-	eventually(t, 20e9, "server span exported", func() bool {
+	poll.EventuallyTrue(t, 20e9, "server span exported", func() bool {
 		for _, s := range exp.GetSpans().Snapshots() {
 			if s.Name() == "sluice.request" {
 				return true

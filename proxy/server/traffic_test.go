@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // The traffic counters count every answer once: by the sub-cluster that
@@ -31,7 +32,7 @@ func TestTrafficCountsBySubClusterAndStatus(t *testing.T) {
 	}
 	// finish runs after the client has its answer: poll for the last one.
 	var tc report.TrafficCounts
-	eventually(t, 10*time.Second, "every answer counted", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "every answer counted", func() bool {
 		tc = p.s.Counts()["main"].Traffic
 		return tc.Codes[2]+tc.Codes[4]+tc.Codes[5] == n
 	})
@@ -67,7 +68,7 @@ func TestTrafficCountsGeneratedErrors(t *testing.T) {
 			t.Fatalf("status %d from a dead backend", res.StatusCode)
 		}
 	}
-	eventually(t, 10*time.Second, "generated errors counted", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "generated errors counted", func() bool {
 		tc := p.s.Counts()["main"].Traffic
 		return tc.Generated == n && tc.Codes[5] == n && tc.SubClusters["SC1"] == n
 	})
@@ -80,12 +81,12 @@ func TestTrafficCountsSurviveApply(t *testing.T) {
 	p := newProxy(t, testSnapshot(1, cl), proxyOpts{})
 	c := client(t)
 	get(t, c, p.url+"/", nil)
-	eventually(t, 10*time.Second, "first answer counted", func() bool { return p.s.Counts()["main"].Traffic.Codes[2] == 1 })
+	poll.EventuallyTrue(t, 10*time.Second, "first answer counted", func() bool { return p.s.Counts()["main"].Traffic.Codes[2] == 1 })
 	if err := p.s.Apply(checked(t, testSnapshot(2, cl))); err != nil {
 		t.Fatal(err)
 	}
 	get(t, c, p.url+"/", nil)
-	eventually(t, 10*time.Second, "second answer counted on top", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "second answer counted on top", func() bool {
 		tc := p.s.Counts()["main"].Traffic
 		return tc.Codes[2] == 2 && tc.SubClusters["SC1"] == 2
 	})

@@ -15,11 +15,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/lease"
 	"github.com/sluicelb/sluice/api/report"
 )
 
@@ -27,7 +26,8 @@ import (
 const (
 	DefaultInterval = 5 * time.Second
 	DefaultTTL      = 15 * time.Second
-	// revokeTimeout bounds the lease revoke at shutdown.
+	// revokeTimeout bounds a lease revoke and the last-seen delete at
+	// shutdown; opTimeout a grant or a write.
 	revokeTimeout = 2 * time.Second
 	opTimeout     = 5 * time.Second
 )
@@ -62,7 +62,7 @@ type Reporter struct {
 	log                           *slog.Logger
 	notify                        chan struct{}
 	running                       atomic.Bool
-	lease                         atomic.Int64 // current lease ID, 0 when none
+	keeper                        atomic.Pointer[lease.Keeper] // set by Run
 	writes                        atomic.Uint64
 }
 
@@ -120,103 +120,58 @@ func (r *Reporter) Notify() {
 }
 
 // Lease is the lease the keys are bound to now (0: none).
-func (r *Reporter) Lease() clientv3.LeaseID { return clientv3.LeaseID(r.lease.Load()) }
+func (r *Reporter) Lease() clientv3.LeaseID {
+	if k := r.keeper.Load(); k != nil {
+		return k.Lease()
+	}
+	return 0
+}
 
 // Writes counts successful writes.
 func (r *Reporter) Writes() uint64 { return r.writes.Load() }
 
-// Run grants a lease, writes both keys under it, keeps it alive and rewrites
-// the keys every Interval and on Notify; after losing the lease (etcd down
-// past the TTL, lease revoked) it grants a new one. When ctx is done it
-// revokes the lease, so the keys vanish at once, and returns nil.
+// Run keeps a lease (api/lease), writes both keys under it, and rewrites
+// them every Interval and on Notify; after losing the lease (etcd down past
+// the TTL, lease revoked) it writes them again under a new one. When ctx is
+// done it deletes the last-seen record and revokes the lease, so the keys
+// vanish at once, and returns nil.
 func (r *Reporter) Run(ctx context.Context) error {
 	if !r.running.CompareAndSwap(false, true) {
 		return errors.New("statusreport: Run is already running")
 	}
 	defer r.running.Store(false)
-	var bo backoff.Policy // 100ms doubling to 5s, jittered
-	for ctx.Err() == nil {
-		ok := r.session(ctx)
-		if ctx.Err() != nil {
-			break
-		}
-		if ok {
-			bo.Reset()
-		}
-		backoff.Sleep(ctx, bo.Next())
+	k, err := lease.New(lease.Config{Client: r.cfg.Client, TTL: r.cfg.TTL, OpTimeout: opTimeout, RevokeTimeout: revokeTimeout, Logger: r.log, Name: "status"})
+	if err != nil {
+		return fmt.Errorf("statusreport: %w", err)
 	}
-	return nil
+	r.keeper.Store(k)
+	return k.Run(ctx, func(hctx context.Context, id clientv3.LeaseID) error {
+		err := r.hold(hctx, id)
+		if ctx.Err() != nil {
+			r.forget(ctx) // stopping on purpose: not GONE
+		}
+		return err
+	})
 }
 
-// session holds one lease until it is lost (returns true if it was granted)
-// or ctx is done (the lease is revoked).
-func (r *Reporter) session(ctx context.Context) bool {
-	gctx, cancel := context.WithTimeout(ctx, opTimeout)
-	g, err := r.cfg.Client.Grant(gctx, int64(r.cfg.TTL/time.Second))
-	cancel()
-	if err != nil {
-		if ctx.Err() == nil {
-			r.log.Warn("lease grant failed", "err", err)
-		}
-		return false
-	}
-	id := g.ID
-	r.lease.Store(int64(id))
-	defer r.lease.Store(0)
-	kctx, kcancel := context.WithCancel(ctx)
-	defer kcancel()
-	kach, err := r.cfg.Client.KeepAlive(kctx, id)
-	if err != nil {
-		r.log.Warn("lease keepalive failed", "lease", int64(id), "err", err)
-		return true
-	}
-	r.log.Info("status lease granted", "lease", int64(id), "ttl_seconds", r.cfg.TTL.Seconds())
+// hold keeps the keys written under one lease until hctx is done or a
+// write finds the lease gone.
+func (r *Reporter) hold(ctx context.Context, id clientv3.LeaseID) error {
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
-	write := func() bool {
-		err := r.write(ctx, id)
-		switch {
-		case err == nil:
-			return true
-		case ctx.Err() != nil:
-			return true
-		case isLeaseGone(err):
-			r.log.Warn("status lease lost; granting a new one", "lease", int64(id))
-			return false
+	for {
+		switch err := r.write(ctx, id); {
+		case err == nil, ctx.Err() != nil:
+		case lease.IsLost(err):
+			return err
 		default:
 			r.log.Warn("status write failed", "err", err)
-			return true
 		}
-	}
-	if !write() {
-		return true
-	}
-	for {
 		select {
 		case <-ctx.Done():
-			r.revoke(ctx, id)
-			return true
-		case _, ok := <-kach:
-			if !ok {
-				if ctx.Err() != nil {
-					r.revoke(ctx, id)
-					return true
-				}
-				// The client gave up on the lease (etcd unreachable past the
-				// TTL), but etcd may still hold it, e.g. after a restart that
-				// renewed it: revoke it so no key outlives this session.
-				r.log.Warn("status lease keepalive ended; granting a new one", "lease", int64(id))
-				r.revoke(ctx, id)
-				return true
-			}
+			return nil
 		case <-tick.C:
-			if !write() {
-				return true
-			}
 		case <-r.notify:
-			if !write() {
-				return true
-			}
 		}
 	}
 }
@@ -256,23 +211,13 @@ func (r *Reporter) write(ctx context.Context, id clientv3.LeaseID) error {
 	return nil
 }
 
-// revoke drops the lease so the keys vanish now rather than after the TTL;
-// when the proxy is stopping (ctx done) the last-seen record goes too: a
-// proxy stopped on purpose is not GONE. ctx may be done already: the revoke
-// gets its own short deadline.
-func (r *Reporter) revoke(ctx context.Context, id clientv3.LeaseID) {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
+// forget deletes the last-seen record when the proxy stops: a proxy stopped
+// on purpose is not GONE. ctx is done already: the delete gets its own short
+// deadline.
+func (r *Reporter) forget(ctx context.Context) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), revokeTimeout)
 	defer cancel()
-	if ctx.Err() != nil {
-		if _, err := r.cfg.Client.Delete(rctx, r.seenKey); err != nil {
-			r.log.Warn("last-seen record delete failed; the proxy is listed GONE for a while", "key", r.seenKey, "err", err)
-		}
+	if _, err := r.cfg.Client.Delete(dctx, r.seenKey); err != nil {
+		r.log.Warn("last-seen record delete failed; the proxy is listed GONE for a while", "key", r.seenKey, "err", err)
 	}
-	if _, err := r.cfg.Client.Revoke(rctx, id); err != nil {
-		r.log.Warn("status lease revoke failed; keys expire after the TTL", "lease", int64(id), "err", err)
-		return
-	}
-	r.log.Info("status lease revoked", "lease", int64(id))
 }
-
-func isLeaseGone(err error) bool { return errors.Is(err, rpctypes.ErrLeaseNotFound) }

@@ -15,22 +15,12 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var layout = keys.MustNew("/sluicetest")
-
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 type fakeProxy struct{ version atomic.Uint64 }
 
@@ -115,7 +105,7 @@ func TestKeysAppearAndVanishOnCancel(t *testing.T) {
 	p := &fakeProxy{}
 	p.version.Store(3)
 	run := startReporter(t, cli, p, 15*time.Second, time.Hour)
-	eventually(t, 10*time.Second, "keys written", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "keys written", func() bool {
 		st, dm := getStatus(t, cli)
 		return st != nil && dm != nil
 	})
@@ -130,7 +120,7 @@ func TestKeysAppearAndVanishOnCancel(t *testing.T) {
 	// Notify writes promptly (the interval is an hour).
 	p.version.Store(4)
 	run.r.Notify()
-	eventually(t, 10*time.Second, "status v4 after Notify", func() bool {
+	poll.EventuallyTrue(t, 10*time.Second, "status v4 after Notify", func() bool {
 		st, _ := getStatus(t, cli)
 		return st != nil && st.AppliedVersion == 4
 	})
@@ -166,10 +156,10 @@ func TestKeysExpireWhenProcessDies(t *testing.T) {
 	}
 	p := &fakeProxy{}
 	run := startReporter(t, own, p, 2*time.Second, time.Hour)
-	eventually(t, 10*time.Second, "keys written", func() bool { st, _ := getStatus(t, cli); return st != nil })
+	poll.EventuallyTrue(t, 10*time.Second, "keys written", func() bool { st, _ := getStatus(t, cli); return st != nil })
 	// The process dies: its connection goes away, nothing is revoked.
 	own.Close()
-	eventually(t, 20*time.Second, "keys gone after the TTL", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "keys gone after the TTL", func() bool {
 		st, dm := getStatus(t, cli)
 		return st == nil && dm == nil
 	})
@@ -213,14 +203,14 @@ func TestReRegistersAfterLeaseLossAndEtcdRestart(t *testing.T) {
 	p := &fakeProxy{}
 	p.version.Store(1)
 	run := startReporter(t, own, p, 3*time.Second, 200*time.Millisecond)
-	eventually(t, 10*time.Second, "keys written", func() bool { st, _ := getStatus(t, cli); return st != nil })
+	poll.EventuallyTrue(t, 10*time.Second, "keys written", func() bool { st, _ := getStatus(t, cli); return st != nil })
 
 	// The lease is lost (as after an outage longer than the TTL).
 	first := run.r.Lease()
 	if _, err := cli.Revoke(context.Background(), first); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 15*time.Second, "new lease and keys back", func() bool {
+	poll.EventuallyTrue(t, 15*time.Second, "new lease and keys back", func() bool {
 		st, _ := getStatus(t, cli)
 		return st != nil && run.r.Lease() != 0 && run.r.Lease() != first
 	})
@@ -231,7 +221,7 @@ func TestReRegistersAfterLeaseLossAndEtcdRestart(t *testing.T) {
 	if err := srv.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "status v2 after etcd restart", func() bool {
+	poll.EventuallyTrue(t, 30*time.Second, "status v2 after etcd restart", func() bool {
 		st, _ := getStatus(t, cli)
 		return st != nil && st.AppliedVersion == 2
 	})

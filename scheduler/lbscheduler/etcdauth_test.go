@@ -108,15 +108,9 @@ func TestRecoversAfterEtcdRestartWithAuth(t *testing.T) {
 	}
 	defer root.Close()
 	put(t, root, layout.Desired(), desired(1, "30s"))
-	deadline := back.Add(10 * time.Second)
-	for {
-		if l := live(t, root, "BFE1"); l != nil && instances(l, "SC2")["10.9.9.1:80"] {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no snapshot with the new instance within 10s of the etcd restart")
-		}
-		time.Sleep(50 * time.Millisecond) // polling interval
-	}
+	poll.EventuallyTrue(t, time.Until(back.Add(10*time.Second)), "a snapshot with the new instance within 10s of the etcd restart", func() bool {
+		l := live(t, root, "BFE1")
+		return l != nil && instances(l, "SC2")["10.9.9.1:80"]
+	})
 	t.Logf("FIGURE lbscheduler with auth: publishes again %s after etcd restarted", time.Since(back).Round(time.Millisecond))
 }

@@ -2,11 +2,11 @@ package lbscheduler
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/scheduler/publish"
 )
@@ -39,7 +39,7 @@ func (s *Scheduler) collectGone(ctx context.Context, lead *publish.Leadership) (
 			continue
 		}
 		var st report.ProxyStatus
-		if json.Unmarshal(kv.Value, &st) == nil && now.Sub(st.UpdatedAt) < report.GoneFor {
+		if codec.UnmarshalJSON(kv.Value, &st) == nil && now.Sub(st.UpdatedAt) < report.GoneFor {
 			continue
 		}
 		k := string(kv.Key)

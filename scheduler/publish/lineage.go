@@ -31,7 +31,7 @@ func (p *Publisher) readHead(ctx context.Context, curKey string) (head, error) {
 	}
 	var h head
 	if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
-		if err := json.Unmarshal(kvs[0].Value, &h.ptr); err != nil {
+		if err := codec.UnmarshalJSON(kvs[0].Value, &h.ptr); err != nil {
 			return head{}, fmt.Errorf("read %s: %w", curKey, err)
 		}
 		h.ptrRev = kvs[0].ModRevision
@@ -117,7 +117,7 @@ func (p *Publisher) versionFloor(ctx context.Context, pc, lineage string) (uint6
 	}
 	for _, kv := range r.Responses[1].GetResponseRange().Kvs {
 		var st report.ProxyStatus
-		if json.Unmarshal(kv.Value, &st) != nil || st.AppliedLineage != lineage {
+		if codec.UnmarshalJSON(kv.Value, &st) != nil || st.AppliedLineage != lineage {
 			continue // another lineage's versions do not compare with ours
 		}
 		if v := max(st.AppliedVersion, st.LatestVersion, st.RejectedVersion); v > floor {

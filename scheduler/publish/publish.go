@@ -30,6 +30,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
@@ -348,7 +349,7 @@ func (p *Publisher) Current(ctx context.Context, pc string) (snapshot.Pointer, i
 		return snapshot.Pointer{}, 0, nil
 	}
 	var ptr snapshot.Pointer
-	if err := json.Unmarshal(r.Kvs[0].Value, &ptr); err != nil {
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &ptr); err != nil {
 		return snapshot.Pointer{}, 0, fmt.Errorf("read %s: %w", k, err)
 	}
 	return ptr, r.Kvs[0].ModRevision, nil

@@ -2,7 +2,6 @@ package publish
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"time"
@@ -10,6 +9,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -18,22 +18,12 @@ const maxOpsPerTxn = 100
 
 // Manifest reads the manifest of one version.
 func (p *Publisher) Manifest(ctx context.Context, pc string, version uint64) (snapshot.Manifest, error) {
-	k, err := p.layout.Snapshot(pc, version)
-	if err != nil {
-		return snapshot.Manifest{}, err
+	m, found, err := snapio.Manifest(ctx, p.cli, p.layout, pc, version)
+	if err == nil && !found {
+		k, _ := p.layout.Snapshot(pc, version)
+		err = fmt.Errorf("read %s: not found", k)
 	}
-	r, err := p.cli.Get(ctx, k)
-	if err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("read %s: %w", k, err)
-	}
-	if len(r.Kvs) == 0 {
-		return snapshot.Manifest{}, fmt.Errorf("read %s: not found", k)
-	}
-	var m snapshot.Manifest
-	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &m); err != nil {
-		return snapshot.Manifest{}, fmt.Errorf("read %s: %w", k, err)
-	}
-	return m, nil
+	return m, err
 }
 
 // Load reads and decodes one version (parts fetched and checked).
@@ -42,20 +32,7 @@ func (p *Publisher) Load(ctx context.Context, pc string, version uint64) (*snaps
 	if err != nil {
 		return nil, err
 	}
-	return snapshot.Decode(m, func(d string) ([]byte, error) {
-		k, err := p.layout.Part(d)
-		if err != nil {
-			return nil, err
-		}
-		r, err := p.cli.Get(ctx, k)
-		if err != nil {
-			return nil, err
-		}
-		if len(r.Kvs) == 0 {
-			return nil, snapshot.ErrMissingPart
-		}
-		return r.Kvs[0].Value, nil
-	})
+	return snapshot.Decode(m, snapio.Parts(ctx, p.cli, p.layout))
 }
 
 // History returns the metadata of the kept versions of pc, oldest first.
@@ -97,7 +74,7 @@ func (p *Publisher) LoadCurrent(ctx context.Context, cache map[string]*snapshot.
 			continue
 		}
 		var ptr snapshot.Pointer
-		if err := json.Unmarshal(kv.Value, &ptr); err != nil {
+		if err := codec.UnmarshalJSON(kv.Value, &ptr); err != nil {
 			firstErr = fmt.Errorf("pointer %s: %w", kv.Key, err)
 			continue
 		}

@@ -18,17 +18,26 @@ const Interval = 10 * time.Millisecond
 // error. cond runs on the calling goroutine, so it may itself call t.Fatal.
 func Eventually(t testing.TB, within time.Duration, what string, cond func() error) {
 	t.Helper()
-	deadline := time.Now().Add(within)
+	Every(t, within, Interval, what, cond)
+}
+
+// Every is Eventually with its own interval between checks, for conditions
+// that cost a request to a real fleet (e2e, chaos), and it returns how long
+// cond took to hold, for scenarios that report a recovery time.
+func Every(t testing.TB, within, every time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	deadline := start.Add(within)
 	for {
 		err := cond()
 		if err == nil {
-			return
+			return time.Since(start)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("not within %s: %s: %v", within, what, err)
-			return
+			return time.Since(start)
 		}
-		time.Sleep(Interval) // polling interval, not a wait for state
+		time.Sleep(every) // polling interval, not a wait for state
 	}
 }
 

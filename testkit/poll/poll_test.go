@@ -66,3 +66,18 @@ func TestEventuallyTrue(t *testing.T) {
 		t.Fatalf("failure %q", r.failed)
 	}
 }
+
+func TestEveryReturnsTheTimeTaken(t *testing.T) {
+	r := &recorder{TB: t}
+	calls := 0
+	took := Every(r, 5*time.Second, 20*time.Millisecond, "third call", func() error {
+		calls++
+		if calls < 3 {
+			return fmt.Errorf("call %d", calls)
+		}
+		return nil
+	})
+	if r.failed != "" || calls != 3 || took < 40*time.Millisecond {
+		t.Fatalf("failed=%q calls=%d took=%s; want no failure after 3 calls, two 20ms intervals apart", r.failed, calls, took)
+	}
+}

@@ -1,8 +1,9 @@
-// Package register keeps one instance registration in etcd under a lease:
-// it grants the lease, keeps it alive, writes the latest record with write
-// throttling, re-registers after lease loss or an etcd outage (exponential
-// backoff with jitter, last known record kept), and revokes the lease when
-// stopped — unless told to abandon it, as a crashed agent would.
+// Package register keeps one instance registration in etcd under a lease
+// held by api/lease: it writes the latest record with write throttling,
+// writes it again under a new lease after lease loss or an etcd outage
+// (exponential backoff with jitter, last known record kept), and the lease
+// is revoked when stopped — unless told to abandon it, as a crashed agent
+// would.
 package register
 
 import (
@@ -17,11 +18,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/lease"
 	"github.com/sluicelb/sluice/api/report"
 )
 
@@ -72,14 +73,12 @@ type Options struct {
 // Run is called once.
 type Registrar struct {
 	o       Options
-	ttlSec  int64
 	mu      sync.Mutex
 	desired *report.Instance
 	notify  chan struct{}
-	abandon atomic.Bool
+	keeper  *lease.Keeper
 	writes  atomic.Int64
 	written atomic.Pointer[report.Instance]
-	lease   atomic.Int64
 }
 
 // New checks o and returns a registrar.
@@ -116,11 +115,16 @@ func New(o Options) (*Registrar, error) {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
-	return &Registrar{
-		o:      o,
-		ttlSec: int64(math.Ceil(o.TTL.Seconds())),
-		notify: make(chan struct{}, 1),
-	}, nil
+	k, err := lease.New(lease.Config{
+		Client: o.Client, TTL: time.Duration(math.Ceil(o.TTL.Seconds())) * time.Second,
+		OpTimeout: o.OpTimeout, Backoff: backoff.Policy{Min: o.BackoffMin, Max: o.BackoffMax},
+		Logger: o.Logger, Name: "registration",
+		Hooks: lease.Hooks{Granted: o.Hooks.Granted, Error: o.Hooks.Error},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	return &Registrar{o: o, keeper: k, notify: make(chan struct{}, 1)}, nil
 }
 
 // Set hands over the latest record; it never blocks. The registrar writes
@@ -137,7 +141,7 @@ func (r *Registrar) Set(rec report.Instance) {
 
 // Abandon makes Run return without revoking the lease: the registration
 // stays until the TTL expires, as after a crash. For tests and chaos drills.
-func (r *Registrar) Abandon() { r.abandon.Store(true) }
+func (r *Registrar) Abandon() { r.keeper.Abandon() }
 
 // Writes returns the number of successful record writes so far.
 func (r *Registrar) Writes() int64 { return r.writes.Load() }
@@ -152,7 +156,7 @@ func (r *Registrar) Written() (report.Instance, bool) {
 }
 
 // Lease returns the current lease (0 while unregistered).
-func (r *Registrar) Lease() clientv3.LeaseID { return clientv3.LeaseID(r.lease.Load()) }
+func (r *Registrar) Lease() clientv3.LeaseID { return r.keeper.Lease() }
 
 func (r *Registrar) latest() (report.Instance, bool) {
 	r.mu.Lock()
@@ -163,37 +167,34 @@ func (r *Registrar) latest() (report.Instance, bool) {
 	return *r.desired, true
 }
 
-// session is the lease currently held, kept alive by a lessor of its own:
-// the keep-alive stream of a lessor stays on the member it opened on, and
-// a frozen member never fails it, so a lost lease's successor must not
-// reuse it (a new lessor opens a new stream, on another member by the
-// client's round robin).
-type session struct {
-	id     clientv3.LeaseID
-	ka     <-chan *clientv3.LeaseKeepAliveResponse
-	cancel context.CancelFunc
-	lessor clientv3.Lease
-}
-
-func (s *session) stop() {
-	if s == nil {
-		return
-	}
-	if s.cancel != nil {
-		s.cancel()
-	}
-	if s.lessor != nil {
-		s.lessor.Close()
-	}
-}
-
 // Run keeps the registration until ctx is done, then revokes the lease
 // (bounded by OpTimeout) unless Abandon was called. It returns nil on a
-// normal stop.
+// normal stop. No lease is taken before the first record is Set.
 func (r *Registrar) Run(ctx context.Context) error {
+	for {
+		if _, have := r.latest(); have {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.notify:
+		}
+	}
+	return r.keeper.Run(ctx, func(hctx context.Context, id clientv3.LeaseID) error {
+		err := r.hold(hctx, id)
+		if ctx.Err() == nil {
+			r.written.Store(nil) // lost with its lease
+		}
+		return err
+	})
+}
+
+// hold writes the record under one lease, throttled, until hctx is done or a
+// write finds the lease gone.
+func (r *Registrar) hold(ctx context.Context, id clientv3.LeaseID) error {
 	var (
-		sess      *session
-		written   *report.Instance // under the current lease
+		written   *report.Instance // under this lease
 		lastWrite time.Time
 		failures  int
 		retryAt   time.Time
@@ -201,57 +202,21 @@ func (r *Registrar) Run(ctx context.Context) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
-	defer func() {
-		sess.stop()
-		if sess == nil || r.abandon.Load() {
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.OpTimeout)
-		defer cancel()
-		if _, err := r.o.Client.Revoke(rctx, sess.id); err != nil {
-			r.hookErr("revoke", err)
-			r.o.Logger.Warn("revoke lease", "lease", int64(sess.id), "err", err)
-		}
-		r.lease.Store(0)
-	}()
-	dropLease := func(why string, err error) {
-		if sess != nil {
-			r.o.Logger.Warn("lease lost; re-registering", "why", why, "lease", int64(sess.id), "err", err)
-		}
-		sess.stop()
-		sess, written = nil, nil
-		r.written.Store(nil)
-		r.lease.Store(0)
-	}
-	fail := func(now time.Time) {
-		failures++
-		retryAt = now.Add(r.backoff(failures))
-	}
 	for {
 		desired, have := r.latest()
 		now := r.o.Now()
-		due, pending := r.due(desired, have, sess != nil, written, lastWrite, retryAt)
+		due, pending := r.due(desired, have, written, lastWrite, retryAt)
 		if pending && !due.After(now) {
-			if sess == nil {
-				s, err := r.grant(ctx)
-				if err != nil {
-					if ctx.Err() != nil {
-						return nil
-					}
-					fail(r.o.Now())
-					continue
-				}
-				sess, written = s, nil
-			}
 			desired.UpdatedAt = r.o.Now().UTC()
-			if err := r.put(ctx, sess.id, desired); err != nil {
+			if err := r.put(ctx, id, desired); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
-				if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-					dropLease("lease not found", err)
+				if lease.IsLost(err) {
+					return err
 				}
-				fail(r.o.Now())
+				failures++
+				retryAt = r.o.Now().Add(r.backoff(failures))
 				continue
 			}
 			failures, retryAt = 0, time.Time{}
@@ -265,33 +230,22 @@ func (r *Registrar) Run(ctx context.Context) error {
 			timer.Reset(due.Sub(now))
 			timerC = timer.C
 		}
-		var kaC <-chan *clientv3.LeaseKeepAliveResponse
-		if sess != nil {
-			kaC = sess.ka
-		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-r.notify:
 		case <-timerC:
-		case _, ok := <-kaC:
-			if !ok {
-				r.hookErr("keepalive", errors.New("keepalive channel closed"))
-				dropLease("keepalive ended (lease expired or etcd unreachable past the TTL)", nil)
-				// Re-register at once the first time; backoff if it fails.
-				retryAt = time.Time{}
-			}
 		}
 		timer.Stop()
 	}
 }
 
 // due says whether the desired record needs a write and from when.
-func (r *Registrar) due(desired report.Instance, have, leased bool, written *report.Instance, lastWrite, retryAt time.Time) (time.Time, bool) {
+func (r *Registrar) due(desired report.Instance, have bool, written *report.Instance, lastWrite, retryAt time.Time) (time.Time, bool) {
 	if !have {
 		return time.Time{}, false
 	}
-	if !leased || written == nil {
+	if written == nil {
 		return retryAt, true
 	}
 	at := func(gap time.Duration) time.Time {
@@ -310,33 +264,6 @@ func (r *Registrar) due(desired report.Instance, have, leased bool, written *rep
 		return at(r.o.ReportInterval), true
 	}
 	return time.Time{}, false
-}
-
-func (r *Registrar) grant(ctx context.Context) (*session, error) {
-	lessor := clientv3.NewLease(r.o.Client)
-	gctx, cancel := context.WithTimeout(ctx, r.o.OpTimeout)
-	g, err := lessor.Grant(gctx, r.ttlSec)
-	cancel()
-	if err != nil {
-		lessor.Close()
-		r.hookErr("grant", err)
-		r.o.Logger.Warn("grant lease", "err", err)
-		return nil, fmt.Errorf("grant lease: %w", err)
-	}
-	kctx, kcancel := context.WithCancel(ctx)
-	ka, err := lessor.KeepAlive(kctx, g.ID)
-	if err != nil {
-		kcancel()
-		lessor.Close()
-		r.hookErr("keepalive", err)
-		return nil, fmt.Errorf("keep lease alive: %w", err)
-	}
-	r.lease.Store(int64(g.ID))
-	if r.o.Hooks.Granted != nil {
-		r.o.Hooks.Granted(g.ID)
-	}
-	r.o.Logger.Info("lease granted", "lease", int64(g.ID), "ttl_seconds", g.TTL)
-	return &session{id: g.ID, ka: ka, cancel: kcancel, lessor: lessor}, nil
 }
 
 func (r *Registrar) put(ctx context.Context, lease clientv3.LeaseID, rec report.Instance) error {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"go.uber.org/goleak"
@@ -90,26 +91,35 @@ func TestFailureDropsAndRecovers(t *testing.T) {
 	}
 }
 
+// Run flushes every period and once more at stop. The test runs in a
+// synctest bubble: its clock is fake, so the period is exact and nothing
+// waits for real time.
 func TestRunFlushesPeriodicallyAndAtStop(t *testing.T) {
-	r := &recorder{}
-	w := New(r, 1<<10)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { w.Run(ctx, 5*time.Millisecond); close(done) }()
-	w.Write([]byte("tick\n"))
-	deadline := time.Now().Add(5 * time.Second)
-	for len(r.get()) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("the periodic flush never wrote the line")
+	synctest.Test(t, func(t *testing.T) {
+		r := &recorder{}
+		w := New(r, 1<<10)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { w.Run(ctx, time.Second); close(done) }()
+		synctest.Wait() // Run's ticker is set
+		w.Write([]byte("tick\n"))
+		time.Sleep(time.Second - time.Nanosecond)
+		synctest.Wait()
+		if got := r.get(); len(got) != 0 {
+			t.Fatalf("written %q before the first period ended", got)
 		}
-		time.Sleep(time.Millisecond)
-	}
-	w.Write([]byte("last\n"))
-	cancel()
-	<-done
-	if got := strings.Join(r.get(), ""); got != "tick\nlast\n" {
-		t.Fatalf("written %q, want both lines after stop", got)
-	}
+		time.Sleep(time.Nanosecond)
+		synctest.Wait()
+		if got := r.get(); len(got) != 1 || got[0] != "tick\n" {
+			t.Fatalf("written %q at the first period, want the buffered line", got)
+		}
+		w.Write([]byte("last\n"))
+		cancel()
+		<-done
+		if got := strings.Join(r.get(), ""); got != "tick\nlast\n" {
+			t.Fatalf("written %q, want both lines after stop", got)
+		}
+	})
 }
 
 func TestConcurrentWritersKeepLines(t *testing.T) {

@@ -33,6 +33,7 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -328,7 +329,7 @@ func (d *Dashboard) proxySink(m *statuses, parse func(string) (keys.ProxyKey, er
 			pk, err := parse(string(kv.Key))
 			var st report.ProxyStatus
 			if err == nil {
-				err = json.Unmarshal(kv.Value, &st)
+				err = codec.UnmarshalJSON(kv.Value, &st)
 			}
 			if err != nil {
 				d.o.Logger.Warn("dashboard: "+what+" ignored", "key", string(kv.Key), "err", err)
@@ -357,7 +358,7 @@ func (d *Dashboard) schedulerSink() *sink {
 				return
 			}
 			var st report.SchedulerStatus
-			if err := json.Unmarshal(kv.Value, &st); err != nil {
+			if err := codec.UnmarshalJSON(kv.Value, &st); err != nil {
 				d.o.Logger.Warn("dashboard: scheduler status ignored", "key", key, "err", err)
 				d.sched = nil
 				return
@@ -380,7 +381,7 @@ func (d *Dashboard) pointerSink() *sink {
 			pc, err := d.o.Layout.ParseCurrent(string(kv.Key))
 			var p snapshot.Pointer
 			if err == nil {
-				err = json.Unmarshal(kv.Value, &p)
+				err = codec.UnmarshalJSON(kv.Value, &p)
 			}
 			if err != nil {
 				d.o.Logger.Warn("dashboard: snapshot pointer ignored", "key", string(kv.Key), "err", err)

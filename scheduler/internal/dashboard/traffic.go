@@ -1,12 +1,12 @@
 package dashboard
 
 import (
-	"encoding/json"
 	"math"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
@@ -169,7 +169,7 @@ func (d *Dashboard) demandSink() *sink {
 			pk, err := d.o.Layout.ParseDemand(string(kv.Key))
 			var r report.Demand
 			if err == nil {
-				err = json.Unmarshal(kv.Value, &r)
+				err = codec.UnmarshalJSON(kv.Value, &r)
 			}
 			if err != nil {
 				d.o.Logger.Warn("dashboard: demand report ignored", "key", string(kv.Key), "err", err)
