@@ -395,6 +395,47 @@ func TestRolloutStagedUrgentDrain(t *testing.T) {
 	}
 }
 
+// An operator write marked --urgent skips the stages of a staged policy: no
+// candidate is ever named, every proxy applies it at once, --wait returns
+// with the whole fleet on it, and rollout status shows URGENT with the
+// author. The next unmarked write is staged again.
+func TestRolloutStagedUrgentWrite(t *testing.T) {
+	f := stagedFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code, err := f.Lbctl(ctx, "--author", "e2e-alice", "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=90", "SC2=10",
+		"--reason", "e2e urgent write", "--urgent", "--wait", "--wait-timeout", "50s")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl weights set --urgent --wait: exit %d, %v\n%s", code, err, out)
+	}
+	rec := waitStaged(t, f, 10*time.Second, "urgent", func(r rs.Staged) bool { return r.State == rs.StageUrgent })
+	if !strings.Contains(rec.Reason, "lbctl weights set --urgent by e2e-alice") {
+		t.Fatalf("urgent record %+v, want the write and its author named", rec)
+	}
+	// --wait returned: every proxy already runs the urgent version, and
+	// none was ever put in a stage for it.
+	for _, p := range f.ProxiesOf("BFE1") {
+		if !appliedInLog(t, p, rec.CandidateVersion) {
+			t.Fatalf("%s has not applied the urgent v%d when --wait returned", p.ID, rec.CandidateVersion)
+		}
+		if err := appliedInStage(p, rec.CandidateVersion, 0); err == nil {
+			t.Fatalf("%s applied the urgent v%d in a stage", p.ID, rec.CandidateVersion)
+		}
+	}
+	if p, err := f.Current(ctx, "BFE1"); err != nil || p.Candidate != nil || p.Version != rec.CandidateVersion {
+		t.Fatalf("pointer %+v (%v), want v%d plainly", p, err, rec.CandidateVersion)
+	}
+	status, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 0 || !strings.Contains(status, "ROLLOUT "+rec.ID) || !strings.Contains(status, "URGENT") || !strings.Contains(status, "by e2e-alice") {
+		t.Fatalf("rollout status: exit %d, %v, want URGENT by e2e-alice:\n%s", code, err, status)
+	}
+	// The mark was the write's: the next change is staged.
+	next := startChange(t, f, "SC1=80", "SC2=20")
+	if next.CandidateVersion <= rec.CandidateVersion || len(next.Selected) != 1 {
+		t.Fatalf("next rollout %+v, want a staged candidate above v%d", next, rec.CandidateVersion)
+	}
+}
+
 // A canary that dies during its stage (kill -9: it could be crash-looping
 // on the candidate) fails the apply gate once the apply timeout is over; the
 // stable content comes back to the proxy that is left.
