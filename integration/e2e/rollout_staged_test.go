@@ -24,9 +24,9 @@ const stagedBake = 6 * time.Second
 // stagedFleet starts the fleet with proxies reporting every second, pins
 // BFE1's demo-main to SC1 (no policy yet: at once), then adds BFE1's
 // rollout policy: one proxy, then all, each baking stagedBake.
-func stagedFleet(t *testing.T) *fleet.Fleet {
+func stagedFleet(t *testing.T, proxyEnv ...string) *fleet.Fleet {
 	t.Helper()
-	f := startFleet(t, fleet.Options{ProxyEnv: []string{"SLUICE_REPORT_INTERVAL=1s"}})
+	f := startFleet(t, fleet.Options{ProxyEnv: append([]string{"SLUICE_REPORT_INTERVAL=1s"}, proxyEnv...)})
 	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
 	waitApplied(t, f, "BFE1", 30*time.Second)
 	state := strings.Replace(string(fleet.DemoState), "weights: {SC1: 45, SC2: 45, GSLB_BLACKHOLE: 10}", "weights: {SC1: 100}", 1)
@@ -434,6 +434,55 @@ func TestRolloutStagedUrgentWrite(t *testing.T) {
 	if next.CandidateVersion <= rec.CandidateVersion || len(next.Selected) != 1 {
 		t.Fatalf("next rollout %+v, want a staged candidate above v%d", next, rec.CandidateVersion)
 	}
+}
+
+// A candidate the canary rejects (over its proxy-local --max-instances,
+// which the scheduler does not know) fails the apply gate at once with that
+// proxy's reason; the other proxy never applies it; --wait exits 4 and so
+// does rollout status.
+func TestRolloutStagedCanaryRejects(t *testing.T) {
+	f := stagedFleet(t, "SLUICE_MAX_INSTANCES=20")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := liveSnapshot(ctx, f, "BFE1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra []string
+	for i := range 21 {
+		extra = append(extra, fmt.Sprintf("{addr: 127.0.0.1, port: %d, weight: 1}", 20000+i))
+	}
+	state := strings.Replace(string(fleet.DemoState), "weights: {SC1: 45, SC2: 45, GSLB_BLACKHOLE: 10}", "weights: {SC1: 100}", 1)
+	state = strings.Replace(state, `BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"]}`, fmt.Sprintf(
+		`BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"], rollout: {stages: [{count: 1, bake: %s}, {percent: 100, bake: %s}], gates: {apply_timeout: 20s, min_requests: 10}}}`,
+		stagedBake, stagedBake), 1)
+	state = strings.Replace(state, "STATIC1: {idc: IDC1}", "STATIC1: {idc: IDC1, instances: ["+strings.Join(extra, ", ")+"]}", 1)
+	path := filepath.Join(t.TempDir(), "state.yaml")
+	if err := os.WriteFile(path, []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := f.Lbctl(ctx, "apply", "-f", path, "--yes", "--wait", "--wait-timeout", "60s")
+	if err != nil || code != 4 || !strings.Contains(out, "rolled back") {
+		t.Fatalf("lbctl apply --wait of a candidate the canary rejects: exit %d (want 4), %v\n%s", code, err, out)
+	}
+	rec := waitStaged(t, f, 10*time.Second, "rolled back", func(r rs.Staged) bool { return r.State == rs.StageRolledBack })
+	want := "over this proxy's --max-instances 20"
+	if rec.FailedGate != "apply" || len(rec.Selected) != 1 || !strings.Contains(rec.Reason, rec.Selected[0]) || !strings.Contains(rec.Reason, want) {
+		t.Fatalf("record %+v, want the apply gate failed with the canary's name and its reason (%q)", rec, want)
+	}
+	for _, p := range f.ProxiesOf("BFE1") {
+		if appliedInLog(t, p, rec.CandidateVersion) {
+			t.Fatalf("%s applied the candidate v%d (selected %v)", p.ID, rec.CandidateVersion, rec.Selected)
+		}
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.RollbackVersion || v <= s.Meta.Version {
+		t.Fatalf("BFE1 runs v%d, want the rollback v%d", v, rec.RollbackVersion)
+	}
+	out, code, err = f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 4 || !strings.Contains(out, "ROLLED_BACK") || !strings.Contains(out, want) {
+		t.Fatalf("rollout status: exit %d (want 4), %v\n%s", code, err, out)
+	}
+	t.Logf("rollout status:\n%s", out)
 }
 
 // A canary that dies during its stage (kill -9: it could be crash-looping
