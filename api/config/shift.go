@@ -33,11 +33,13 @@ type Shift struct {
 	// Ramp spreads the move over this long; 0 moves at once.
 	Ramp Duration `json:"ramp,omitempty"`
 	// StepPercent is the size of each ramp step in points. Default 10.
-	StepPercent int       `json:"step_percent,omitempty"`
-	State       string    `json:"state"`
-	Reason      string    `json:"reason,omitempty"`
-	Author      string    `json:"author,omitempty"`
-	CreatedAt   time.Time `json:"created_at"`
+	StepPercent int    `json:"step_percent,omitempty"`
+	State       string `json:"state"`
+	Reason      string `json:"reason,omitempty"`
+	Author      string `json:"author,omitempty"`
+	// Urgent (lbctl shift --urgent): every step skips the rollout stages.
+	Urgent    bool      `json:"urgent,omitempty"`
+	CreatedAt time.Time `json:"created_at"`
 }
 
 // ShiftProgress is written by the scheduler under api/keys ShiftProgress.

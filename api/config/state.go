@@ -36,6 +36,17 @@ type State struct {
 	// Rollout stages new snapshots (fleet-wide; a proxy cluster's own
 	// policy wins). Nil: every change reaches every proxy at once.
 	Rollout *RolloutPolicy `json:"rollout,omitempty"`
+	// Urgent is set by the operator write that stored this state when it
+	// was marked urgent (lbctl --urgent; every other lbctl write clears
+	// it): the changes it brings skip the rollout stages.
+	Urgent *Urgent `json:"urgent,omitempty"`
+}
+
+// Urgent marks an operator write whose changes go to every proxy at once.
+type Urgent struct {
+	Author string `json:"author,omitempty"`
+	// What names the write, e.g. "lbctl weights set".
+	What string `json:"what,omitempty"`
 }
 
 // Topology describes where things are.

@@ -47,6 +47,7 @@ func applyCommand() *cli.Command {
 				rev = r
 			}
 			var before []byte
+			cur.State.Urgent, next.Urgent = nil, nil // a mark of the write, not of its content
 			if cur.Revision != 0 {
 				before, _ = yaml.Marshal(&cur.State)
 			}

@@ -7,12 +7,18 @@ import (
 	"github.com/urfave/cli/v2"
 )
 
-// writeWaitFlags are the --wait flags of every lbctl write.
+// writeWaitFlags are the --wait and --urgent flags of every lbctl write.
 func writeWaitFlags() []cli.Flag {
 	return []cli.Flag{
+		urgentFlag(),
 		&cli.BoolFlag{Name: "wait", Usage: "after writing, wait until every live proxy of each affected proxy cluster applied a snapshot computed from this write or later"},
 		&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "give up --wait after this long (exit 4)"},
 	}
+}
+
+// urgentFlag marks a write whose changes skip the rollout stages.
+func urgentFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "urgent", Usage: "skip the rollout stages: the change goes to every proxy at once (recorded URGENT with the author)"}
 }
 
 // afterWrite, with --wait, waits until every live proxy of pc (all proxy

@@ -37,6 +37,7 @@ func shiftCommand() *cli.Command {
 			&cli.DurationFlag{Name: "ramp", Usage: "spread the move over this long (0: at once)"},
 			&cli.IntFlag{Name: "step", Value: 10, Usage: "points per ramp step"},
 			&cli.StringFlag{Name: "reason", Usage: "why (recorded with the shift)"},
+			urgentFlag(),
 			&cli.BoolFlag{Name: "wait", Usage: "show progress until the shift is live on every proxy"},
 			&cli.DurationFlag{Name: "wait-timeout", Value: 10 * time.Minute, Usage: "give up waiting after this long (exit 4)"},
 		},
@@ -73,7 +74,7 @@ func shiftCreate(e *env) error {
 		ID: newID("shift"), ProxyCluster: c.String("proxy-cluster"), Cluster: c.String("cluster"),
 		From: c.String("from"), To: c.String("to"), Percent: c.Int("percent"),
 		Ramp: config.Duration(c.Duration("ramp")), StepPercent: c.Int("step"),
-		State: config.ShiftPending, Reason: c.String("reason"), Author: e.author(), CreatedAt: time.Now().UTC(),
+		State: config.ShiftPending, Reason: c.String("reason"), Author: e.author(), Urgent: c.Bool("urgent"), CreatedAt: time.Now().UTC(),
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()

@@ -58,8 +58,13 @@ func (e *env) storedState(ctx context.Context) (storedState, error) {
 
 // writeState validates s, refuses it when the scheduler could not publish
 // it (checkPlan), and writes it only if the key's revision is still rev (0:
-// only if it does not exist). It returns the new revision.
+// only if it does not exist). It returns the new revision. The write is
+// marked urgent with --urgent; any other write clears the mark.
 func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64, error) {
+	s.Urgent = nil
+	if e.c != nil && e.c.Bool("urgent") {
+		s.Urgent = &config.Urgent{Author: e.author(), What: e.c.Command.HelpName}
+	}
 	if err := edit.Check(s); err != nil {
 		return 0, err
 	}

@@ -25,9 +25,9 @@ const stagedBake = 6 * time.Second
 // stagedFleet starts the fleet with proxies reporting every second, pins
 // BFE1's demo-main to SC1 (no policy yet: at once), then adds BFE1's
 // rollout policy: one proxy, then all, each baking stagedBake.
-func stagedFleet(t *testing.T) *fleet.Fleet {
+func stagedFleet(t *testing.T, proxyEnv ...string) *fleet.Fleet {
 	t.Helper()
-	f := startFleet(t, fleet.Options{ProxyEnv: []string{"SLUICE_REPORT_INTERVAL=1s"}})
+	f := startFleet(t, fleet.Options{ProxyEnv: append([]string{"SLUICE_REPORT_INTERVAL=1s"}, proxyEnv...)})
 	waitInstances(t, f, "BFE1", "demo-main", demoMainFull)
 	waitApplied(t, f, "BFE1", 30*time.Second)
 	state := strings.Replace(string(fleet.DemoState), "weights: {SC1: 45, SC2: 45, GSLB_BLACKHOLE: 10}", "weights: {SC1: 100}", 1)
@@ -394,6 +394,96 @@ func TestRolloutStagedUrgentDrain(t *testing.T) {
 	if w := s.Clusters["demo-main"].Row.Weights; w["SC1"] != 0 {
 		t.Fatalf("row %v, want SC1 drained", w)
 	}
+}
+
+// An operator write marked --urgent skips the stages of a staged policy: no
+// candidate is ever named, every proxy applies it at once, --wait returns
+// with the whole fleet on it, and rollout status shows URGENT with the
+// author. The next unmarked write is staged again.
+func TestRolloutStagedUrgentWrite(t *testing.T) {
+	f := stagedFleet(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, code, err := f.Lbctl(ctx, "--author", "e2e-alice", "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=90", "SC2=10",
+		"--reason", "e2e urgent write", "--urgent", "--wait", "--wait-timeout", "50s")
+	if err != nil || code != 0 {
+		t.Fatalf("lbctl weights set --urgent --wait: exit %d, %v\n%s", code, err, out)
+	}
+	rec := waitStaged(t, f, 10*time.Second, "urgent", func(r rs.Staged) bool { return r.State == rs.StageUrgent })
+	if !strings.Contains(rec.Reason, "lbctl weights set --urgent by e2e-alice") {
+		t.Fatalf("urgent record %+v, want the write and its author named", rec)
+	}
+	// --wait returned: every proxy already runs the urgent version, and
+	// none was ever put in a stage for it.
+	for _, p := range f.ProxiesOf("BFE1") {
+		if !appliedInLog(t, p, rec.CandidateVersion) {
+			t.Fatalf("%s has not applied the urgent v%d when --wait returned", p.ID, rec.CandidateVersion)
+		}
+		if err := appliedInStage(p, rec.CandidateVersion, 0); err == nil {
+			t.Fatalf("%s applied the urgent v%d in a stage", p.ID, rec.CandidateVersion)
+		}
+	}
+	if p, err := f.Current(ctx, "BFE1"); err != nil || p.Candidate != nil || p.Version != rec.CandidateVersion {
+		t.Fatalf("pointer %+v (%v), want v%d plainly", p, err, rec.CandidateVersion)
+	}
+	status, code, err := f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 0 || !strings.Contains(status, "ROLLOUT "+rec.ID) || !strings.Contains(status, "URGENT") || !strings.Contains(status, "by e2e-alice") {
+		t.Fatalf("rollout status: exit %d, %v, want URGENT by e2e-alice:\n%s", code, err, status)
+	}
+	// The mark was the write's: the next change is staged.
+	next := startChange(t, f, "SC1=80", "SC2=20")
+	if next.CandidateVersion <= rec.CandidateVersion || len(next.Selected) != 1 {
+		t.Fatalf("next rollout %+v, want a staged candidate above v%d", next, rec.CandidateVersion)
+	}
+}
+
+// A candidate the canary rejects (over its proxy-local --max-instances,
+// which the scheduler does not know) fails the apply gate at once with that
+// proxy's reason; the other proxy never applies it; --wait exits 4 and so
+// does rollout status.
+func TestRolloutStagedCanaryRejects(t *testing.T) {
+	f := stagedFleet(t, "SLUICE_MAX_INSTANCES=20")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	s, err := liveSnapshot(ctx, f, "BFE1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var extra []string
+	for i := range 21 {
+		extra = append(extra, fmt.Sprintf("{addr: 127.0.0.1, port: %d, weight: 1}", 20000+i))
+	}
+	state := strings.Replace(string(fleet.DemoState), "weights: {SC1: 45, SC2: 45, GSLB_BLACKHOLE: 10}", "weights: {SC1: 100}", 1)
+	state = strings.Replace(state, `BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"]}`, fmt.Sprintf(
+		`BFE1: {idc: IDC1, trusted_proxies: ["127.0.0.0/8"], rollout: {stages: [{count: 1, bake: %s}, {percent: 100, bake: %s}], gates: {apply_timeout: 20s, min_requests: 10}}}`,
+		stagedBake, stagedBake), 1)
+	state = strings.Replace(state, "STATIC1: {idc: IDC1}", "STATIC1: {idc: IDC1, instances: ["+strings.Join(extra, ", ")+"]}", 1)
+	path := filepath.Join(t.TempDir(), "state.yaml")
+	if err := os.WriteFile(path, []byte(state), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, code, err := f.Lbctl(ctx, "apply", "-f", path, "--yes", "--wait", "--wait-timeout", "60s")
+	if err != nil || code != 4 || !strings.Contains(out, "rolled back") {
+		t.Fatalf("lbctl apply --wait of a candidate the canary rejects: exit %d (want 4), %v\n%s", code, err, out)
+	}
+	rec := waitStaged(t, f, 10*time.Second, "rolled back", func(r rs.Staged) bool { return r.State == rs.StageRolledBack })
+	want := "over this proxy's --max-instances 20"
+	if rec.FailedGate != "apply" || len(rec.Selected) != 1 || !strings.Contains(rec.Reason, rec.Selected[0]) || !strings.Contains(rec.Reason, want) {
+		t.Fatalf("record %+v, want the apply gate failed with the canary's name and its reason (%q)", rec, want)
+	}
+	for _, p := range f.ProxiesOf("BFE1") {
+		if appliedInLog(t, p, rec.CandidateVersion) {
+			t.Fatalf("%s applied the candidate v%d (selected %v)", p.ID, rec.CandidateVersion, rec.Selected)
+		}
+	}
+	if v := waitApplied(t, f, "BFE1", 30*time.Second); v != rec.RollbackVersion || v <= s.Meta.Version {
+		t.Fatalf("BFE1 runs v%d, want the rollback v%d", v, rec.RollbackVersion)
+	}
+	out, code, err = f.Lbctl(ctx, "rollout", "status", "--proxy-cluster", "BFE1")
+	if err != nil || code != 4 || !strings.Contains(out, "ROLLED_BACK") || !strings.Contains(out, want) {
+		t.Fatalf("rollout status: exit %d (want 4), %v\n%s", code, err, out)
+	}
+	t.Logf("rollout status:\n%s", out)
 }
 
 // A canary that dies during its stage (kill -9: it could be crash-looping

@@ -110,6 +110,10 @@ type Config struct {
 	StallTimeout time.Duration
 	// ReportInterval of status and demand reports (default 5s).
 	ReportInterval time.Duration
+	// MaxInstances, when positive, refuses a snapshot with more backend
+	// instances than this (this proxy's memory budget): it keeps the last
+	// good one and reports the rejection (limit.go).
+	MaxInstances int
 
 	// AccessLog receives JSON access-log lines; nil turns it off.
 	AccessLog io.Writer

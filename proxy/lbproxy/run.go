@@ -297,7 +297,7 @@ func (p *proxy) startSource() error {
 		return fmt.Errorf("lbproxy: disk cache: %w", err)
 	}
 	w, err := configwatch.New(configwatch.Config{
-		Client: etcd.Client, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Apply: p.srv.Apply, Cache: cache,
+		Client: etcd.Client, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Apply: limitInstances(cfg.MaxInstances, p.srv.Apply), Cache: cache,
 		Logger: log, StallTimeout: cfg.StallTimeout, Metrics: p.promReg,
 		OnChange: p.notifyReporter,
 	})

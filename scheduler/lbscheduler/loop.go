@@ -172,8 +172,10 @@ func (s *Scheduler) publishAll(ctx context.Context, lead *publish.Leadership, pl
 			pol = st.RolloutFor(pc)
 		}
 		urgent := ""
-		if pol != nil && prev[pc] != nil && prev[pc].Meta.Hash != pl.Hashes[pc] {
-			urgent = urgentReason(st, prev[pc], pl.Snapshot(pc)) // assembled only for a staged change
+		if pol != nil && prev[pc] != nil && prev[pc].Meta.Hash != pl.Hashes[pc] { // assembled only for a staged change
+			if urgent = markedUrgent(st, active, pc, prev[pc], inputsFor(s.book.view, active, pc)); urgent == "" {
+				urgent = urgentReason(st, prev[pc], pl.Snapshot(pc))
+			}
 		}
 		out, err := s.staged.Publish(ctx, lead, pc, pl.Hashes[pc], func() (*snapshot.Snapshot, string) {
 			sp := pl.Snapshot(pc)

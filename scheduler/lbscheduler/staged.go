@@ -14,6 +14,7 @@ import (
 	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/publish"
 	"github.com/sluicelb/sluice/scheduler/rollout"
+	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // stepRollouts moves every active staged rollout one step (leader only); it
@@ -77,6 +78,23 @@ func urgentReason(st *config.State, live, next *snapshot.Snapshot) string {
 				continue
 			}
 			return fmt.Sprintf("weight leaving cluster %s sub-cluster %s, which has no available instance", name, sub)
+		}
+	}
+	return ""
+}
+
+// markedUrgent says why pc's next snapshot, computed from inputs in, skips
+// the stages because an operator marked the write urgent ("" when none did):
+// the desired state's write carries the mark (lbctl --urgent) and the live
+// snapshot was computed from an earlier one, or an active shift of pc is
+// urgent (each of its steps).
+func markedUrgent(st *config.State, active []shift.Active, pc string, live *snapshot.Snapshot, in *snapshot.Inputs) string {
+	if st != nil && st.Urgent != nil && live != nil && (live.Meta.Inputs == nil || live.Meta.Inputs.Desired != in.Desired) {
+		return fmt.Sprintf("%s --urgent by %s (desired state revision %d)", st.Urgent.What, st.Urgent.Author, in.Desired)
+	}
+	for _, a := range active {
+		if a.Shift.ProxyCluster == pc && a.Shift.Urgent {
+			return fmt.Sprintf("shift %s --urgent by %s", a.Shift.ID, a.Shift.Author)
 		}
 	}
 	return ""

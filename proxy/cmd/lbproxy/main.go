@@ -81,6 +81,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "tls-front", Value: "std", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): std (default; 17 KiB of Go heap and 8 KiB of stack per idle connection) or fasthttp (idle connections parked: 8.5 KiB of heap and 2 KiB of stack each; CPU per request against std: docs/BENCHMARKS.md)", EnvVars: env("TLS_FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "report-interval", Value: 5e9, Usage: "how often the status and demand reports are rewritten in etcd (staged rollouts judge traffic from them)", EnvVars: env("REPORT_INTERVAL")},
+			&cli.IntFlag{Name: "max-instances", Usage: "refuse a snapshot with more backend instances than this (the proxy's memory budget; it keeps the last good one and reports the rejection); 0: no limit", EnvVars: env("MAX_INSTANCES")},
 			&cli.DurationFlag{Name: "watch-stall-timeout", Value: 30e9, Usage: "restart the etcd snapshot watch when no event and no progress notification arrived for this long", EnvVars: env("WATCH_STALL_TIMEOUT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
@@ -126,6 +127,9 @@ func run(c *cli.Context) error {
 	if d := c.Duration("report-interval"); d < 100*time.Millisecond {
 		return fmt.Errorf("--report-interval %s: want at least 100ms", d)
 	}
+	if n := c.Int("max-instances"); n < 0 {
+		return fmt.Errorf("--max-instances %d: want 0 (no limit) or a positive count", n)
+	}
 	if d := c.Duration("watch-stall-timeout"); d <= 0 {
 		return fmt.Errorf("--watch-stall-timeout %s: want a positive duration", d)
 	}
@@ -145,6 +149,7 @@ func run(c *cli.Context) error {
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
 		StallTimeout:   c.Duration("watch-stall-timeout"),
 		ReportInterval: c.Duration("report-interval"),
+		MaxInstances:   c.Int("max-instances"),
 		Version:        version,
 	}
 	if e := c.String("etcd"); e != "" {

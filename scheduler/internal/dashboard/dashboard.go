@@ -6,7 +6,7 @@
 // One Dashboard per scheduler keeps the current document (Doc), rebuilt
 // when the scheduler's plan changes (Notify) and when its own watches (proxy
 // status reports, last-seen records, the leader's scheduler status, the
-// current/ pointers and the demand reports of the traffic charts; list+watch
+// current/ pointers, the staged rollout records and the demand reports of the traffic charts; list+watch
 // like the inventory's) see an event; every
 // browser tab follows it through one server-sent-events stream, so tabs add
 // no etcd load.
@@ -36,6 +36,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
+	rs "github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 )
@@ -80,6 +81,7 @@ type Dashboard struct {
 	seen    statuses                // last-seen records (GONE proxies)
 	sched   *report.SchedulerStatus // nil: no scheduler is leading
 	started map[string]startedAt    // per proxy cluster: when its live version was published
+	staged  map[string]rs.Staged    // per proxy cluster: its staged rollout record
 	tr      traffic
 	seq     uint64
 	body    []byte // the current Doc as JSON (one line)
@@ -104,7 +106,7 @@ func New(o Options) *Dashboard {
 	if o.Sample <= 0 {
 		o.Sample = sampleEvery
 	}
-	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, seen: statuses{}, started: map[string]startedAt{}, changed: make(chan struct{}),
+	return &Dashboard{o: o, poke: make(chan struct{}, 1), quit: make(chan struct{}), ptrs: live{}, sts: statuses{}, seen: statuses{}, started: map[string]startedAt{}, staged: map[string]rs.Staged{}, changed: make(chan struct{}),
 		tr: traffic{reports: map[string]report.Demand{}, series: map[seriesKey][]TrafficPoint{}, inflight: map[instKey]int64{}, keep: int(window / sampleEvery)}}
 }
 
@@ -132,6 +134,7 @@ func (d *Dashboard) Run(ctx context.Context) {
 		{d.o.Layout.SchedulerStatus(), d.schedulerSink()},
 		{d.o.Layout.CurrentPrefix(), d.pointerSink()},
 		{d.o.Layout.DemandPrefix(), d.demandSink()},
+		{d.o.Layout.RolloutPrefix(), d.stagedSink()},
 	} {
 		wg.Add(1)
 		go func() {

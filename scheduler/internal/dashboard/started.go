@@ -19,7 +19,7 @@ type startedAt struct {
 
 // recordsLocked is what the rollout verdict is computed from (d.mu held).
 func (d *Dashboard) recordsLocked() records {
-	rec := records{sts: d.sts, seen: d.seen, sched: d.sched, started: map[string]time.Time{}}
+	rec := records{sts: d.sts, seen: d.seen, sched: d.sched, staged: d.staged, started: map[string]time.Time{}}
 	for pc, s := range d.started {
 		if p := d.ptrs[pc]; !s.at.IsZero() && p.Version == s.version && p.Lineage == s.lineage {
 			rec.started[pc] = s.at

@@ -121,6 +121,10 @@ type RolloutView struct {
 	// proxy cluster is neither blocked nor waiting.
 	Converged bool        `json:"converged"`
 	Proxies   []ProxyView `json:"proxies"`
+	// Staged is the proxy cluster's staged rollout record (api/rollout, as
+	// lbctl rollout status shows it): stage, selected proxies, gates with
+	// their figures, state and reason. Nil: none was ever recorded.
+	Staged *rollout.Staged `json:"staged,omitempty"`
 }
 
 // ProxyView is one proxy's status: live ones, then GONE ones from their
@@ -181,6 +185,7 @@ type records struct {
 	seen    statuses
 	sched   *report.SchedulerStatus
 	started map[string]time.Time
+	staged  map[string]rollout.Staged
 	// proxies: the proxies' view of each instance (proxiesViews).
 	proxies map[instKey]*ProxiesView
 }
@@ -293,6 +298,9 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 		p := ptrs[pc]
 		targets := map[string]rollout.Target{pc: {Pointer: p}}
 		rv := RolloutView{ProxyCluster: pc, LiveLineage: p.Lineage, LiveVersion: p.Version, LiveHash: p.Hash, Proxies: []ProxyView{}}
+		if s, ok := rec.staged[pc]; ok {
+			rv.Staged = &s
+		}
 		if h, ok := in.Hashes[pc]; ok && h != p.Hash {
 			rv.Unpublished = true
 		}

@@ -178,11 +178,36 @@ function renderRollout() {
         el('td', { text: p.source || '' }));
     });
     if (rows.length === 0) rows.push(el('tr', {}, el('td', { colspan: 7, class: 'meta', text: 'no proxy reports a status' })));
-    out.push(el('div', { class: 'card' }, h, el('div', { class: 'scroll' }, el('table', {},
+    out.push(el('div', { class: 'card' }, h, stagedView(r.staged), el('div', { class: 'scroll' }, el('table', {},
       el('thead', {}, el('tr', {}, ...['proxy', 'state', 'applied', 'lineage', 'versions behind', 'watch lag', 'source'].map((x) => el('th', { scope: 'col', text: x })))),
       el('tbody', {}, rows)))));
   }
   $('rollout-body').replaceChildren(...out);
+}
+
+// stagedView is a proxy cluster's staged rollout record (as lbctl rollout
+// status shows it): state, stage, versions, selected proxies, each gate with
+// its figures, the reason.
+function stagedView(s) {
+  if (!s) return null;
+  const active = ['PROGRESSING', 'BAKING', 'AWAITING_PROMOTION', 'PAUSED'].includes(s.state);
+  const stage = s.stages > 0 ? ` stage ${s.stage + 1}/${s.stages}` : '';
+  const kids = [el('p', { 'data-staged': s.proxy_cluster },
+    el('strong', { text: `staged rollout ${s.id} ` }),
+    el('span', { class: 'badge state-' + s.state, 'data-staged-state': s.proxy_cluster, text: s.state }),
+    `${stage}: stable v${s.stable_version} → candidate v${s.candidate_version}, started ${s.started_at}`,
+    s.ended_at ? `, ended ${s.ended_at}` : '')];
+  if (active && s.selected && s.selected.length) kids.push(el('p', { text: 'selected: ' + s.selected.join(', ') }));
+  if (s.gates && s.gates.length) {
+    kids.push(el('table', { class: 'gates' }, el('tbody', {}, s.gates.map((g) => {
+      const verdict = !g.ok ? 'FAILED' : (g.judged ? 'ok' : 'pending');
+      return el('tr', { 'data-gate': `${s.proxy_cluster}/${g.name}` },
+        el('td', { text: 'gate ' + g.name }), el('td', { class: 'gate-' + verdict, text: verdict }), el('td', { text: g.detail }));
+    }))));
+  }
+  if (s.reason) kids.push(el('p', { 'data-staged-reason': s.proxy_cluster, text: 'reason: ' + s.reason }));
+  if (s.rollback_version) kids.push(el('p', { text: `stable content republished as v${s.rollback_version}` }));
+  return el('div', { class: 'staged' }, ...kids);
 }
 
 // ---- version history of a proxy cluster, and the rows that differ between two versions.
