@@ -175,6 +175,9 @@ type session struct {
 	lessor clientv3.Lease
 }
 
+// revokeTimeout bounds the revoke on the way out.
+const revokeTimeout = 2 * time.Second
+
 func (s *session) stop() {
 	if s == nil {
 		return
@@ -206,7 +209,8 @@ func (r *Registrar) Run(ctx context.Context) error {
 		if sess == nil || r.abandon.Load() {
 			return
 		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.o.OpTimeout)
+		// Bounded short: a stop (SIGTERM) is honoured whatever etcd does.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(r.o.OpTimeout, revokeTimeout))
 		defer cancel()
 		if _, err := r.o.Client.Revoke(rctx, sess.id); err != nil {
 			r.hookErr("revoke", err)
