@@ -2,12 +2,14 @@ package shutdowntest
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/proxy/faultproxy"
@@ -16,7 +18,12 @@ import (
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// fasthttp's process-wide date updater and idle worker sweeper (lbproxy's front).
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
+}
 
 // stopBound is how long a stop may take with etcd blackholed: the shutdown
 // budget for etcd calls (2 s) plus slack for a loaded 2-core CI machine.
@@ -24,16 +31,25 @@ const stopBound = 4 * time.Second
 
 func quiet() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// blackholedEtcd starts etcd behind a fault proxy (pass-through for now).
+var errNoStatus = errors.New("no status key under a lease yet")
+
+// blackholedEtcd starts etcd behind a fault proxy (pass-through until the
+// test switches it to Blackhole).
 func blackholedEtcd(t *testing.T) *faultproxy.Proxy {
+	fp, _ := blackholedEtcdClient(t)
+	return fp
+}
+
+// blackholedEtcdClient is blackholedEtcd with a direct client of etcd.
+func blackholedEtcdClient(t *testing.T) (*faultproxy.Proxy, *clientv3.Client) {
 	t.Helper()
-	srv, _ := etcdtest.New(t)
+	srv, cli := etcdtest.New(t)
 	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fp.Close() })
-	return fp
+	return fp, cli
 }
 
 // TestSchedulerStopsWithEtcdBlackholed: a leading scheduler whose etcd
