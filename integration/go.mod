@@ -44,6 +44,7 @@ require (
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/sluicelb/sluice/agent v0.0.0-00010101000000-000000000000
 	github.com/sluicelb/sluice/scheduler v0.0.0-00010101000000-000000000000
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
