@@ -56,19 +56,5 @@ func TestAgentStopsWithEtcdBlackholed(t *testing.T) {
 	})
 	fp.SetMode(faultproxy.Blackhole)
 
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		took := time.Since(start)
-		t.Logf("lbagent stopped %v after cancel with etcd blackholed", took.Round(time.Millisecond))
-		if err != nil {
-			t.Errorf("Run: %v, want nil after a stop", err)
-		}
-		if took > stopBound {
-			t.Errorf("lbagent took %v to stop with etcd blackholed, want at most %v", took, stopBound)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatalf("lbagent did not stop within 30 s of cancel with etcd blackholed (bound %v)", stopBound)
-	}
+	stopsInTime(t, "lbagent", cancel, done)
 }

@@ -71,21 +71,28 @@ func TestSchedulerStopsWithEtcdBlackholed(t *testing.T) {
 	poll.EventuallyTrue(t, 30*time.Second, "sched-cut leads", s.IsLeader)
 	fp.SetMode(faultproxy.Blackhole)
 
-	start := time.Now()
-	cancel()
 	done := make(chan error, 1)
 	go func() { done <- s.Wait() }()
+	stopsInTime(t, "lbscheduler", cancel, done)
+}
+
+// stopsInTime cancels a daemon's context (its etcd already blackholed)
+// and checks that it ends, with a nil error, within stopBound.
+func stopsInTime(t *testing.T, what string, cancel context.CancelFunc, done <-chan error) {
+	t.Helper()
+	start := time.Now()
+	cancel()
 	select {
 	case err := <-done:
 		took := time.Since(start)
-		t.Logf("scheduler stopped %v after cancel with etcd blackholed", took.Round(time.Millisecond))
+		t.Logf("%s stopped %v after cancel with etcd blackholed", what, took.Round(time.Millisecond))
 		if err != nil {
-			t.Errorf("Wait: %v, want nil after a stop", err)
+			t.Errorf("%s: %v, want nil after a stop", what, err)
 		}
 		if took > stopBound {
-			t.Errorf("scheduler took %v to stop with etcd blackholed, want at most %v", took, stopBound)
+			t.Errorf("%s took %v to stop with etcd blackholed, want at most %v", what, took, stopBound)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatalf("scheduler did not stop within 30 s of cancel with etcd blackholed (bound %v)", stopBound)
+		t.Fatalf("%s did not stop within 30 s of cancel with etcd blackholed (bound %v)", what, stopBound)
 	}
 }
