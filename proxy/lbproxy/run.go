@@ -197,7 +197,7 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 		}
 		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
-	p.reg = balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, Logger: log, StickySecret: cfg.StickySecret})
+	p.reg = balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	p.defers(pools.Close)
 	p.srv, err = server.New(server.Options{
