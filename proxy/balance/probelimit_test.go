@@ -59,7 +59,7 @@ func silentListener(t *testing.T) netip.AddrPort {
 // the healthy one stays NORMAL (Fall 1: a single probe timed out while it
 // waited for a slot would mark it down) and keeps being probed.
 func TestProbesInFlightBoundedHealthyStaysNormal(t *testing.T) {
-	const silent, maxProbes = 100, 16
+	const silent, maxProbes = 40, 8
 	var healthyProbes atomic.Int64
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		healthyProbes.Add(1)
@@ -72,11 +72,17 @@ func TestProbesInFlightBoundedHealthyStaysNormal(t *testing.T) {
 		p.Health.Active = true
 		p.Health.Rise, p.Health.Fall = 1, 1
 		p.Health.Interval = config.Duration(100 * time.Millisecond)
-		p.Health.Timeout = config.Duration(500 * time.Millisecond) // ample for the healthy one on a loaded machine
+		p.Health.Timeout = config.Duration(time.Second)
 		p.Health.Probe.Status = "2xx"
 	})
+	// The healthy instance has a cluster of its own, whose probe timeout
+	// (500 ms: ample on a loaded machine) is shorter than the time it
+	// waits for a slot behind the silent ones: counted, that wait would
+	// time it out.
+	hpol := pol
+	hpol.Health.Timeout = config.Duration(500 * time.Millisecond)
 	s := snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{1}})
-	ins := []config.Instance{{Addr: healthy.Addr().String(), Port: int(healthy.Port()), Weight: 1}}
+	var ins []config.Instance
 	var deadAddrs []netip.AddrPort
 	for range silent {
 		a := silentListener(t)
@@ -85,6 +91,10 @@ func TestProbesInFlightBoundedHealthyStaysNormal(t *testing.T) {
 	}
 	cl := s.Clusters["demo"]
 	cl.SubClusters["A"] = config.SubCluster{IDC: "idc", Instances: ins}
+	hc := cl
+	hc.Policy = hpol
+	hc.SubClusters = map[string]config.SubCluster{"A": {IDC: "idc", Instances: []config.Instance{{Addr: healthy.Addr().String(), Port: int(healthy.Port()), Weight: 1}}}}
+	s.Clusters["healthy"] = hc
 	// The real probe, counted from outside the limiter.
 	var running, peak atomic.Int64
 	counted := func(ctx context.Context, addr netip.AddrPort, p config.Probe, timeout time.Duration) error {
