@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/chromedp/chromedp v0.23.0
 	github.com/sluicelb/sluice/api v0.0.0
+	github.com/sluicelb/sluice/proxy v0.0.0-00010101000000-000000000000
 	github.com/sluicelb/sluice/testkit v0.0.0-00010101000000-000000000000
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3
@@ -14,6 +15,18 @@ require (
 	go.uber.org/zap v1.27.1
 	golang.org/x/net v0.62.0
 	google.golang.org/protobuf v1.36.12
+)
+
+require (
+	github.com/hashicorp/go-cleanhttp v0.5.2 // indirect
+	github.com/hashicorp/go-retryablehttp v0.7.8 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/molecule-man/go-brrr v1.3.1 // indirect
+	github.com/sluicelb/sluice/probe v0.0.0-00010101000000-000000000000 // indirect
+	github.com/valyala/bytebufferpool v1.0.0 // indirect
+	github.com/valyala/fasthttp v1.78.0 // indirect
+	go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp v1.47.0 // indirect
+	go.opentelemetry.io/otel/exporters/stdout/stdouttrace v1.47.0 // indirect
 )
 
 require (
@@ -37,13 +50,14 @@ require (
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
-	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
 	github.com/prometheus/client_golang v1.25.0 // indirect
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
+	github.com/sluicelb/sluice/agent v0.0.0-00010101000000-000000000000
+	github.com/sluicelb/sluice/scheduler v0.0.0-00010101000000-000000000000
 	github.com/soheilhy/cmux v0.1.5 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect
 	github.com/spf13/pflag v1.0.10 // indirect
@@ -85,3 +99,5 @@ replace (
 	github.com/sluicelb/sluice/scheduler => ../scheduler
 	github.com/sluicelb/sluice/testkit => ../testkit
 )
+
+replace github.com/sluicelb/sluice/probe => ../probe

@@ -60,7 +60,8 @@ type Config struct {
 	// TTL of each lease, rounded up to whole seconds; at least 1s.
 	TTL time.Duration
 	// OpTimeout bounds one grant (default 5s); RevokeTimeout one revoke
-	// (default OpTimeout), which may hold up a stop while etcd is away.
+	// (default the smaller of OpTimeout and 2s), which may hold up a stop
+	// while etcd is away.
 	OpTimeout, RevokeTimeout time.Duration
 	// Backoff paces grant attempts after failures (zero value: the
 	// api/backoff defaults). It is reset after each granted lease.
@@ -95,7 +96,8 @@ func New(cfg Config) (*Keeper, error) {
 		cfg.OpTimeout = 5 * time.Second
 	}
 	if cfg.RevokeTimeout <= 0 {
-		cfg.RevokeTimeout = cfg.OpTimeout
+		// Short: a stop (SIGTERM) is honoured whatever etcd does.
+		cfg.RevokeTimeout = min(cfg.OpTimeout, 2*time.Second)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

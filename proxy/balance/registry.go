@@ -34,6 +34,10 @@ type RegistryOptions struct {
 	Probe ProbeFunc
 	// Logger receives state transitions and recovered probe panics. nil → slog.Default().
 	Logger *slog.Logger
+	// MaxProbes bounds the active probes in flight (≤ 0 → probe.DefaultMaxInFlight):
+	// thousands of unreachable instances each holding a probe until its
+	// timeout cannot starve the probes of the healthy ones.
+	MaxProbes int
 	// StickySecret is the HMAC key signing sticky cookies. Empty → a random
 	// per-process key (cookies then do not survive restarts or span proxies).
 	StickySecret []byte
@@ -45,6 +49,7 @@ type Registry struct {
 	now    func() time.Time
 	rand   func() uint64
 	probe  ProbeFunc
+	limit  *probe.Limiter
 	log    *slog.Logger
 	secret []byte
 
@@ -80,7 +85,7 @@ type progressKey struct{ cluster, subcluster string }
 // NewRegistry returns an empty registry.
 func NewRegistry(o RegistryOptions) *Registry {
 	r := &Registry{
-		now: o.Now, rand: o.Rand, probe: o.Probe, log: o.Logger,
+		now: o.Now, rand: o.Rand, probe: o.Probe, log: o.Logger, limit: probe.NewLimiter(o.MaxProbes),
 		endpoints: map[netip.AddrPort]*Endpoint{},
 		progress:  map[progressKey]*schedule{},
 		wake:      make(chan struct{}, 1),
@@ -329,20 +334,30 @@ func (r *Registry) Run(ctx context.Context) {
 	}
 }
 
-// probeLoop probes e every period until ctx is done.
+// probeLoop probes e every period until ctx is done. The first probe
+// waits a random part of the period, so loops started together (a new
+// table of thousands of addresses) spread their probes over the period;
+// each probe waits for a slot of the limiter before its timeout starts.
 func (r *Registry) probeLoop(ctx context.Context, e *Endpoint, period time.Duration) {
+	first := time.NewTimer(rand.N(period)) // not r.rand: picks own that sequence
+	select {
+	case <-ctx.Done():
+		first.Stop()
+		return
+	case <-first.C:
+	}
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
-		select {
-		case <-ctx.Done():
+		release, err := r.limit.Acquire(ctx)
+		if err != nil {
 			return
-		case <-t.C:
 		}
 		e.mu.Lock()
 		rules := e.rules
 		e.mu.Unlock()
-		err := r.safeProbe(ctx, e.addr, rules)
+		err = r.safeProbe(ctx, e.addr, rules)
+		release()
 		if ctx.Err() != nil {
 			return
 		}
@@ -350,6 +365,11 @@ func (r *Registry) probeLoop(ctx context.Context, e *Endpoint, period time.Durat
 			r.log.Info("balance: health state changed", "addr", e.addr.String(), "state", e.Health().String(), "probe_err", err)
 			r.bump()
 			r.pokeManager()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
 		}
 	}
 }
@@ -427,6 +447,13 @@ func stripeCount(procs int) int {
 	}
 	return n
 }
+
+// ProbesInFlight is the number of active probes running now; MaxProbes
+// the bound on it.
+func (r *Registry) ProbesInFlight() int { return r.limit.InFlight() }
+
+// MaxProbes is the bound on active probes in flight.
+func (r *Registry) MaxProbes() int { return r.limit.Max() }
 
 // Ejections returns how many times passive health checks ejected an
 // instance (NORMAL → CHECKING) since the registry was created.

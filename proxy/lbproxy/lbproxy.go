@@ -104,6 +104,8 @@ type Config struct {
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
 	Pprof bool
+	// MaxProbes bounds the active health probes in flight (≤ 0: 64).
+	MaxProbes int
 	// ShutdownTimeout bounds finishing in-flight requests; default 15s.
 	ShutdownTimeout time.Duration
 	// StallTimeout of the etcd watch (default configwatch's).

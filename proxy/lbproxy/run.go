@@ -197,7 +197,7 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 		}
 		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
-	p.reg = balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, Logger: log, StickySecret: cfg.StickySecret})
+	p.reg = balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	p.defers(pools.Close)
 	p.srv, err = server.New(server.Options{
@@ -213,7 +213,13 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 	p.promReg.MustRegister(newTableCollector(p.srv), prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_proxy_ejections_total",
 		Help: "Instances ejected by passive health checks (fail_num consecutive failures: NORMAL → CHECKING).",
-	}, func() float64 { return float64(reg.Ejections()) }))
+	}, func() float64 { return float64(reg.Ejections()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_proxy_probes_in_flight",
+		Help: "Active health probes running now; at most sluice_proxy_probes_max (the rest wait for a slot, their timeout not yet started).",
+	}, func() float64 { return float64(reg.ProbesInFlight()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_proxy_probes_max",
+		Help: "Bound on active health probes in flight.",
+	}, func() float64 { return float64(reg.MaxProbes()) }))
 	if p.accessBuf != nil {
 		buf := p.accessBuf
 		p.promReg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

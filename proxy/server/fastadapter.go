@@ -119,6 +119,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	default:
 		r.Body = http.NoBody
 	}
+	overLimit(a.in, r)
 	if yc, ok := ctx.Conn().(*addrConn); ok {
 		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
 	} else {

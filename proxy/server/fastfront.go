@@ -111,6 +111,9 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 		Handler:      f.serve,
 		ErrorHandler: f.onError,
 		HeaderReceived: func(h *fasthttp.RequestHeader) fasthttp.RequestConfig {
+			if s.overBodyLimit(h) {
+				return fasthttp.RequestConfig{} // no body read: ServeHTTP answers 413 at once
+			}
 			if h.ContentLength() == 0 {
 				return fasthttp.RequestConfig{} // nothing more to read
 			}

@@ -196,6 +196,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.maxBody > 0 {
 		if r.ContentLength > s.maxBody {
 			st.generated(w, &genError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge})
+			// The body is not wanted: end the connection once the answer is
+			// out, instead of net/http draining up to 256 KiB of it first
+			// from a client that may never send it (the fasthttp front reads
+			// none: overBodyLimit).
+			_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			return
 		}
 		if r.Body != nil && r.Body != http.NoBody {

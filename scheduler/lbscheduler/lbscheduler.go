@@ -305,7 +305,7 @@ func (s *Scheduler) campaignLoop(ctx context.Context) {
 		}
 		s.lead.Store(nil)
 		s.m.leader.Set(0)
-		rctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), publish.ShutdownTimeout)
 		err = l.Resign(rctx)
 		cancel()
 		s.log.Info("stepped down", "reason", reason, "resign_err", err)

@@ -51,8 +51,14 @@ func (l *Leadership) Lease() clientv3.LeaseID {
 	return l.session.Lease()
 }
 
+// ShutdownTimeout bounds every etcd call made to give leadership up, so a
+// stop (SIGTERM) is honoured within it whatever etcd does; an unanswered
+// revoke only means the others wait for the lease TTL.
+const ShutdownTimeout = 2 * time.Second
+
 // Resign gives leadership up and revokes the session lease, so another
-// scheduler takes over at once instead of after the TTL.
+// scheduler takes over at once instead of after the TTL. Every etcd call is
+// bounded by ctx (concurrency.Session.Close would wait up to the TTL).
 func (l *Leadership) Resign(ctx context.Context) error {
 	if l.session == nil {
 		return nil
@@ -61,13 +67,21 @@ func (l *Leadership) Resign(ctx context.Context) error {
 	if l.election != nil {
 		err = l.election.Resign(ctx)
 	}
-	if cerr := l.session.Close(); err == nil {
+	if cerr := closeSession(ctx, l.session); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("resign: %w", err)
 	}
 	return nil
+}
+
+// closeSession stops the session's keepalive and revokes its lease under
+// ctx.
+func closeSession(ctx context.Context, s *concurrency.Session) error {
+	s.Orphan()
+	_, err := s.Client().Revoke(ctx, s.Lease())
+	return err
 }
 
 // Elector campaigns for scheduler leadership under layout.Election().
@@ -104,7 +118,9 @@ func (e *Elector) Campaign(ctx context.Context, apiAddr string) (*Leadership, er
 	}
 	el := concurrency.NewElection(s, e.layout.Election())
 	if err := el.Campaign(ctx, e.id); err != nil {
-		s.Close()
+		cctx, ccancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
+		_ = closeSession(cctx, s)
+		ccancel()
 		return nil, fmt.Errorf("campaign: %w", err)
 	}
 	l := &Leadership{session: s, election: el, Key: el.Key(), Rev: el.Rev()}
@@ -117,7 +133,7 @@ func (e *Elector) Campaign(ctx context.Context, apiAddr string) (*Leadership, er
 		err = ErrFenced
 	}
 	if err != nil {
-		rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), ShutdownTimeout)
 		defer rcancel()
 		_ = l.Resign(rctx)
 		return nil, fmt.Errorf("campaign: write leader info: %w", err)

@@ -276,7 +276,7 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		).Commit()
 		if err != nil {
 			// The request may have been applied and only the answer lost.
-			if ok, res := p.landed(pc, next); ok {
+			if ok, res := p.landed(ctx, pc, next); ok {
 				return res, nil
 			}
 			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
@@ -298,9 +298,14 @@ func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
 }
 
 // landed checks, after a failed commit, whether the pointer is the one we
-// wrote anyway.
-func (p *Publisher) landed(pc string, want snapshot.Pointer) (bool, Result) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// wrote anyway. It runs even when ctx is done (the commit may have failed
+// because of it), within ShutdownTimeout then.
+func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer) (bool, Result) {
+	timeout := 5 * time.Second
+	if ctx.Err() != nil {
+		timeout = ShutdownTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	ptr, _, err := p.Current(ctx, pc)
 	if err != nil || ptr.Hash != want.Hash || ptr.Version != want.Version || ptr.Lineage != want.Lineage ||

@@ -88,6 +88,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
+			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
 			&cli.IntFlag{Name: "gc-percent", Value: 400, Usage: "Go GC target (debug.SetGCPercent): the proxy's live heap is small, so collecting at 5x it instead of 2x saves CPU per request; 0 keeps GOGC", EnvVars: env("GC_PERCENT")},
 		},
 		Commands: []*cli.Command{{
@@ -140,7 +141,7 @@ func run(c *cli.Context) error {
 		AdminToken: c.String("admin-token"), CacheDir: c.String("cache-dir"),
 		TrustedProxies: c.StringSlice("trusted-proxy"), Logger: logger,
 		TraceExporter: c.String("trace-exporter"), TraceSample: c.Float64("trace-sample"),
-		ShutdownTimeout: c.Duration("shutdown-timeout"), MaxBodyBytes: c.Int64("max-body-bytes"),
+		ShutdownTimeout: c.Duration("shutdown-timeout"), MaxBodyBytes: c.Int64("max-body-bytes"), MaxProbes: c.Int("max-probes"),
 		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"), FrontKind: c.String("front"), TLSFrontKind: c.String("tls-front"),
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
