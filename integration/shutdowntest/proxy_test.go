@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/keys"
-	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 

@@ -12,9 +12,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/faultproxy"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 

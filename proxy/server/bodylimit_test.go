@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 // A request declaring a body over MaxBodyBytes, then sending 3 bytes of it
@@ -54,7 +55,7 @@ func TestOversizedDeclaredBodyAnsweredAtOnce(t *testing.T) {
 					t.Errorf("backend saw %d oversized requests, want 0", n)
 				}
 				// net/http lingers 500 ms after its close; its goroutine ends then.
-				eventually(t, 10*time.Second, "the front closed its connection", func() bool { return closed.Load() == 1 })
+				poll.EventuallyTrue(t, 10*time.Second, "the front closed its connection", func() bool { return closed.Load() == 1 })
 			})
 		}
 	}
