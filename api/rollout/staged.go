@@ -1,6 +1,7 @@
 package rollout
 
 import (
+	"fmt"
 	"time"
 )
 
@@ -98,6 +99,17 @@ func (s Staged) Active() bool {
 		return true
 	}
 	return false
+}
+
+// StagedWaiting is why a proxy cluster with this staged rollout has not
+// converged although each proxy may run its stage's target: the rollout
+// still moves (a stage is under way, baking, paused or awaiting
+// promotion). Empty once it ended. lbctl and the dashboard both use it.
+func StagedWaiting(s Staged) string {
+	if !s.Active() {
+		return ""
+	}
+	return fmt.Sprintf("staged rollout %s at stage %d of %d (%s)", s.ID, s.Stage+1, s.Stages, s.State)
 }
 
 // Gate is one gate's verdict with its figures.

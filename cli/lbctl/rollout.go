@@ -203,6 +203,14 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 			}
 		}
 	}
+	for _, s := range r.Staged {
+		if w := rollout.StagedWaiting(s); w != "" && r.Waiting[s.ProxyCluster] == "" {
+			if r.Waiting == nil {
+				r.Waiting = map[string]string{}
+			}
+			r.Waiting[s.ProxyCluster] = w
+		}
+	}
 	r.Converged = res.Converged && len(r.Waiting) == 0
 	return r, nil
 }

@@ -45,7 +45,12 @@ func TestStagedRolloutStatusAndRequests(t *testing.T) {
 	h.staged(rollout.Staged{ID: "BFE1-v5", ProxyCluster: "BFE1", State: rollout.StageBaking, StableVersion: 4, CandidateVersion: 5,
 		Stage: 0, Stages: 2, Selected: []string{"p1"}, StartedAt: now, StageStarted: now, BakeStarted: now,
 		Gates: []rollout.Gate{{Name: "5xx", OK: true, Judged: true, Detail: "stage 5xx 0.0% of 40 answers"}}})
-	out := h.mustRun("rollout", "status", "--proxy-cluster", "BFE1")
+	// Each proxy runs its stage's target, but the rollout still moves: not
+	// converged (exit 4), and the line says why.
+	out, errs, code := h.run("", "rollout", "status", "--proxy-cluster", "BFE1")
+	if code != ExitNotConverged || !strings.Contains(errs, "not converged: BFE1 WAITING (staged rollout BFE1-v5 at stage 1 of 2 (BAKING))") || strings.Contains(out, "converged: every") {
+		t.Fatalf("rollout status mid-rollout: exit %d\n%s\n%s", code, out, errs)
+	}
 	for _, want := range []string{"p1", "SYNCED", "ROLLOUT BFE1-v5", "BAKING stage 1/2", "stable v4 → candidate v5", "gate 5xx", "stage 5xx 0.0% of 40 answers"} {
 		if !strings.Contains(out, want) {
 			t.Fatalf("rollout status lacks %q:\n%s", want, out)

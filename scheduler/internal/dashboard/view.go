@@ -312,6 +312,9 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 		res := rollout.Compute(rollout.Input{Statuses: byPC[pc], LastSeen: seenByPC[pc], Targets: targets, Started: rec.started,
 			Scheduler: rec.sched, ProxyCluster: pc, Now: now})
 		rv.Blocked, rv.Waiting = res.Blocked[pc], waiting[pc]
+		if rv.Waiting == "" && rv.Staged != nil {
+			rv.Waiting = rollout.StagedWaiting(*rv.Staged)
+		}
 		if rv.Blocked != "" {
 			rv.Waiting = "" // the BLOCKED line says why
 		}
