@@ -34,9 +34,9 @@ func (c *aheadClock) Add(d time.Duration) {
 	c.mu.Unlock()
 }
 
-// sluice_proxy_request_duration_seconds: one series per cluster (no other
-// label), each routed request observed once with its duration — from the
-// head read to the end of the answer. The backend moves the proxy's clock
+// sluice_proxy_request_duration_seconds: series by cluster, sub-cluster of
+// the last attempt and status class, each routed request observed once
+// with its duration — from the head read to the end of the answer. The backend moves the proxy's clock
 // by 35 s for one request and not at all for the other, so the buckets the
 // two land in are known whatever the machine's own delays (under 10 s).
 func TestRequestDurationHistogram(t *testing.T) {
@@ -66,10 +66,21 @@ func TestRequestDurationHistogram(t *testing.T) {
 			if mf.GetName() != "sluice_proxy_request_duration_seconds" {
 				continue
 			}
-			if len(mf.Metric) != 1 || len(mf.Metric[0].Label) != 1 || mf.Metric[0].Label[0].GetName() != "cluster" || mf.Metric[0].Label[0].GetValue() != "main" {
-				t.Fatalf("series %v: want one, labelled cluster=main only", mf.Metric)
+			h = nil
+			for _, m := range mf.Metric {
+				l := map[string]string{}
+				for _, lp := range m.Label {
+					l[lp.GetName()] = lp.GetValue()
+				}
+				if len(l) != 3 || l["cluster"] != "main" {
+					t.Fatalf("series labelled %v: want cluster=main, subcluster and class", l)
+				}
+				if l["subcluster"] == "SC1" && l["class"] == "2xx" {
+					h = m.Histogram
+				} else if n := m.Histogram.GetSampleCount(); n != 0 {
+					t.Fatalf("series %v has %d samples, want 0 (both answers were SC1's 200s)", l, n)
+				}
 			}
-			h = mf.Metric[0].Histogram
 		}
 		return h != nil && h.GetSampleCount() == 2
 	})
@@ -102,8 +113,9 @@ func TestRequestDurationHistogram(t *testing.T) {
 	if err := p.s.Apply(checked(t, next)); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(p.s.metrics.duration); n != 1 || !p.s.metrics.duration.DeleteLabelValues("other") {
-		t.Fatalf("%d duration series after main left the table, want 1 (other's)", n)
+	// other's series: SC1 and GSLB_BLACKHOLE, 6 classes each.
+	if n := testutil.CollectAndCount(p.s.metrics.duration); n != 12 || p.s.metrics.duration.DeletePartialMatch(prometheus.Labels{"cluster": "other"}) != 12 {
+		t.Fatalf("%d duration series after main left the table, want other's 12", n)
 	}
 }
 
@@ -112,7 +124,7 @@ func TestRequestDurationHistogram(t *testing.T) {
 // (BenchmarkServeHTTP includes it too).
 func BenchmarkRequestDurationObserve(b *testing.B) {
 	m := newMetrics(nil)
-	o := m.duration.WithLabelValues("main")
+	o := m.duration.WithLabelValues("main", "SC1", "2xx")
 	start := time.Now()
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {

@@ -410,14 +410,17 @@ func (st *reqState) finish(r *http.Request) {
 	s := st.s
 	took := s.now().Sub(st.start)
 	if st.c != nil {
-		st.c.duration.Observe(took.Seconds())
 		sub := st.subcluster
 		var answers *atomic.Uint64
 		if m := st.c.subs[sub]; m != nil {
-			m.codes[codeIndex(st.status)].Inc()
+			i := codeIndex(st.status)
+			m.codes[i].Inc()
+			m.durations[i].Observe(took.Seconds())
 			answers = m.answers
 		} else {
-			s.metrics.requests.WithLabelValues(st.c.name, "", classOf(st.status)).Inc()
+			class := classOf(st.status)
+			s.metrics.requests.WithLabelValues(st.c.name, "", class).Inc()
+			s.metrics.duration.WithLabelValues(st.c.name, "", class).Observe(took.Seconds())
 		}
 		st.c.stats.traffic.record(answers, st.status,
 			st.status >= 500 && st.code != "" && st.code != CodeBlackhole, took)

@@ -61,11 +61,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"cluster", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "sluice_proxy_request_duration_seconds",
-			Help: "Time from reading a routed request's head to the end of its answer (body included), by cluster.",
+			Help: "Time from reading a routed request's head to the end of its answer (body included), by cluster, sub-cluster of the last attempt and status class.",
 			// 1 ms to 60 s: BFE's and nginx's usual latency SLO thresholds
 			// plus the default response-header timeout (60 s).
 			Buckets: DurationBuckets,
-		}, []string{"cluster"}),
+		}, []string{"cluster", "subcluster", "class"}),
 		applyDuration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "sluice_proxy_table_build_seconds",
 			Help:    "Time to compile a snapshot into routing and balancing tables.",
@@ -85,9 +85,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // subMetrics are the pre-resolved counters of one (cluster, sub-cluster).
 type subMetrics struct {
-	picks   prometheus.Counter
-	codes   [6]prometheus.Counter // index status/100 (0: no status)
-	answers *atomic.Uint64        // the traffic report's count (trafficStats.sub)
+	picks prometheus.Counter
+	codes [6]prometheus.Counter // index status/100 (0: no status)
+	// durations: sluice_proxy_request_duration_seconds, same index.
+	durations [6]prometheus.Observer
+	answers   *atomic.Uint64 // the traffic report's count (trafficStats.sub)
 }
 
 func (m *metrics) sub(cluster, sub string) *subMetrics {
@@ -98,6 +100,7 @@ func (m *metrics) sub(cluster, sub string) *subMetrics {
 			class = strconv.Itoa(i) + "xx"
 		}
 		s.codes[i] = m.requests.WithLabelValues(cluster, sub, class)
+		s.durations[i] = m.duration.WithLabelValues(cluster, sub, class)
 	}
 	return s
 }

@@ -113,7 +113,6 @@ type clusterRT struct {
 	retryX   prometheus.Counter
 	budget   prometheus.Counter
 	bhDrops  prometheus.Counter
-	duration prometheus.Observer // sluice_proxy_request_duration_seconds{cluster}
 }
 
 func (c *clusterRT) retryOnStatus(code int) bool {
@@ -198,13 +197,12 @@ func (s *Server) Apply(checked validate.Checked) error {
 	for name, c := range snap.Clusters {
 		crt := &clusterRT{
 			name: name, bc: table.Cluster(name), policy: c.Policy,
-			subs:     make(map[string]*subMetrics, len(c.Row.Weights)+1),
-			stats:    s.clusterStats(name),
-			retryIn:  s.metrics.retries.WithLabelValues(name, "in"),
-			retryX:   s.metrics.retries.WithLabelValues(name, "cross"),
-			budget:   s.metrics.budget.WithLabelValues(name),
-			bhDrops:  s.metrics.blackhole.WithLabelValues(name),
-			duration: s.metrics.duration.WithLabelValues(name),
+			subs:    make(map[string]*subMetrics, len(c.Row.Weights)+1),
+			stats:   s.clusterStats(name),
+			retryIn: s.metrics.retries.WithLabelValues(name, "in"),
+			retryX:  s.metrics.retries.WithLabelValues(name, "cross"),
+			budget:  s.metrics.budget.WithLabelValues(name),
+			bhDrops: s.metrics.blackhole.WithLabelValues(name),
 		}
 		if crt.bc == nil {
 			return fmt.Errorf("apply version %d: cluster %q missing from the built table", snap.Meta.Version, name)
