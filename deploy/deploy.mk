@@ -4,7 +4,10 @@
 #   make images       static binaries + FROM scratch images sluice/*:dev
 #   make deploy-up    images, .env with fresh tokens, the whole fleet up (waits for health)
 #   make deploy-down  the fleet down, volumes and networks removed
-#   make chaos        deploy-up + the process-level chaos suite (integration/chaos, tag chaos)
+#   make chaos        the process-level chaos suite (integration/chaos, tag chaos) on a
+#                     fresh fleet per etcd flavour: ETCD_FLAVOUR="embedded debian" by
+#                     default (embedded: our etcd module, every scenario; debian:
+#                     Debian's etcd-server 3.4 from /usr/bin/etcd, the etcd scenarios)
 
 GO             ?= go
 DEPLOY_DIR     := $(CURDIR)/deploy
@@ -18,6 +21,10 @@ IMAGE_BINS     := lbproxy lbscheduler lbagent lbctl demo-backend etcd healthchec
 IMAGES         := lbproxy lbscheduler lbagent lbctl demo-backend etcd deploy-init
 CHAOS_TIMEOUT  ?= 25m
 CHAOS_RUN      ?= .
+# etcd servers the chaos suite runs against, in order (see integration/chaos).
+ETCD_FLAVOUR   ?= embedded debian
+# Debian's etcd server (package etcd-server), staged into sluice/etcd-debian.
+HOST_ETCD      ?= /usr/bin/etcd
 
 .PHONY: images deploy-up deploy-down chaos
 
@@ -27,7 +34,11 @@ images:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w" -o $(DEPLOY_BUILD)/ \
 	  ./proxy/cmd/lbproxy ./scheduler/cmd/lbscheduler ./agent/cmd/lbagent ./cli/cmd/lbctl \
 	  ./integration/cmd/demo-backend ./integration/cmd/etcd ./integration/cmd/healthcheck ./integration/cmd/deploy-init
-	@set -e; for i in $(IMAGES); do \
+	@set -e; imgs="$(IMAGES)"; \
+	if [ -x "$(HOST_ETCD)" ]; then bash $(DEPLOY_DIR)/scripts/stage-host-etcd.sh "$(HOST_ETCD)" $(DEPLOY_BUILD)/etcd-debian; imgs="$$imgs etcd-debian"; \
+	elif [ "$$CI" = true ]; then echo "images: $(HOST_ETCD) missing: CI needs Debian's etcd-server for sluice/etcd-debian (.ci/run installs it)" >&2; exit 1; \
+	else echo "images: $(HOST_ETCD) missing: no sluice/etcd-debian (apt-get install etcd-server)"; fi; \
+	for i in $$imgs; do \
 	  echo "== docker build sluice/$$i:$(IMAGE_TAG)"; \
 	  if ! DOCKER_BUILDKIT=0 docker build -t sluice/$$i:$(IMAGE_TAG) -f $(DEPLOY_DIR)/images/$$i.Dockerfile $(DEPLOY_BUILD) >$(DEPLOY_BUILD)/build-$$i.log 2>&1; then \
 	    cat $(DEPLOY_BUILD)/build-$$i.log; exit 1; fi; \
@@ -44,7 +55,10 @@ deploy-up: images
 deploy-down:
 	-$(COMPOSE_CMD) --profile tools down -v --remove-orphans --timeout 5
 	-@docker network ls -q --filter label=com.docker.compose.project=sluice | xargs -r docker network rm >/dev/null 2>&1
+	-@docker volume ls -q --filter label=com.docker.compose.project=sluice | xargs -r docker volume rm >/dev/null 2>&1
 
-## chaos: the chaos suite against a fresh fleet; always torn down afterwards
+## chaos: the chaos suite against a fresh fleet per etcd flavour; always torn down afterwards
 chaos: images
-	@bash $(DEPLOY_DIR)/scripts/chaos.sh "$(COMPOSE)" "$(CHAOS_TIMEOUT)" "$(CHAOS_RUN)"
+	@set -e; for f in $(ETCD_FLAVOUR); do \
+	  bash $(DEPLOY_DIR)/scripts/chaos.sh "$(COMPOSE)" "$(CHAOS_TIMEOUT)" "$(CHAOS_RUN)" "$$f"; \
+	done

@@ -4,6 +4,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,6 +15,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/sluicelb/sluice/api/etcdclient"
 )
 
 // TestAccess checks the compose fleet's etcd security: TLS with client
@@ -126,4 +129,26 @@ func TestAccess(t *testing.T) {
 	}
 	fmt.Printf("    %-28s %d of %d forbidden operations denied, %d allowed ones passed; without a certificate: %s\n",
 		"access:", denied, forbidden, len(ops)-forbidden, msg)
+
+	// A client that does not trust the fleet's CA is refused by its own
+	// TLS check, and the one client constructor says so (#16 "say why").
+	tc, err = userTLS(certs, "operator")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc.RootCAs = x509.NewCertPool()
+	untrusted, err := etcdclient.New(etcdclient.Config{Endpoints: etcdEndpoints[:1], TLS: tc})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	_, err = untrusted.Get(ctx, l.Desired())
+	cancel()
+	err = untrusted.Explain(err, l.Desired())
+	untrusted.Close()
+	want := "etcd 127.0.0.1:12379: TLS: x509: certificate signed by unknown authority"
+	if err == nil || etcdclient.ClassOf(err) != etcdclient.ClassTLS || err.Error() != want {
+		t.Errorf("a client without the fleet's CA: got %v (class %q), want %q", err, etcdclient.ClassOf(err), want)
+	}
+	fmt.Printf("    %-28s a client not trusting the fleet's CA: %v\n", "access:", err)
 }

@@ -41,6 +41,8 @@ type Proxy struct {
 	Name, ID, ProxyCluster string
 	URL, Admin             string
 	ControlIP              string
+	// StallTimeout is its SLUICE_WATCH_STALL_TIMEOUT in the compose file.
+	StallTimeout time.Duration
 }
 
 // Backend is one demo backend container and its agent.
@@ -52,10 +54,10 @@ type Backend struct {
 
 var (
 	proxies = []Proxy{
-		{Name: "sluice-bfe1-p1", ID: "bfe1-p1", ProxyCluster: "BFE1", URL: "http://127.0.0.1:18081", Admin: "http://127.0.0.1:19081", ControlIP: "10.91.10.31"},
-		{Name: "sluice-bfe1-p2", ID: "bfe1-p2", ProxyCluster: "BFE1", URL: "http://127.0.0.1:18082", Admin: "http://127.0.0.1:19082", ControlIP: "10.91.10.32"},
-		{Name: "sluice-bfe2-p1", ID: "bfe2-p1", ProxyCluster: "BFE2", URL: "http://127.0.0.1:18083", Admin: "http://127.0.0.1:19083", ControlIP: "10.91.10.33"},
-		{Name: "sluice-bfe2-p2", ID: "bfe2-p2", ProxyCluster: "BFE2", URL: "http://127.0.0.1:18084", Admin: "http://127.0.0.1:19084", ControlIP: "10.91.10.34"},
+		{Name: "sluice-bfe1-p1", ID: "bfe1-p1", ProxyCluster: "BFE1", URL: "http://127.0.0.1:18081", Admin: "http://127.0.0.1:19081", ControlIP: "10.91.10.31", StallTimeout: 90 * time.Second},
+		{Name: "sluice-bfe1-p2", ID: "bfe1-p2", ProxyCluster: "BFE1", URL: "http://127.0.0.1:18082", Admin: "http://127.0.0.1:19082", ControlIP: "10.91.10.32", StallTimeout: 4 * time.Second},
+		{Name: "sluice-bfe2-p1", ID: "bfe2-p1", ProxyCluster: "BFE2", URL: "http://127.0.0.1:18083", Admin: "http://127.0.0.1:19083", ControlIP: "10.91.10.33", StallTimeout: 4 * time.Second},
+		{Name: "sluice-bfe2-p2", ID: "bfe2-p2", ProxyCluster: "BFE2", URL: "http://127.0.0.1:18084", Admin: "http://127.0.0.1:19084", ControlIP: "10.91.10.34", StallTimeout: 4 * time.Second},
 	}
 	backends = []Backend{
 		{Name: "sluice-backend-sc1-1", Agent: "sluice-agent-sc1-1", SubCluster: "SC1", Addr: "10.91.0.11:8080", Stats: "http://127.0.0.1:18091/stats"},
@@ -209,6 +211,12 @@ type ProxyStatus struct {
 	Source         string `json:"source"`
 	EtcdConnected  *bool  `json:"etcd_connected"`
 	LatestVersion  uint64 `json:"latest_version"`
+	// Etcd is the proxy's etcd connection state (api/etcdclient State).
+	Etcd *struct {
+		Connected      bool   `json:"connected"`
+		LastErrorClass string `json:"last_error_class"`
+		LastError      string `json:"last_error"`
+	} `json:"etcd"`
 }
 
 func (e *Env) proxyStatus(ctx context.Context, p Proxy) (ProxyStatus, error) {

@@ -15,11 +15,8 @@ package main
 import (
 	"context"
 	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io/fs"
@@ -32,10 +29,10 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/validate"
 )
@@ -184,13 +181,17 @@ func runBootstrap(args []string) error {
 			return err
 		}
 	}
-	tlsCfg, err := clientTLS(*certs, "root")
+	// root authenticates with its client certificate (CN root); the one
+	// etcd client constructor (api/etcdclient) as in every component.
+	cli, err := etcdclient.New(etcdclient.Config{
+		Endpoints: splitList(*endpoints),
+		CACert:    filepath.Join(*certs, "ca.pem"),
+		Cert:      filepath.Join(*certs, "root.pem"),
+		Key:       filepath.Join(*certs, "root-key.pem"),
+		Logger:    log,
+	})
 	if err != nil {
 		return err
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: splitList(*endpoints), TLS: tlsCfg, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return fmt.Errorf("etcd client: %w", err)
 	}
 	defer cli.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), *wait)
@@ -202,6 +203,7 @@ func runBootstrap(args []string) error {
 		if err == nil {
 			break
 		}
+		err = cli.Explain(err, layout.Desired())
 		log.Info("waiting for etcd", "err", err)
 		select {
 		case <-ctx.Done():
@@ -209,7 +211,7 @@ func runBootstrap(args []string) error {
 		case <-time.After(time.Second):
 		}
 	}
-	if err := applyAccess(ctx, cli, acc, log); err != nil {
+	if err := applyAccess(ctx, cli.Client, acc, log); err != nil {
 		return err
 	}
 	if stateJSON != nil {
@@ -291,22 +293,6 @@ func applyAccess(ctx context.Context, cli *clientv3.Client, acc *Access, log *sl
 	}
 	log.Info("etcd access applied", "roles", len(acc.Roles), "users", len(acc.Users))
 	return nil
-}
-
-func clientTLS(dir, user string) (*tls.Config, error) {
-	caPEM, err := os.ReadFile(filepath.Join(dir, "ca.pem"))
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(caPEM) {
-		return nil, errors.New("ca.pem: no certificates")
-	}
-	kp, err := tls.LoadX509KeyPair(filepath.Join(dir, user+".pem"), filepath.Join(dir, user+"-key.pem"))
-	if err != nil {
-		return nil, fmt.Errorf("client certificate of %s: %w", user, err)
-	}
-	return &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{kp}, MinVersion: tls.VersionTLS12}, nil
 }
 
 func runSecrets(args []string) error {
