@@ -204,10 +204,40 @@ func (t *loadTree) kthTie(k int) int {
 // equals target's and for which ok holds (nil: any); -1 if none.
 func (t *loadTree) firstTie(from int, target int32, ok func(int) bool) int {
 	tk := t.leaf(target)
+	if ok == nil && target == t.node[1].best {
+		if i := t.firstLeast(from, t.node[1]); i >= 0 {
+			return i
+		}
+		return int(t.node[1].best) // wrapped around: the leftmost least loaded
+	}
 	if i := t.find(1, 0, t.size, from, tk, ok); i >= 0 || from == 0 {
 		return i
 	}
 	return t.find(1, 0, t.size, 0, tk, ok)
+}
+
+// firstLeast is the first member at or after from whose load is least's,
+// the root's (so a node holds such a member iff its own load is least's);
+// -1 if none. Iterative: up from from's leaf to the first right sibling
+// holding one, then down its leftmost path to it.
+func (t *loadTree) firstLeast(from int, least loadNode) int {
+	nodes := t.node
+	k := t.size + from
+	if nodes[k].cmp(least) == 0 {
+		return from
+	}
+	for ; k > 1; k >>= 1 {
+		if k&1 == 0 && nodes[k+1].cmp(least) == 0 {
+			k++
+			for k < t.size {
+				if k *= 2; nodes[k].cmp(least) != 0 {
+					k++
+				}
+			}
+			return k - t.size
+		}
+	}
+	return -1
 }
 
 func (t *loadTree) find(k, lo, hi, from int, target loadNode, ok func(int) bool) int {
