@@ -217,8 +217,8 @@ func (t *loadTree) firstTie(from int, target int32, ok func(int) bool) int {
 }
 
 // firstLeast is the first member at or after from whose load is least's,
-// the root's (so a node holds such a member iff its own load is least's);
-// -1 if none. Iterative: up from from's leaf to the first right sibling
+// the root's (so a node holds such a member iff its own load is least's;
+// the root must hold an available member); -1 if none. Iterative: up from from's leaf to the first right sibling
 // holding one, then down its leftmost path to it.
 func (t *loadTree) firstLeast(from int, least loadNode) int {
 	nodes := t.node
