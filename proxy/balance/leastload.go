@@ -46,24 +46,22 @@ var loadTreeMin = 32
 
 // loadNode is one range of members: the least loaded (leftmost of equals;
 // -1 when none is available), how many share its load, and that load
-// (n / w; w 0 when none) — carried in the node, so that fixing a path
-// compares nodes without reading the members.
+// (n / w) — carried in the node, so that fixing a path compares nodes
+// without reading the members. A range with no available member is
+// emptyNode: load 1/0, which the cross-multiplication orders after every
+// real load (1·w > n·0) and level with another empty one (0 = 0), so cmp
+// needs no branch for it.
 type loadNode struct {
 	best int32
 	ties int32
 	n, w int64
 }
 
-// cmp orders two loads (w 0 stands for no member, heavier than any).
+// emptyNode is the node of a range with no available member.
+var emptyNode = loadNode{best: -1, n: 1}
+
+// cmp orders two loads (emptyNode is heavier than any real one).
 func (a loadNode) cmp(b loadNode) int {
-	switch {
-	case a.w == 0 && b.w == 0:
-		return 0
-	case a.w == 0:
-		return 1
-	case b.w == 0:
-		return -1
-	}
 	l, r := a.n*b.w, b.n*a.w
 	switch {
 	case l < r:
@@ -97,7 +95,7 @@ func newLoadTree(g *group, unit bool) *loadTree {
 	t := &loadTree{unit: unit, size: size, eps: make([]*Endpoint, len(g.members)),
 		n: make([]int64, len(g.members)), w: make([]int64, len(g.members)), node: make([]loadNode, 2*size)}
 	for i := range t.node {
-		t.node[i].best = -1
+		t.node[i] = emptyNode
 	}
 	for i := range g.members {
 		t.eps[i] = g.members[i].ep
@@ -124,7 +122,7 @@ func (t *loadTree) leaf(i int32) loadNode {
 	if i >= 0 && t.w[i] > 0 {
 		return loadNode{i, 1, t.n[i], t.w[i]}
 	}
-	return loadNode{best: -1}
+	return emptyNode
 }
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
@@ -135,13 +133,21 @@ func (t *loadTree) setLoad(i int) {
 	}
 	t.n[i] = n
 	k := t.size + i
-	t.node[k] = t.leaf(int32(i))
+	nodes := t.node
+	nodes[k] = t.leaf(int32(i))
 	for k >>= 1; k >= 1; k >>= 1 {
-		nd := combine(t.node[2*k], t.node[2*k+1])
-		if nd == t.node[k] {
-			return // a node carries its load: nothing above can change
+		l, r := &nodes[2*k], &nodes[2*k+1]
+		nd := *l
+		if l.n*r.w > r.n*l.w {
+			nd = *r
+		} else if l.n*r.w == r.n*l.w {
+			nd.ties += r.ties
 		}
-		t.node[k] = nd
+		if p := &nodes[k]; nd != *p {
+			*p = nd
+			continue
+		}
+		return // a node carries its load: nothing above can change
 	}
 }
 
@@ -198,10 +204,40 @@ func (t *loadTree) kthTie(k int) int {
 // equals target's and for which ok holds (nil: any); -1 if none.
 func (t *loadTree) firstTie(from int, target int32, ok func(int) bool) int {
 	tk := t.leaf(target)
+	if ok == nil && target == t.node[1].best {
+		if i := t.firstLeast(from, t.node[1]); i >= 0 {
+			return i
+		}
+		return int(t.node[1].best) // wrapped around: the leftmost least loaded
+	}
 	if i := t.find(1, 0, t.size, from, tk, ok); i >= 0 || from == 0 {
 		return i
 	}
 	return t.find(1, 0, t.size, 0, tk, ok)
+}
+
+// firstLeast is the first member at or after from whose load is least's,
+// the root's (so a node holds such a member iff its own load is least's;
+// the root must hold an available member); -1 if none. Iterative: up from from's leaf to the first right sibling
+// holding one, then down its leftmost path to it.
+func (t *loadTree) firstLeast(from int, least loadNode) int {
+	nodes := t.node
+	k := t.size + from
+	if nodes[k].cmp(least) == 0 {
+		return from
+	}
+	for ; k > 1; k >>= 1 {
+		if k&1 == 0 && nodes[k+1].cmp(least) == 0 {
+			k++
+			for k < t.size {
+				if k *= 2; nodes[k].cmp(least) != 0 {
+					k++
+				}
+			}
+			return k - t.size
+		}
+	}
+	return -1
 }
 
 func (t *loadTree) find(k, lo, hi, from int, target loadNode, ok func(int) bool) int {

@@ -319,3 +319,44 @@ func TestLoadTreeRestoredTable(t *testing.T) {
 	}
 	held.Done(Result{Status: 200})
 }
+
+// firstLeast (leastconn's rotating tie-break) is the first least-loaded
+// member at or after from, exactly as a scan finds it, over random loads,
+// weights (0: unavailable) and group sizes, power of two or not.
+func TestLoadTreeFirstLeastMatchesScan(t *testing.T) {
+	rnd := seededRand(5)
+	for trial := range 300 {
+		m := 1 + int(rnd()%40)
+		size := 1
+		for size < m {
+			size <<= 1
+		}
+		tr := &loadTree{size: size, n: make([]int64, m), w: make([]int64, m), node: make([]loadNode, 2*size)}
+		for i := range tr.node {
+			tr.node[i] = emptyNode
+		}
+		for i := range m {
+			tr.n[i], tr.w[i] = int64(rnd()%3), int64(rnd()%4)
+			tr.node[size+i] = tr.leaf(int32(i))
+		}
+		for k := size - 1; k >= 1; k-- {
+			tr.node[k] = combine(tr.node[2*k], tr.node[2*k+1])
+		}
+		root := tr.node[1]
+		if root.best < 0 {
+			continue // no available member: the pick returns before any tie-break
+		}
+		for from := range m {
+			want := -1
+			for i := from; i < m; i++ {
+				if tr.w[i] > 0 && tr.leaf(int32(i)).cmp(root) == 0 {
+					want = i
+					break
+				}
+			}
+			if got := tr.firstLeast(from, root); got != want {
+				t.Fatalf("trial %d: n=%v w=%v: firstLeast(%d) = %d, want %d", trial, tr.n, tr.w, from, got, want)
+			}
+		}
+	}
+}
