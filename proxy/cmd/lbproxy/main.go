@@ -22,9 +22,9 @@ import (
 	"github.com/sluicelb/sluice/api/bfe"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
-	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
