@@ -30,13 +30,13 @@ import (
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/internal/api"
 	"github.com/sluicelb/sluice/scheduler/internal/dashboard"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/rollout"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
-	"github.com/sluicelb/sluice/scheduler/publish"
-	"github.com/sluicelb/sluice/scheduler/rollout"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // Config configures a scheduler. Zero values take the documented defaults.
