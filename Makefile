@@ -10,7 +10,7 @@ STATICCHECK ?= staticcheck
 STATICCHECK_VERSION := v0.8.2
 # make mutate: the mutation tester, from the Go module proxy, into bin/tools
 GREMLINS_VERSION := v0.6.0
-MUTATE_PKGS ?= api/validate proxy/balance proxy/configwatch scheduler/plan scheduler/publish
+MUTATE_PKGS ?= api/validate proxy/internal/balance proxy/internal/configwatch scheduler/plan scheduler/internal/publish
 
 .PHONY: all build devtools test unit e2e lint fuzz mutate run bench chaos images deploy-up deploy-down clean tidy
 

@@ -315,7 +315,7 @@ func FromPolicy(addr netip.AddrPort, p config.Probe, timeout time.Duration) (Tar
 
 // CheckPolicy runs one check of addr as the probe policy p says (FromPolicy,
 // then Check): nil when the backend is healthy, else why not. Its signature
-// is the balancer's active health check (proxy/balance.ProbeFunc).
+// is the balancer's active health check (proxy/internal/balance.ProbeFunc).
 func CheckPolicy(ctx context.Context, addr netip.AddrPort, p config.Probe, timeout time.Duration) error {
 	t, err := FromPolicy(addr, p, timeout)
 	if err != nil {

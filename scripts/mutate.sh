@@ -10,7 +10,7 @@
 set -uo pipefail
 gremlins=$1; shift
 pkgs=("$@")
-[ ${#pkgs[@]} -gt 0 ] || pkgs=(api/validate proxy/balance proxy/configwatch scheduler/plan scheduler/publish)
+[ ${#pkgs[@]} -gt 0 ] || pkgs=(api/validate proxy/internal/balance proxy/internal/configwatch scheduler/plan scheduler/internal/publish)
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/mutate
 mkdir -p "$out"

@@ -140,7 +140,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		// soon as etcd can be used (/readyz says why until then).
 		c, err := etcdclient.New(etcdclient.Config{
 			Endpoints: a.cfg.Endpoints, TLS: a.cfg.EtcdTLS,
-			Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword, Logger: log,
+			Username: a.cfg.EtcdUsername, Password: a.cfg.EtcdPassword,
+			DialTimeout: a.cfg.EtcdDialTimeout, Logger: log,
 		})
 		if err != nil {
 			return fmt.Errorf("lbagent: %w", err)

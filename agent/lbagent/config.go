@@ -49,6 +49,9 @@ type Config struct {
 	EtcdTLS      *tls.Config
 	EtcdUsername string
 	EtcdPassword string
+	// EtcdDialTimeout bounds one connection attempt (default
+	// etcdclient.DefaultDialTimeout).
+	EtcdDialTimeout time.Duration
 	// Prefix of every key ("" = /sluice).
 	Prefix string
 

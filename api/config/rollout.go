@@ -4,7 +4,7 @@ import "time"
 
 // RolloutPolicy makes new snapshots reach the proxies in stages, each gated
 // on the proxies' acknowledgements and measured traffic, with automatic
-// rollback (scheduler/rollout). Set fleet-wide (State.Rollout) or per proxy
+// rollback (scheduler/internal/rollout). Set fleet-wide (State.Rollout) or per proxy
 // cluster (ProxyCluster.Rollout, which wins). No policy: every new snapshot
 // goes to every proxy at once.
 type RolloutPolicy struct {

@@ -20,7 +20,7 @@
 //     response and every StoreCheckInterval by a read of its own, since a
 //     watch resumed on a fresh store may wait quietly forever.
 //
-// Used by the proxy's snapshot watch (proxy/configwatch), the scheduler's
+// Used by the proxy's snapshot watch (proxy/internal/configwatch), the scheduler's
 // inventory and its dashboard.
 package etcdwatch
 

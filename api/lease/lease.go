@@ -7,7 +7,7 @@
 //
 // It is the one lease keeper of Sluice: agent registrations
 // (agent/internal/register) and the proxy's status and demand reports
-// (proxy/statusreport) both hold their keys through it.
+// (proxy/internal/statusreport) both hold their keys through it.
 package lease
 
 import (

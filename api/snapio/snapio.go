@@ -1,7 +1,7 @@
 // Package snapio reads published snapshots back from etcd — a version's
 // manifest and its content-addressed parts, decoded strictly — for the
 // readers that are not the proxy's watcher (lbctl, the scheduler's
-// publisher, the dev fleet). The watcher (proxy/configwatch) reads the same
+// publisher, the dev fleet). The watcher (proxy/internal/configwatch) reads the same
 // keys with its own per-operation deadlines and error classes.
 package snapio
 

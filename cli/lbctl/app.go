@@ -91,21 +91,14 @@ func App(stdout, stderr io.Writer, stdin io.Reader) *cli.App {
 		ErrWriter:            stderr,
 		Reader:               stdin,
 		HideVersion:          true,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "endpoints", Value: "127.0.0.1:2379", Usage: "etcd endpoints, comma-separated", EnvVars: []string{"SLUICE_ENDPOINTS", "SLUICE_ETCD"}},
-			&cli.StringFlag{Name: "cacert", Usage: "CA bundle to verify etcd's certificate", EnvVars: []string{"SLUICE_ETCD_CACERT"}},
-			&cli.StringFlag{Name: "cert", Usage: "client certificate for etcd mTLS", EnvVars: []string{"SLUICE_ETCD_CERT"}},
-			&cli.StringFlag{Name: "key", Usage: "client key for etcd mTLS", EnvVars: []string{"SLUICE_ETCD_KEY"}},
-			&cli.StringFlag{Name: "user", Usage: "etcd user name", EnvVars: []string{"SLUICE_ETCD_USER"}},
-			&cli.StringFlag{Name: "password", Usage: "etcd password", EnvVars: []string{"SLUICE_ETCD_PASSWORD"}},
+		Flags: append(etcdclient.Flags("127.0.0.1:2379"), []cli.Flag{
 			&cli.StringFlag{Name: "author", Usage: "who writes, recorded with pins, drains and shifts when etcd auth is off (default $USER@host)", EnvVars: []string{"SLUICE_AUTHOR"}},
-			&cli.StringFlag{Name: "prefix", Value: keys.DefaultPrefix, Usage: "etcd key prefix", EnvVars: []string{"SLUICE_PREFIX"}},
 			&cli.DurationFlag{Name: "timeout", Value: 10 * time.Second, Usage: "timeout of each etcd or API call", EnvVars: []string{"SLUICE_TIMEOUT"}},
 			&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "table", Usage: "output format: table, json or yaml", EnvVars: []string{"SLUICE_OUTPUT"}},
 			&cli.StringFlag{Name: "scheduler", Usage: "scheduler API URL (default: the leader's address from etcd)", EnvVars: []string{"SLUICE_SCHEDULER"}},
 			&cli.BoolFlag{Name: "version", Usage: "print lbctl's version (as lbctl version does)"},
 			&cli.StringFlag{Name: "token", Usage: "bearer token for the scheduler and proxy admin APIs", EnvVars: []string{"SLUICE_TOKEN"}},
-		},
+		}...),
 		Before: func(c *cli.Context) error {
 			switch c.String("output") {
 			case "table", "json", "yaml":

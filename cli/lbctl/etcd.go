@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/etcdclient"
 )
-
-// maxDialTimeout bounds one connection attempt whatever --timeout says, so
-// an unreachable etcd is reported within --timeout with its cause.
-const maxDialTimeout = 3 * time.Second
 
 // etcd connects lazily: commands that work offline never dial. The client
 // logs nothing (its own log lines never reach the terminal); failures are
@@ -23,23 +18,19 @@ func (e *env) etcd() (*clientv3.Client, error) {
 	if e.client != nil {
 		return e.client, nil
 	}
-	var eps []string
-	for _, ep := range strings.Split(e.c.String("endpoints"), ",") {
-		if ep = strings.TrimSpace(ep); ep != "" {
-			eps = append(eps, ep)
-		}
-	}
+	cfg := etcdclient.FromFlags(e.c)
+	eps := cfg.Endpoints
 	if len(eps) == 0 {
 		return nil, usageErr("--endpoints is empty")
 	}
 	if err := etcdclient.CheckEndpoints(eps); err != nil {
 		return nil, usageErr("--endpoints: %v", err)
 	}
-	c, err := etcdclient.New(etcdclient.Config{
-		Endpoints: eps, Username: e.c.String("user"), Password: e.c.String("password"),
-		CACert: e.c.String("cacert"), Cert: e.c.String("cert"), Key: e.c.String("key"),
-		DialTimeout: min(maxDialTimeout, e.timeout),
-	})
+	// --etcd-dial-timeout (3 s by default) bounds one connection attempt
+	// whatever --timeout says, so an unreachable etcd is reported within
+	// --timeout with its cause.
+	cfg.DialTimeout = min(cfg.DialTimeout, e.timeout)
+	c, err := etcdclient.New(cfg)
 	if err != nil {
 		if strings.HasPrefix(err.Error(), "etcd TLS: ") {
 			return nil, usageErr("--cacert/--cert/--key: %v", strings.TrimPrefix(err.Error(), "etcd TLS: "))
@@ -50,7 +41,7 @@ func (e *env) etcd() (*clientv3.Client, error) {
 	// used (refused, DNS, TLS, password) is said at once, not after
 	// --timeout. A slow answer or a refused permission is left to the
 	// command itself (within --timeout).
-	ctx, cancel := context.WithTimeout(e.c.Context, min(maxDialTimeout, e.timeout))
+	ctx, cancel := context.WithTimeout(e.c.Context, cfg.DialTimeout)
 	_, err = c.Get(ctx, e.layout.Desired(), clientv3.WithCountOnly())
 	cancel()
 	err = c.Explain(err, "") // a bare timeout gets the cause the attempts saw

@@ -210,7 +210,7 @@ func (e *Env) metricSeries(p Proxy, name string) (map[string]float64, error) {
 }
 
 // Watch restart reasons of sluice_proxy_watch_restarts_total
-// (proxy/configwatch).
+// (proxy/internal/configwatch).
 var restartReasons = []string{"compacted", "closed", "watch_error", "stall", "sync_error"}
 
 // watchRestarts reads a proxy's snapshot-watch restarts by reason.

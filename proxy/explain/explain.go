@@ -22,8 +22,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/route"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/clientip"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/clientip"
 )
 
 // ErrNoRoute is returned by Explain when no product or rule matches, or

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/filesource"
+	"github.com/sluicelb/sluice/proxy/internal/filesource"
 )
 
 // startFileSource runs the --config / --bfe-conf source in the background

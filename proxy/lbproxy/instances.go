@@ -5,7 +5,7 @@ import (
 	"slices"
 
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
 )
 
 // proxyInstances is the proxy's view of every instance of its table for the

@@ -21,10 +21,10 @@ import (
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/proxy/admin"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/configwatch"
-	"github.com/sluicelb/sluice/proxy/filesource"
+	"github.com/sluicelb/sluice/proxy/internal/admin"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/configwatch"
+	"github.com/sluicelb/sluice/proxy/internal/filesource"
 	"github.com/sluicelb/sluice/proxy/server"
 )
 

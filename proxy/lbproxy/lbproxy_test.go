@@ -24,7 +24,7 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/proxy/admin"
+	"github.com/sluicelb/sluice/proxy/internal/admin"
 	"github.com/sluicelb/sluice/proxy/server"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"

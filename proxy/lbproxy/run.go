@@ -18,17 +18,17 @@ import (
 
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/proxy/admin"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/configwatch"
-	"github.com/sluicelb/sluice/proxy/diskcache"
-	"github.com/sluicelb/sluice/proxy/filesource"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/admin"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/configwatch"
+	"github.com/sluicelb/sluice/proxy/internal/diskcache"
+	"github.com/sluicelb/sluice/proxy/internal/filesource"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
+	"github.com/sluicelb/sluice/proxy/internal/statusreport"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/server"
-	"github.com/sluicelb/sluice/proxy/statusreport"
-	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // Run serves until ctx is done, then shuts down gracefully: stops accepting,

@@ -10,8 +10,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 // discardWriter is a minimal http.ResponseWriter, reset per request, so the

@@ -3,10 +3,10 @@ package server
 import (
 	"net/netip"
 
-	"github.com/sluicelb/sluice/proxy/clientip"
+	"github.com/sluicelb/sluice/proxy/internal/clientip"
 )
 
-// The client-address rule lives in proxy/clientip, shared with the explain
+// The client-address rule lives in proxy/internal/clientip, shared with the explain
 // evaluator; these names keep the request path's call sites as they are.
 
 // ParseTrusted parses trusted-proxy CIDRs (see clientip.ParseTrusted).

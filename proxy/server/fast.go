@@ -13,9 +13,9 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/bufpool"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 // Upstream clients (Options.UpstreamClient).

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
-	"github.com/sluicelb/sluice/proxy/balance"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
 )
 
 // frontBackend serves the cases of TestFrontsAnswerAlike.

@@ -20,8 +20,8 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/route"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 // ReasonHeader names the header on every response the proxy generates; its

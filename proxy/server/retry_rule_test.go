@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 // D4, the rule itself (tryAgain is pure): a request whose body bytes were

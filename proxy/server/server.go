@@ -1,7 +1,7 @@
 // Package server is lbproxy's request path: it takes a client request,
 // routes it to a cluster (api/route), lets the balancer pick a sub-cluster and
-// an instance (proxy/balance), forwards it through the backend's connection
-// pool (proxy/forward) — forward's HTTP/1.1 client by default, or
+// an instance (proxy/internal/balance), forwards it through the backend's connection
+// pool (proxy/internal/forward) — forward's HTTP/1.1 client by default, or
 // httputil.ReverseProxy (Options.UpstreamClient; upgrades always) — and
 // retries failed attempts when that is safe. It also answers what the proxy generates itself
 // (404 no route, 502/503/504 with an X-Sluice-Reason header), writes the
@@ -37,8 +37,8 @@ import (
 	"github.com/sluicelb/sluice/api/route"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/balance"
-	"github.com/sluicelb/sluice/proxy/forward"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 // Options configure a Server. Zero values are documented per field.

@@ -8,7 +8,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/report"
-	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
 )
 
 // collectGone deletes the last-seen records of proxies whose status lease

@@ -30,13 +30,13 @@ import (
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/internal/api"
 	"github.com/sluicelb/sluice/scheduler/internal/dashboard"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/rollout"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
-	"github.com/sluicelb/sluice/scheduler/publish"
-	"github.com/sluicelb/sluice/scheduler/rollout"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // Config configures a scheduler. Zero values take the documented defaults.
@@ -44,12 +44,14 @@ type Config struct {
 	// ID names this scheduler (Meta.Author is "lbscheduler/<ID>"). Required.
 	ID string
 	// Client is an etcd client to use (not closed by the scheduler). When
-	// nil, one is built from Endpoints, TLS, Username and Password.
-	Client    *clientv3.Client
-	Endpoints []string
-	TLS       *tls.Config
-	Username  string
-	Password  string
+	// nil, one is built from Endpoints, TLS, Username, Password and
+	// DialTimeout (default etcdclient.DefaultDialTimeout).
+	Client      *clientv3.Client
+	Endpoints   []string
+	TLS         *tls.Config
+	Username    string
+	Password    string
+	DialTimeout time.Duration
 	// Prefix of every key (default keys.DefaultPrefix).
 	Prefix string
 	// APIAddr is the HTTP API address (default 127.0.0.1:9400; port 0 picks
@@ -176,7 +178,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 		// Never waits for etcd: the scheduler starts and waits, not ready.
 		s.etcd, err = etcdclient.New(etcdclient.Config{
 			Endpoints: cfg.Endpoints, TLS: cfg.TLS, Username: cfg.Username, Password: cfg.Password,
-			Logger: s.log,
+			DialTimeout: cfg.DialTimeout, Logger: s.log,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("lbscheduler: %w", err)

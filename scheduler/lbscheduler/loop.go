@@ -15,10 +15,10 @@ import (
 	"github.com/sluicelb/sluice/api/backoff"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
-	"github.com/sluicelb/sluice/scheduler/publish"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // retryAfterError is how soon the loop tries again after a failed round.

@@ -13,9 +13,9 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/inventory"
-	"github.com/sluicelb/sluice/scheduler/publish"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // statusBook is the leader's record of what it last did per proxy cluster,

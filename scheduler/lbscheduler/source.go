@@ -10,11 +10,11 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/scheduler/api"
+	"github.com/sluicelb/sluice/scheduler/internal/api"
 	"github.com/sluicelb/sluice/scheduler/internal/dashboard"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // PlanDoc is what GET and POST /v1/plan return.

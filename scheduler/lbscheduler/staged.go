@@ -11,10 +11,10 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/rollout"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 	"github.com/sluicelb/sluice/scheduler/plan"
-	"github.com/sluicelb/sluice/scheduler/publish"
-	"github.com/sluicelb/sluice/scheduler/rollout"
-	"github.com/sluicelb/sluice/scheduler/shift"
 )
 
 // stepRollouts moves every active staged rollout one step (leader only); it

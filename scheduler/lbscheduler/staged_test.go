@@ -6,7 +6,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/shift"
+	"github.com/sluicelb/sluice/scheduler/internal/shift"
 )
 
 func urgentSnap(weights map[string]int, sc2 []config.Instance) *snapshot.Snapshot {

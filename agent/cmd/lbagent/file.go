@@ -10,6 +10,7 @@ import (
 // strings with a unit ("2s"). Decoded strictly by api/codec.
 type fileConfig struct {
 	Etcd              []string          `json:"etcd,omitempty"`
+	EtcdEndpoints     []string          `json:"etcd-endpoints,omitempty"`
 	EtcdCACert        *string           `json:"etcd-cacert,omitempty"`
 	EtcdCert          *string           `json:"etcd-cert,omitempty"`
 	EtcdKey           *string           `json:"etcd-key,omitempty"`
@@ -70,6 +71,9 @@ func (f fileConfig) values() map[string][]string {
 	}
 	if len(f.Etcd) > 0 {
 		out["etcd"] = f.Etcd
+	}
+	if len(f.EtcdEndpoints) > 0 {
+		out["etcd-endpoints"] = f.EtcdEndpoints
 	}
 	for k, v := range f.Labels {
 		out["label"] = append(out["label"], k+"="+v)

@@ -42,6 +42,7 @@ import (
 	"github.com/sluicelb/sluice/agent/lbagent"
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
 	"github.com/sluicelb/sluice/api/tlsfiles"
 	"github.com/sluicelb/sluice/probe"
@@ -91,14 +92,7 @@ func probeFlags() []cli.Flag {
 }
 
 func agentFlags() []cli.Flag {
-	return append(probeFlags(),
-		&cli.StringSliceFlag{Name: "etcd", Usage: "etcd endpoints (comma-separated or repeated)", EnvVars: env("etcd")},
-		&cli.StringFlag{Name: "etcd-cacert", Usage: "CA bundle (PEM) for etcd", EnvVars: env("etcd-cacert")},
-		&cli.StringFlag{Name: "etcd-cert", Usage: "client certificate (PEM) for etcd", EnvVars: env("etcd-cert")},
-		&cli.StringFlag{Name: "etcd-key", Usage: "client key (PEM) for etcd", EnvVars: env("etcd-key")},
-		&cli.StringFlag{Name: "etcd-user", Usage: "etcd user", EnvVars: env("etcd-user")},
-		&cli.StringFlag{Name: "etcd-password", Usage: "etcd password", EnvVars: env("etcd-password")},
-		&cli.StringFlag{Name: "prefix", Value: "/sluice", Usage: "etcd key prefix", EnvVars: env("prefix")},
+	return append(append(probeFlags(), etcdclient.Flags("")...),
 		&cli.StringFlag{Name: "cluster", Usage: "backend cluster", EnvVars: env("cluster")},
 		&cli.StringFlag{Name: "subcluster", Usage: "sub-cluster", EnvVars: env("subcluster")},
 		&cli.StringFlag{Name: "idc", Usage: "IDC (datacenter) of the instance", EnvVars: env("idc")},
@@ -356,15 +350,8 @@ func agentConfig(c *cli.Context, log *slog.Logger) (lbagent.Config, error) {
 	if len(labels) == 0 {
 		labels = nil
 	}
-	var endpoints []string
-	for _, e := range c.StringSlice("etcd") {
-		for _, p := range strings.Split(e, ",") {
-			if p = strings.TrimSpace(p); p != "" {
-				endpoints = append(endpoints, p)
-			}
-		}
-	}
-	etcdTLS, err := tlsConfig(c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key"))
+	ec := etcdclient.FromFlags(c)
+	etcdTLS, err := tlsConfig(ec.CACert, ec.Cert, ec.Key)
 	if err != nil {
 		return cfg, fmt.Errorf("etcd tls: %w", err)
 	}
@@ -373,7 +360,7 @@ func agentConfig(c *cli.Context, log *slog.Logger) (lbagent.Config, error) {
 		return cfg, fmt.Errorf("probe tls: %w", err)
 	}
 	cfg = lbagent.Config{
-		Endpoints: endpoints, EtcdTLS: etcdTLS, EtcdUsername: c.String("etcd-user"), EtcdPassword: c.String("etcd-password"),
+		Endpoints: ec.Endpoints, EtcdTLS: etcdTLS, EtcdUsername: ec.Username, EtcdPassword: ec.Password, EtcdDialTimeout: ec.DialTimeout,
 		Prefix: c.String("prefix"), Cluster: c.String("cluster"), SubCluster: c.String("subcluster"), IDC: c.String("idc"),
 		Addr: addr, Weight: c.Int("weight"), CapacityRPS: c.Int("capacity-rps"), CapacityPerWeight: c.Int("capacity-per-weight"),
 		Labels: labels, Probe: probePolicy(c), ProbeTLS: probeTLS,

@@ -189,3 +189,22 @@ func TestBinarySignals(t *testing.T) {
 		t.Fatalf("after second SIGTERM: exit %d %v\n%s", code, err, logs)
 	}
 }
+
+// The etcd flags are api/etcdclient's: --help shows the canonical names,
+// and SLUICE_ETCD_ENDPOINTS sets the endpoints (a bad one is named).
+func TestEtcdFlagsHelpAndEnv(t *testing.T) {
+	code, out, _ := runCLI("--help")
+	if code != 0 {
+		t.Fatalf("--help: exit %d", code)
+	}
+	for _, s := range []string{"--etcd-endpoints value, --etcd value", "$SLUICE_ETCD_ENDPOINTS", "--etcd-dial-timeout", "--etcd-cacert", "--etcd-user"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("--help lacks %q", s)
+		}
+	}
+	t.Setenv("SLUICE_ETCD_ENDPOINTS", "ftp://h:1")
+	code, _, stderr := runCLI("--cluster", "demo", "--subcluster", "SC1", "--addr", "127.0.0.1:80", "--admin", "")
+	if code == 0 || !strings.Contains(stderr, `etcd endpoint "ftp://h:1"`) {
+		t.Fatalf("SLUICE_ETCD_ENDPOINTS=ftp://h:1: exit %d %q", code, stderr)
+	}
+}

@@ -20,10 +20,11 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/bfe"
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
-	"github.com/sluicelb/sluice/proxy/telemetry"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -48,16 +49,9 @@ func newApp() *cli.App {
 		Name:    "lbproxy",
 		Usage:   "Sluice's L7 traffic balancer (data plane)",
 		Version: version,
-		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1); required with --etcd, with --config/--bfe-conf the file's own by default", EnvVars: env("PROXY_CLUSTER")},
+		Flags: append(etcdclient.Flags(""), []cli.Flag{
+			&cli.StringFlag{Name: "proxy-cluster", Usage: "proxy cluster whose snapshot is served (e.g. BFE1); required with --etcd-endpoints, with --config/--bfe-conf the file's own by default", EnvVars: env("PROXY_CLUSTER")},
 			&cli.StringFlag{Name: "id", Usage: "this proxy's unique id in its proxy cluster (default: host name)", EnvVars: env("ID")},
-			&cli.StringFlag{Name: "etcd", Usage: "etcd endpoints, comma-separated", EnvVars: env("ETCD")},
-			&cli.StringFlag{Name: "etcd-cacert", Usage: "PEM CA bundle for etcd TLS", EnvVars: env("ETCD_CACERT")},
-			&cli.StringFlag{Name: "etcd-cert", Usage: "PEM client certificate for etcd mTLS", EnvVars: env("ETCD_CERT")},
-			&cli.StringFlag{Name: "etcd-key", Usage: "PEM client key for etcd mTLS", EnvVars: env("ETCD_KEY")},
-			&cli.StringFlag{Name: "etcd-user", Usage: "etcd user name", EnvVars: env("ETCD_USER")},
-			&cli.StringFlag{Name: "etcd-password", Usage: "etcd password", EnvVars: env("ETCD_PASSWORD")},
-			&cli.StringFlag{Name: "prefix", Value: "/sluice", Usage: "etcd key prefix", EnvVars: env("PREFIX")},
 			&cli.StringFlag{Name: "config", Usage: "snapshot or desired-state file instead of etcd (reloaded on change and SIGHUP)", EnvVars: env("CONFIG")},
 			&cli.StringFlag{Name: "bfe-conf", Usage: "BFE configuration directory instead of etcd (reloaded on change and SIGHUP)", EnvVars: env("BFE_CONF")},
 			&cli.StringFlag{Name: "listen", Usage: "plain HTTP address (default 127.0.0.1:8080; BFE mode: bfe.conf HttpPort)", EnvVars: env("LISTEN")},
@@ -90,7 +84,7 @@ func newApp() *cli.App {
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
 			&cli.IntFlag{Name: "gc-percent", Value: 400, Usage: "Go GC target (debug.SetGCPercent): the proxy's live heap is small, so collecting at 5x it instead of 2x saves CPU per request; 0 keeps GOGC", EnvVars: env("GC_PERCENT")},
-		},
+		}...),
 		Commands: []*cli.Command{{
 			Name:  "version",
 			Usage: "print the version",
@@ -105,8 +99,8 @@ func newApp() *cli.App {
 }
 
 func run(c *cli.Context) error {
-	if c.String("etcd") != "" && c.String("proxy-cluster") == "" {
-		return fmt.Errorf("--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required with --etcd: the proxy cluster whose snapshot is served, e.g. BFE1")
+	if len(etcdclient.FromFlags(c).Endpoints) > 0 && c.String("proxy-cluster") == "" {
+		return fmt.Errorf("--proxy-cluster (or SLUICE_PROXY_CLUSTER) is required with --etcd-endpoints: the proxy cluster whose snapshot is served, e.g. BFE1")
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.String("log-level"))); err != nil {
@@ -153,14 +147,11 @@ func run(c *cli.Context) error {
 		MaxInstances:   c.Int("max-instances"),
 		Version:        version,
 	}
-	if e := c.String("etcd"); e != "" {
-		for _, ep := range strings.Split(e, ",") {
-			if ep = strings.TrimSpace(ep); ep != "" {
-				cfg.Etcd.Endpoints = append(cfg.Etcd.Endpoints, ep)
-			}
-		}
-		cfg.Etcd.CACert, cfg.Etcd.Cert, cfg.Etcd.Key = c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key")
-		cfg.Etcd.Username, cfg.Etcd.Password = c.String("etcd-user"), c.String("etcd-password")
+	if e := etcdclient.FromFlags(c); len(e.Endpoints) > 0 {
+		cfg.Etcd.Endpoints = e.Endpoints
+		cfg.Etcd.CACert, cfg.Etcd.Cert, cfg.Etcd.Key = e.CACert, e.Cert, e.Key
+		cfg.Etcd.Username, cfg.Etcd.Password = e.Username, e.Password
+		cfg.Etcd.DialTimeout = e.DialTimeout
 	}
 	if cfg.ID == "" {
 		h, err := os.Hostname()

@@ -43,3 +43,26 @@ func TestBFEConfNeedsNoProxyClusterFlag(t *testing.T) {
 		t.Fatalf("lbproxy --bfe-conf %s: %v, want the directory's error, not a missing flag", dir, err)
 	}
 }
+
+// The etcd flags are api/etcdclient's: --help shows the canonical names,
+// and SLUICE_ETCD_ENDPOINTS alone selects the etcd source.
+func TestEtcdFlagsHelpAndEnv(t *testing.T) {
+	t.Setenv("SLUICE_PROXY_CLUSTER", "")
+	var out bytes.Buffer
+	app := newApp()
+	app.Writer = &out
+	if err := app.Run([]string{"lbproxy", "--help"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"--etcd-endpoints value, --etcd value", "$SLUICE_ETCD_ENDPOINTS", "--etcd-dial-timeout", "--etcd-cacert", "--etcd-user"} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("--help lacks %q", s)
+		}
+	}
+	t.Setenv("SLUICE_ETCD_ENDPOINTS", "127.0.0.1:1")
+	app = newApp()
+	app.Writer = &bytes.Buffer{}
+	if err := app.Run([]string{"lbproxy"}); err == nil || !strings.Contains(err.Error(), "required with --etcd-endpoints") {
+		t.Fatalf("SLUICE_ETCD_ENDPOINTS without --proxy-cluster: %v", err)
+	}
+}

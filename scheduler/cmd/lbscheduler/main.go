@@ -12,7 +12,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +21,7 @@ import (
 	"github.com/sluicelb/sluice/scheduler/lbscheduler"
 	"github.com/sluicelb/sluice/scheduler/scenario"
 
+	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/tlsfiles"
 )
 
@@ -42,20 +42,13 @@ func newApp(out io.Writer) *cli.App {
 		Version:   version, // --version, as lbproxy and lbctl have
 		Writer:    out,
 		ErrWriter: os.Stderr,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.StringFlag{Name: "id", Usage: "scheduler id (also the snapshot author)", EnvVars: []string{"SLUICE_SCHEDULER_ID"}},
-			&cli.StringFlag{Name: "etcd", Usage: "comma-separated etcd endpoints", Value: "http://127.0.0.1:2379", EnvVars: []string{"SLUICE_ETCD"}},
-			&cli.StringFlag{Name: "etcd-cacert", Usage: "CA bundle to verify etcd", EnvVars: []string{"SLUICE_ETCD_CACERT"}},
-			&cli.StringFlag{Name: "etcd-cert", Usage: "client certificate for etcd (mTLS)", EnvVars: []string{"SLUICE_ETCD_CERT"}},
-			&cli.StringFlag{Name: "etcd-key", Usage: "client key for etcd (mTLS)", EnvVars: []string{"SLUICE_ETCD_KEY"}},
-			&cli.StringFlag{Name: "etcd-user", Usage: "etcd user", EnvVars: []string{"SLUICE_ETCD_USER"}},
-			&cli.StringFlag{Name: "etcd-password", Usage: "etcd password", EnvVars: []string{"SLUICE_ETCD_PASSWORD"}},
-			&cli.StringFlag{Name: "prefix", Usage: "etcd key prefix", Value: "/sluice", EnvVars: []string{"SLUICE_PREFIX"}},
 			&cli.StringFlag{Name: "api", Usage: "HTTP API address (non-loopback needs --api-token)", Value: "127.0.0.1:9400", EnvVars: []string{"SLUICE_SCHEDULER_API"}},
 			&cli.StringFlag{Name: "api-token", Usage: "bearer token required by the HTTP API", EnvVars: []string{"SLUICE_SCHEDULER_API_TOKEN"}},
 			&cli.DurationFlag{Name: "session-ttl", Usage: "leader lease TTL", Value: 5 * time.Second, EnvVars: []string{"SLUICE_SESSION_TTL"}},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}},
-		},
+		}, etcdclient.Flags("http://127.0.0.1:2379")...),
 		Action: runScheduler,
 		Commands: []*cli.Command{
 			{
@@ -114,23 +107,25 @@ func runScheduler(c *cli.Context) error {
 	if c.String("id") == "" {
 		return errors.New("--id is required (or SLUICE_SCHEDULER_ID)")
 	}
-	tlsCfg, err := etcdTLS(c.String("etcd-cacert"), c.String("etcd-cert"), c.String("etcd-key"))
+	ec := etcdclient.FromFlags(c)
+	tlsCfg, err := etcdTLS(ec.CACert, ec.Cert, ec.Key)
 	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg := lbscheduler.Config{
-		ID:         c.String("id"),
-		Endpoints:  splitList(c.String("etcd")),
-		TLS:        tlsCfg,
-		Username:   c.String("etcd-user"),
-		Password:   c.String("etcd-password"),
-		Prefix:     c.String("prefix"),
-		APIAddr:    c.String("api"),
-		APIToken:   c.String("api-token"),
-		SessionTTL: c.Duration("session-ttl"),
-		Logger:     log,
+		ID:          c.String("id"),
+		Endpoints:   ec.Endpoints,
+		TLS:         tlsCfg,
+		Username:    ec.Username,
+		Password:    ec.Password,
+		DialTimeout: ec.DialTimeout,
+		Prefix:      c.String("prefix"),
+		APIAddr:     c.String("api"),
+		APIToken:    c.String("api-token"),
+		SessionTTL:  c.Duration("session-ttl"),
+		Logger:      log,
 	}
 	// Run resigns leadership and revokes the session when ctx ends (SIGTERM).
 	err = lbscheduler.Run(ctx, cfg)
@@ -138,16 +133,6 @@ func runScheduler(c *cli.Context) error {
 		err = nil
 	}
 	return err
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, p := range strings.Split(s, ",") {
-		if p = strings.TrimSpace(p); p != "" {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 func etcdTLS(ca, cert, key string) (*tls.Config, error) {

@@ -118,3 +118,22 @@ func TestRunLeadsAndResignsOnShutdown(t *testing.T) {
 		}
 	}
 }
+
+// The etcd flags are api/etcdclient's: --help shows the canonical names,
+// and SLUICE_ETCD_ENDPOINTS sets the endpoints (a bad one is named).
+func TestEtcdFlagsHelpAndEnv(t *testing.T) {
+	ctx := context.Background()
+	out, err := run(ctx, "--help")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"--etcd-endpoints value, --etcd value", "$SLUICE_ETCD_ENDPOINTS", "--etcd-dial-timeout", "--etcd-cacert", "--etcd-user", "http://127.0.0.1:2379"} {
+		if !strings.Contains(out, s) {
+			t.Errorf("--help lacks %q", s)
+		}
+	}
+	t.Setenv("SLUICE_ETCD_ENDPOINTS", "ftp://h:1")
+	if _, err := run(ctx, "--id", "S1", "--api", "127.0.0.1:0"); err == nil || !strings.Contains(err.Error(), `etcd endpoint "ftp://h:1"`) {
+		t.Fatalf("SLUICE_ETCD_ENDPOINTS=ftp://h:1: %v", err)
+	}
+}

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/proxy/configwatch"
+	"github.com/sluicelb/sluice/proxy/internal/configwatch"
 )
 
 // SourceFile is the Source of a file's Status.

@@ -21,7 +21,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	rs "github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
 )
 
 // Tick is how often an active rollout's gates are judged.

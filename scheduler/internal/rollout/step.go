@@ -12,7 +12,7 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	rs "github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
 )
 
 // Step judges pc's active rollout and moves it: the next stage, promotion,

@@ -33,7 +33,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/proxy/internal/diskcache"
 )
 
 // Defaults of Config.

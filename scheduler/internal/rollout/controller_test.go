@@ -17,7 +17,7 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	rs "github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/scheduler/publish"
+	"github.com/sluicelb/sluice/scheduler/internal/publish"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 

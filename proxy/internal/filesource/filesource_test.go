@@ -27,7 +27,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // bfeConf is the repository's own BFE conf directory (testdata/bfe/conf at the
 // repository root), relative to this package's directory.
-const bfeConf = "../../testdata/bfe/conf"
+const bfeConf = "../../../testdata/bfe/conf"
 
 func testSnapshot(port int) *snapshot.Snapshot {
 	return &snapshot.Snapshot{

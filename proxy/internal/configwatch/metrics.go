@@ -8,7 +8,7 @@ import (
 )
 
 // SnapshotMetrics are the sluice_proxy_snapshot_* series, defined once for
-// every config source: etcd (this package) and files (proxy/filesource), so
+// every config source: etcd (this package) and files (proxy/internal/filesource), so
 // /metrics reads the same in every mode.
 type SnapshotMetrics struct {
 	Applies   *prometheus.CounterVec // by result: applied, rejected, unchanged (etcd also older, cache_corrupt)

@@ -20,7 +20,7 @@ import (
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
-	"github.com/sluicelb/sluice/proxy/diskcache"
+	"github.com/sluicelb/sluice/proxy/internal/diskcache"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 

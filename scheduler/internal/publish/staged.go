@@ -10,7 +10,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-// Staged rollouts (scheduler/rollout) publish through these: a candidate
+// Staged rollouts (scheduler/internal/rollout) publish through these: a candidate
 // that only the stage's proxies run, pointer moves between stages, and the
 // republication of the stable content as a new version (a rollback). Each
 // commits its pointer with the caller's extra operations (the rollout
