@@ -26,9 +26,10 @@ import (
 const (
 	DefaultInterval = 5 * time.Second
 	DefaultTTL      = 15 * time.Second
-	// revokeTimeout bounds a lease revoke and the last-seen delete at
-	// shutdown; opTimeout a grant or a write.
-	revokeTimeout = 2 * time.Second
+	// revokeTimeout bounds a lease revoke, and the last-seen delete at
+	// shutdown: one after the other, they bound a stop to 2 s whatever etcd
+	// does (integration/shutdowntest). opTimeout bounds a grant or a write.
+	revokeTimeout = 1 * time.Second
 	opTimeout     = 5 * time.Second
 )
 
