@@ -337,18 +337,70 @@ func (f *FastFront) handOver(ctx *fasthttp.RequestCtx) {
 }
 
 // handedConn is a hijacked connection replaying the request head.
+//
+// fasthttp owns the connection it handed to the hijack handler: when the
+// handler returns it closes the socket and recycles its hijackConn, whose
+// fields then become nil. net/http's upgrade path closes the client side
+// when one direction ends and does not wait for the copier of the other
+// direction, which may still be in Read or about to call it. So Close
+// closes the socket itself (unblocking a Read in progress), waits for every
+// Read and Write in progress to return, and only then lets the handler
+// return; a Read or Write after Close answers net.ErrClosed without
+// touching fasthttp's connection.
 type handedConn struct {
 	net.Conn
 	r    io.Reader
-	once sync.Once
 	done chan struct{}
+
+	mu     sync.Mutex
+	closed bool
+	ops    sync.WaitGroup
 }
 
-func (c *handedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+// enter registers one Read or Write; false once the connection is closed.
+func (c *handedConn) enter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return false
+	}
+	c.ops.Add(1)
+	return true
+}
+
+func (c *handedConn) Read(p []byte) (int, error) {
+	if !c.enter() {
+		return 0, net.ErrClosed
+	}
+	defer c.ops.Done()
+	return c.r.Read(p)
+}
+
+func (c *handedConn) Write(p []byte) (int, error) {
+	if !c.enter() {
+		return 0, net.ErrClosed
+	}
+	defer c.ops.Done()
+	return c.Conn.Write(p)
+}
 
 func (c *handedConn) Close() error {
-	err := c.Conn.Close()
-	c.once.Do(func() { close(c.done) })
+	c.mu.Lock()
+	first := !c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if !first {
+		return nil
+	}
+	// fasthttp's hijackConn.Close does nothing (it closes the socket when
+	// the handler returns), so close the socket under it.
+	raw := c.Conn
+	if u, ok := raw.(interface{ UnsafeConn() net.Conn }); ok {
+		raw = u.UnsafeConn()
+	}
+	err := raw.Close()
+	c.ops.Wait()
+	close(c.done)
 	return err
 }
 

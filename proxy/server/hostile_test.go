@@ -2,12 +2,14 @@ package server
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -307,5 +309,76 @@ func TestWebSocketUpgradePassesThrough(t *testing.T) {
 	line, err := br.ReadString('\n')
 	if err != nil || line != "echo:ping\n" {
 		t.Fatalf("through the tunnel: %q %v", line, err)
+	}
+}
+
+// TestWebSocketBackendClosesWhileClientSends: the backend ends the tunnel
+// while the client is still sending. net/http's upgrade path closes the
+// client side when the backend's direction ends, without waiting for the
+// copier of the client's direction; on the fasthttp front that connection
+// belongs to fasthttp, which recycles it once its hijack handler returns. A
+// Read after that was a nil dereference (CI, under -race: a data race on
+// fasthttp's hijackConn, then SIGSEGV). The client must see the tunnel end
+// and the proxy must go on serving (without the fix this test panics in
+// its first round).
+func TestWebSocketBackendClosesWhileClientSends(t *testing.T) {
+	b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "websocket" {
+			io.WriteString(w, "plain")
+			return
+		}
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		io.WriteString(conn, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\nbye\n")
+		conn.Close()
+	})
+	p := hostileProxy(t, b, nil, proxyOpts{})
+	for round := 0; round < 20; round++ {
+		conn, err := net.Dial("tcp", p.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.SetDeadline(time.Now().Add(10 * time.Second))
+		io.WriteString(conn, "GET /ws HTTP/1.1\r\nHost: demo.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+		// Keep the client's direction busy while the backend's ends.
+		sent := make(chan struct{})
+		go func() {
+			defer close(sent)
+			chunk := []byte(strings.Repeat("x", 512))
+			for i := 0; i < 2000; i++ {
+				if _, err := conn.Write(chunk); err != nil {
+					return
+				}
+			}
+		}()
+		// The proxy closes the client's socket with the client's bytes
+		// unread, so the kernel may answer with a reset that overtakes the
+		// tunnel's last bytes: a reset is a clean end here too.
+		reset := func(err error) bool { return errors.Is(err, syscall.ECONNRESET) }
+		br := bufio.NewReader(conn)
+		res, err := http.ReadResponse(br, nil)
+		switch {
+		case err != nil && !reset(err):
+			t.Fatalf("round %d: %v", round, err)
+		case err == nil && res.StatusCode != http.StatusSwitchingProtocols:
+			t.Fatalf("round %d: status %d, want 101", round, res.StatusCode)
+		case err == nil:
+			// The tunnel ends with the first direction that ends: the
+			// backend's "bye" may be cut when the client's direction fails
+			// first (writing to the closed backend). Whatever arrives is a
+			// prefix of it, then the end.
+			rest, err := io.ReadAll(br)
+			if err != nil && !reset(err) || !strings.HasPrefix("bye\n", string(rest)) {
+				t.Fatalf("round %d: through the tunnel: %q %v", round, rest, err)
+			}
+		}
+		conn.Close()
+		<-sent
+	}
+	// The proxy still serves.
+	if status, _ := rawExchange(t, p.addr, "GET / HTTP/1.1\r\nHost: demo.test\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(status, "HTTP/1.1 200") {
+		t.Fatalf("after the tunnels: answered %q, want 200", status)
 	}
 }
