@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"sync/atomic"
+
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
 )
 
 // The std upstream (http.Transport) resends a request by itself when a
@@ -30,28 +32,71 @@ import (
 // without either has no body, RFC 9112 §6.3). The attempt loop decides
 // instead, from the StaleConnError RoundTrip returns for a failure on a
 // reused connection before any answer byte.
+//
+// The Transport learns that the backend closed an idle connection from
+// that connection's background read, which may not have run yet when the
+// connection is taken for the next request (a loaded machine, a backend
+// restart). So GotConn peeks at a reused connection itself
+// (sockio.Conn.Gone), and when the backend is gone the request's body
+// answers ErrBackendGone to the Transport's first read, before one byte of
+// it is taken from the client and before the head is flushed: the attempt
+// fails Unsent with the body untouched, and the attempt loop may try again
+// even for a POST (the backend had closed before the request existed).
 func transportRequest(req *http.Request) (*http.Request, *connTrace) {
 	ct := &connTrace{}
 	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: ct.gotConn})
 	r := req.WithContext(ctx)
 	r.GetBody = nil
 	if r.Body == nil || r.Body == http.NoBody {
-		r.Body, r.ContentLength = emptyBody{}, 0
+		r.Body, r.ContentLength = emptyBody{ct}, 0
 		r.TransferEncoding = []string{"identity"}
+	} else {
+		r.Body = &gatedBody{rc: r.Body, t: ct}
 	}
 	return r, ct
 }
 
-// emptyBody is a request body with nothing in it that net/http does not
-// recognise as none.
-type emptyBody struct{}
+// ErrBackendGone is a request body's answer when the reused connection
+// the Transport took had already been closed by the backend.
+var ErrBackendGone = errors.New("the backend closed the reused connection before the request was written")
 
-func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
-func (emptyBody) Close() error             { return nil }
+// gatedBody is a request body that gives nothing once its connection
+// turned out closed (connTrace.gone).
+type gatedBody struct {
+	rc io.ReadCloser
+	t  *connTrace
+}
+
+func (b *gatedBody) Read(p []byte) (int, error) {
+	if b.t.gone() {
+		return 0, ErrBackendGone
+	}
+	return b.rc.Read(p)
+}
+
+func (b *gatedBody) Close() error { return b.rc.Close() }
+
+// emptyBody is a request body with nothing in it that net/http does not
+// recognise as none (gated like gatedBody).
+type emptyBody struct{ t *connTrace }
+
+func (b emptyBody) Read([]byte) (int, error) {
+	if b.t.gone() {
+		return 0, ErrBackendGone
+	}
+	return 0, io.EOF
+}
+
+func (emptyBody) Close() error { return nil }
 
 // WriteTo keeps net/http's body copy from allocating a 32 KiB buffer for
 // nothing (io.Copy uses it before anything else).
-func (emptyBody) WriteTo(io.Writer) (int64, error) { return 0, nil }
+func (b emptyBody) WriteTo(io.Writer) (int64, error) {
+	if b.t.gone() {
+		return 0, ErrBackendGone
+	}
+	return 0, nil
+}
 
 // connTrace records the connection the Transport used for the request and
 // its byte counts when it was taken.
@@ -61,12 +106,25 @@ type connTrace struct {
 	wrote0, read0 int64
 }
 
+// gotConn records the connection; a reused one is checked now and again
+// at the request's first write (the Transport's write loop may write it
+// much later on a loaded machine).
 func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
 	t.reused = info.Reused
-	if c, ok := info.Conn.(*countConn); ok {
-		t.conn, t.wrote0, t.read0 = c, c.wrote.Load(), c.read.Load()
+	c, ok := info.Conn.(*countConn)
+	if !ok {
+		return
+	}
+	t.conn, t.wrote0, t.read0 = c, c.wrote.Load(), c.read.Load()
+	if info.Reused {
+		c.checkGone()
+		c.verify.Store(true)
 	}
 }
+
+// gone: the backend had closed the reused connection before the request
+// was written.
+func (t *connTrace) gone() bool { return t.conn != nil && t.conn.refuse.Load() }
 
 // classify wraps a RoundTrip error on a reused connection that had not
 // received a byte of the answer in a StaleConnError (Unsent: not a byte of
@@ -83,13 +141,31 @@ func (t *connTrace) classify(ctx context.Context, err error) error {
 	return &StaleConnError{Err: err, Unsent: t.conn.wrote.Load() == t.wrote0}
 }
 
-// countConn counts the bytes a Transport connection wrote and read.
+// countConn counts the bytes a Transport connection wrote and read. Once
+// refuse is set (the backend had closed it before the request was
+// written) it writes nothing more.
 type countConn struct {
 	net.Conn
 	wrote, read atomic.Int64
+	verify      atomic.Bool // check the connection at the next write (a reused one was taken)
+	refuse      atomic.Bool
+}
+
+// checkGone sets refuse when the backend closed or reset the connection
+// (one non-blocking peek, sockio.Conn.Gone).
+func (c *countConn) checkGone() {
+	if sc, ok := c.Conn.(*sockio.Conn); ok && sc.Gone() != nil {
+		c.refuse.Store(true)
+	}
 }
 
 func (c *countConn) Write(p []byte) (int, error) {
+	if c.verify.Swap(false) {
+		c.checkGone()
+	}
+	if c.refuse.Load() {
+		return 0, ErrBackendGone
+	}
 	n, err := c.Conn.Write(p)
 	c.wrote.Add(int64(n))
 	return n, err

@@ -74,3 +74,29 @@ func TestIdle(t *testing.T) {
 		}
 	})
 }
+
+// Gone answers while another goroutine waits in Read on the same
+// connection (http.Transport's background read on an idle connection):
+// nil while the peer is open, io.EOF once it closed, and still io.EOF
+// after that Read has taken the FIN.
+func TestGoneWithAReadPending(t *testing.T) {
+	c, s := pair(t)
+	read := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		_, err := c.Read(b[:])
+		read <- err
+	}()
+	for i := 0; i < 100; i++ { // while the Read waits (it cannot have finished: nothing was sent)
+		if err := c.Gone(); err != nil {
+			t.Fatalf("Gone on an open connection with a Read pending = %v, want nil", err)
+		}
+	}
+	s.Close()
+	if err := <-read; err != io.EOF {
+		t.Fatalf("the pending Read = %v, want io.EOF", err)
+	}
+	if err := c.Gone(); err != io.EOF {
+		t.Fatalf("Gone after the peer's close, its FIN taken by Read = %v, want io.EOF", err)
+	}
+}

@@ -34,6 +34,7 @@ type Conn struct {
 	written bool               // WriteAwait: the write is done, the wait goes on
 
 	peekFn    func(uintptr) // Conn.peek, made once
+	pk        sync.Mutex    // one peek at a time uses the fields below
 	peekN     int
 	peekErrno syscall.Errno
 	peekByte  byte
@@ -156,9 +157,22 @@ var ErrUnsolicited = errors.New("sockio: unsolicited bytes on an idle connection
 // nothing is consumed.
 func (c *Conn) Idle() error {
 	c.r.mu.Lock()
+	defer c.r.mu.Unlock()
+	return c.peekState()
+}
+
+// Gone is Idle for a connection whose reader may be waiting in Read at the
+// same time (http.Transport keeps a read pending on every idle connection):
+// the same non-blocking peek, without waiting for that Read. io.EOF (or
+// the pending error) means the peer closed the connection, and no Read
+// consumes the FIN before every later peek sees it too.
+func (c *Conn) Gone() error { return c.peekState() }
+
+func (c *Conn) peekState() error {
+	c.pk.Lock()
 	err := c.rc.Control(c.peekFn)
 	n, errno := c.peekN, c.peekErrno
-	c.r.mu.Unlock()
+	c.pk.Unlock()
 	switch {
 	case err != nil:
 		return err
