@@ -28,7 +28,6 @@ const maxKeys = 1024
 type Handler struct {
 	inner  slog.Handler
 	window time.Duration
-	now    func() time.Time
 	prefix string // the attributes and groups added by WithAttrs/WithGroup
 	st     *state
 }
@@ -48,14 +47,7 @@ func New(inner slog.Handler, window time.Duration) *Handler {
 	if window <= 0 {
 		window = DefaultWindow
 	}
-	return &Handler{inner: inner, window: window, now: time.Now, st: &state{lines: map[string]*seen{}}}
-}
-
-// WithClock replaces the clock (tests).
-func (h *Handler) WithClock(now func() time.Time) *Handler {
-	c := *h
-	c.now = now
-	return &c
+	return &Handler{inner: inner, window: window, st: &state{lines: map[string]*seen{}}}
 }
 
 func (h *Handler) Enabled(ctx context.Context, l slog.Level) bool { return h.inner.Enabled(ctx, l) }
@@ -81,7 +73,7 @@ func (h *Handler) Handle(ctx context.Context, r slog.Record) error {
 	var as []slog.Attr
 	r.Attrs(func(a slog.Attr) bool { as = append(as, a); return true })
 	key := fmt.Sprintf("%s|%s|%s|%s", r.Level, r.Message, h.prefix, render(as))
-	now := h.now()
+	now := time.Now() // tests run in a synctest bubble: its clock is fake
 	h.st.mu.Lock()
 	s := h.st.lines[key]
 	switch {

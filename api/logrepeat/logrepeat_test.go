@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -26,19 +27,23 @@ func lines(t *testing.T, b *bytes.Buffer) []map[string]any {
 	return out
 }
 
+// The window is measured on the bubble's fake clock: each Sleep moves it exactly.
 func TestRepeatedErrorsAreCountedOncePerWindow(t *testing.T) {
+	synctest.Test(t, testRepeatedErrorsAreCountedOncePerWindow)
+}
+
+func testRepeatedErrorsAreCountedOncePerWindow(t *testing.T) {
 	var buf bytes.Buffer
-	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	h := New(slog.NewJSONHandler(&buf, nil), time.Minute).WithClock(func() time.Time { return now })
+	h := New(slog.NewJSONHandler(&buf, nil), time.Minute)
 	log := slog.New(h).With("cluster", "demo-main")
 	probeErr := errors.New("connection refused")
 	for i := 0; i < 57; i++ { // 57 failures within the first minute
 		log.Error("probe failed", "addr", "127.0.0.1:18001", "err", probeErr)
 		log.Info("probing", "n", i) // below warning: never held back
-		now = now.Add(time.Second)
+		time.Sleep(time.Second)
 	}
 	log.Error("probe failed", "addr", "127.0.0.1:18002", "err", probeErr) // another instance: its own line
-	now = now.Add(3 * time.Second)                                        // 60 s after the first
+	time.Sleep(3 * time.Second)                                           // 60 s after the first
 	log.Error("probe failed", "addr", "127.0.0.1:18001", "err", probeErr)
 	log.Error("probe failed", "addr", "127.0.0.1:18001", "err", probeErr) // held back again
 	// The same message from a logger with other attributes is another line.
@@ -64,18 +69,21 @@ func TestRepeatedErrorsAreCountedOncePerWindow(t *testing.T) {
 	}
 }
 
+// All lines within one window (the bubble's clock stands still): none is
+// evicted as expired, so the bound comes from starting over.
 func TestManyDistinctLinesAreBounded(t *testing.T) {
-	var buf bytes.Buffer
-	now := time.Now()
-	h := New(slog.NewJSONHandler(&buf, nil), time.Minute).WithClock(func() time.Time { return now })
-	log := slog.New(h)
-	for i := 0; i < 3*maxKeys; i++ {
-		log.Warn("distinct", "i", i)
-	}
-	if n := len(h.st.lines); n > maxKeys {
-		t.Fatalf("%d lines remembered, want at most %d", n, maxKeys)
-	}
-	if n := len(lines(t, &buf)); n != 3*maxKeys {
-		t.Fatalf("%d lines written, want %d (none of them repeats)", n, 3*maxKeys)
-	}
+	synctest.Test(t, func(t *testing.T) {
+		var buf bytes.Buffer
+		h := New(slog.NewJSONHandler(&buf, nil), time.Minute)
+		log := slog.New(h)
+		for i := 0; i < 3*maxKeys; i++ {
+			log.Warn("distinct", "i", i)
+		}
+		if n := len(h.st.lines); n > maxKeys {
+			t.Fatalf("%d lines remembered, want at most %d", n, maxKeys)
+		}
+		if n := len(lines(t, &buf)); n != 3*maxKeys {
+			t.Fatalf("%d lines written, want %d (none of them repeats)", n, 3*maxKeys)
+		}
+	})
 }

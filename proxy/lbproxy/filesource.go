@@ -22,7 +22,7 @@ func startFileSource(cfg Config, log *slog.Logger, apply func(validate.Checked) 
 	goBG func(string, func(context.Context) error), metrics prometheus.Registerer, state *filesource.State) (string, error) {
 	first := make(chan struct{})
 	var once sync.Once
-	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics, State: state,
+	fc := filesource.Config{ProxyCluster: cfg.ProxyCluster, Logger: log, Metrics: metrics, State: state, Now: cfg.Now,
 		Apply: apply,
 		// Called once the outcome is logged and recorded in state.
 		OnChange: func() {

@@ -112,6 +112,12 @@ type Config struct {
 	StallTimeout time.Duration
 	// ReportInterval of status and demand reports (default 5s).
 	ReportInterval time.Duration
+	// Now is the clock of everything the proxy judges or stamps by time:
+	// health transitions, slow start, ejection and override TTLs, the
+	// config watch's and file source's records, status and demand reports
+	// and their staleness. nil means time.Now. Request latencies, access-log
+	// times and socket deadlines stay on the real clock.
+	Now func() time.Time
 	// MaxInstances, when positive, refuses a snapshot with more backend
 	// instances than this (this proxy's memory budget): it keeps the last
 	// good one and reports the rejection (limit.go).
@@ -264,6 +270,7 @@ type source struct {
 	watcher *configwatch.Watcher
 	etcd    *etcdclient.Client
 	file    string
+	now     func() time.Time
 	// fileState is the file source's status (file and BFE modes).
 	fileState *filesource.State
 }
@@ -315,7 +322,7 @@ func (s *source) adminStatus() Status {
 	st.RejectedVersion, st.RejectedReason, st.LatestVersion = ws.RejectedVersion, ws.RejectedReason, ws.LatestVersion
 	st.AppliedLineage, st.PointerVersion, st.Ahead, st.LineageChanges = ws.AppliedLineage, ws.PointerVersion, ws.Ahead, ws.LineageChanges
 	st.EtcdConnected, st.LastSync, st.WatchRestarts = &connected, ws.LastSync, ws.WatchRestarts
-	st.StaleSeconds = ws.StaleSeconds(time.Now())
+	st.StaleSeconds = ws.StaleSeconds(s.now())
 	es := s.etcd.State()
 	st.Etcd = &es
 	return st
@@ -323,7 +330,7 @@ func (s *source) adminStatus() Status {
 
 func (s *source) proxyStatus(cfg Config, started time.Time) report.ProxyStatus {
 	ws := s.watcher.Status()
-	now := time.Now()
+	now := s.now()
 	return report.ProxyStatus{
 		ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
 		AppliedVersion: ws.AppliedVersion, AppliedHash: ws.AppliedHash, AppliedAt: ws.AppliedAt,

@@ -95,7 +95,10 @@ func newProxy(ctx context.Context, cfg Config) *proxy {
 	if log == nil {
 		log = slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	}
-	p := &proxy{cfg: cfg, log: log.With("proxy_cluster", cfg.ProxyCluster, "id", cfg.ID), started: time.Now()}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &proxy{cfg: cfg, log: log.With("proxy_cluster", cfg.ProxyCluster, "id", cfg.ID), started: cfg.Now()}
 	p.bgCtx, p.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	return p
 }
@@ -197,7 +200,7 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 		}
 		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
-	p.reg = balance.NewRegistry(balance.RegistryOptions{Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
+	p.reg = balance.NewRegistry(balance.RegistryOptions{Now: cfg.Now, Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	p.defers(pools.Close)
 	p.srv, err = server.New(server.Options{
@@ -273,7 +276,7 @@ func (p *proxy) notifyReporter() {
 // apply or reject and calls OnChange; srv.Apply only swaps.
 func (p *proxy) startSource() error {
 	cfg, log := p.cfg, p.log
-	p.src = &source{srv: p.srv, log: log}
+	p.src = &source{srv: p.srv, log: log, now: cfg.Now}
 	if len(cfg.Etcd.Endpoints) == 0 {
 		p.src.fileState = new(filesource.State)
 		path, err := startFileSource(cfg, log, p.srv.Apply, p.goBG, p.promReg, p.src.fileState)
@@ -304,17 +307,17 @@ func (p *proxy) startSource() error {
 	}
 	w, err := configwatch.New(configwatch.Config{
 		Client: etcd.Client, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Apply: limitInstances(cfg.MaxInstances, p.srv.Apply), Cache: cache,
-		Logger: log, StallTimeout: cfg.StallTimeout, Metrics: p.promReg,
+		Logger: log, StallTimeout: cfg.StallTimeout, Metrics: p.promReg, Now: cfg.Now,
 		OnChange: p.notifyReporter,
 	})
 	if err != nil {
 		return fmt.Errorf("lbproxy: %w", err)
 	}
 	p.src.watcher = w
-	dm := &demandMeter{window: 10 * time.Second, now: time.Now, counts: p.srv.Counts}
+	dm := &demandMeter{window: 10 * time.Second, now: cfg.Now, counts: p.srv.Counts}
 	p.rep, err = statusreport.New(statusreport.Config{
 		Client: etcd.Client, Layout: layout, ProxyCluster: cfg.ProxyCluster, ID: cfg.ID,
-		Interval: cfg.ReportInterval, Logger: log,
+		Interval: cfg.ReportInterval, Logger: log, Now: cfg.Now,
 		Status: func() report.ProxyStatus {
 			st := p.src.proxyStatus(cfg, p.started)
 			st.AdminAddr, st.ListenAddr = addrOf(p.adminL), addrOf(p.httpL)
@@ -324,7 +327,7 @@ func (p *proxy) startSource() error {
 			rates, secs := dm.rates()
 			inst, cut := proxyInstances(p.srv.Table())
 			return report.Demand{ProxyCluster: cfg.ProxyCluster, ID: cfg.ID, Clusters: rates,
-				WindowSeconds: secs, UpdatedAt: time.Now(), Instances: inst, InstancesTruncated: cut}
+				WindowSeconds: secs, UpdatedAt: cfg.Now(), Instances: inst, InstancesTruncated: cut}
 		},
 	})
 	if err != nil {

@@ -196,7 +196,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	s.m = newMetrics(cfg.Registry)
 	s.inv = inventory.New(s.cli, layout, inventory.Options{Now: cfg.Now, StallTimeout: cfg.StallTimeout, Logger: s.log, Registerer: cfg.Registry})
 	s.pub = publish.New(s.cli, layout, publish.Options{Author: "lbscheduler/" + cfg.ID, Now: cfg.Now, Logger: s.log, Registerer: cfg.Registry})
-	s.staged = rollout.New(s.cli, layout, s.pub, s.log, cfg.Now)
+	s.staged = rollout.New(s.cli, layout, s.pub, rollout.Options{Logger: s.log, Now: cfg.Now})
 	s.elector = publish.NewElector(s.cli, layout, cfg.ID, cfg.SessionTTL)
 	cfg.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_scheduler_input_staleness_seconds",

@@ -88,6 +88,10 @@ type Config struct {
 	// State, when set, is kept up to date with what was applied and
 	// rejected (for /v1/status).
 	State *State
+	// Now stamps the applied and rejected records and a desired state's
+	// meta.created_at; nil means time.Now. The apply duration metric is
+	// timed on the real clock.
+	Now func() time.Time
 }
 
 // Load reads, decodes and validates the source once.
@@ -192,7 +196,15 @@ func fromState(cfg Config, j []byte) (*snapshot.Snapshot, error) {
 			pc = name
 		}
 	}
-	return snapshot.FromState(&st, pc, snapshot.Meta{Version: 1, Author: "file", Reason: "desired state " + cfg.Path, CreatedAt: time.Now().UTC()})
+	return snapshot.FromState(&st, pc, snapshot.Meta{Version: 1, Author: "file", Reason: "desired state " + cfg.Path, CreatedAt: cfg.now().UTC()})
+}
+
+// now reads cfg.Now, or time.Now when it is nil.
+func (cfg Config) now() time.Time {
+	if cfg.Now == nil {
+		return time.Now()
+	}
+	return cfg.Now()
 }
 
 func readFile(path string) ([]byte, error) {
@@ -297,8 +309,8 @@ func Run(ctx context.Context, cfg Config) error {
 		s := c.Snapshot()
 		start := time.Now()
 		err := cfg.Apply(c)
-		now := time.Now()
-		sm.ApplyDur.Observe(now.Sub(start).Seconds())
+		sm.ApplyDur.Observe(time.Since(start).Seconds())
+		now := cfg.now()
 		if err != nil {
 			sm.Applies.WithLabelValues("rejected").Inc()
 			state.rejected(s.Meta.Version, "apply: "+err.Error(), now)
@@ -339,7 +351,7 @@ func Run(ctx context.Context, cfg Config) error {
 		reloads.WithLabelValues("invalid").Inc()
 		// The version it would have had: the next one.
 		sm.Applies.WithLabelValues("rejected").Inc()
-		state.rejected(applied.Version+1, err.Error(), time.Now())
+		state.rejected(applied.Version+1, err.Error(), cfg.now())
 		log.Error("configuration reload failed; keeping the last good one", "trigger", why, "err", err)
 		changed()
 	}

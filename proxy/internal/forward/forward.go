@@ -119,7 +119,7 @@ func (p *Pools) newUpstream(k key) *Upstream {
 	}
 	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D(),
 		dial: dial, connect: connect, rht: k.responseHeader, maxIdle: k.pool.MaxIdleConnsPerHost,
-		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0, now: time.Now}
+		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0}
 	if k.pool.MaxConnsPerHost > 0 {
 		u.slots = make(chan struct{}, k.pool.MaxConnsPerHost)
 	}
@@ -171,7 +171,6 @@ type Upstream struct {
 	maxIdle     int           // idle connections kept (0: no keep-alive)
 	idleTimeout time.Duration // idle connections closed after (0: never)
 	noKeepAlive bool
-	now         func() time.Time
 	idleMu      sync.Mutex
 	idle        []*conn // oldest first; Do takes the newest
 	closed      bool

@@ -151,7 +151,7 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	}
 	now := req.Start
 	if now.IsZero() {
-		now = u.now()
+		now = time.Now()
 	}
 	c, err := u.getConn(ctx, now)
 	if err != nil {

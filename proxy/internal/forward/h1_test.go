@@ -393,48 +393,6 @@ func TestStaleReusedConnectionReported(t *testing.T) {
 	}
 }
 
-// Over max_conns_per_host the request waits for the queue timeout and fails
-// with ErrPoolFull; a slot is released when the body is closed.
-func TestPoolLimitAndQueueTimeout(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
-	defer srv.Close()
-	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(1, 1, 50*time.Millisecond, time.Minute), 0)
-	res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b"}, make(http.Header))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if up.InUse() != 1 {
-		t.Fatalf("in use %d, want 1", up.InUse())
-	}
-	if _, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b"}, make(http.Header)); !errors.Is(err, ErrPoolFull) {
-		t.Fatalf("second request: %v, want ErrPoolFull", err)
-	}
-	io.ReadAll(res.Body)
-	res.Body.Close()
-	if up.InUse() != 0 {
-		t.Fatalf("in use %d after close, want 0", up.InUse())
-	}
-	if s, _, err := get(up, context.Background()); err != nil || s != 200 {
-		t.Fatalf("after release: %d %v", s, err)
-	}
-}
-
-// Idle connections are closed after idle_timeout.
-func TestIdleConnectionsReaped(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "x") }))
-	defer srv.Close()
-	// 1 s, not 100ms: the check that the connection was pooled must come
-	// before the reaper, and a loaded machine can pause a test for 100ms.
-	_, up := upstreamFor(t, srv.Listener.Addr().String(), testPool(4, 0, 0, time.Second), 0)
-	if s, _, err := get(up, context.Background()); err != nil || s != 200 {
-		t.Fatalf("%d %v", s, err)
-	}
-	if up.IdleConns() != 1 {
-		t.Fatalf("idle %d, want 1", up.IdleConns())
-	}
-	poll.EventuallyTrue(t, 20*time.Second, "idle connection reaped", func() bool { return up.IdleConns() == 0 })
-}
-
 // The response-header timeout and the context deadline are net timeouts.
 func TestResponseHeaderTimeoutAndDeadline(t *testing.T) {
 	addr := rawBackend(t, func(c net.Conn) { io.Copy(io.Discard, c) }) // never answers

@@ -64,7 +64,7 @@ func (u *Upstream) putIdle(c *conn) {
 		c.close()
 		return
 	}
-	c.idleAt = u.now()
+	c.idleAt = time.Now()
 	u.idle = append(u.idle, c)
 	if u.idleTimeout > 0 && u.reaperAt.IsZero() {
 		u.armReaper(u.idleTimeout)
@@ -74,7 +74,7 @@ func (u *Upstream) putIdle(c *conn) {
 // armReaper schedules reapIdle; idleMu is held. One timer per upstream, no
 // goroutine until it fires.
 func (u *Upstream) armReaper(d time.Duration) {
-	u.reaperAt = u.now().Add(d)
+	u.reaperAt = time.Now().Add(d)
 	if u.reaper == nil {
 		u.reaper = time.AfterFunc(d, u.reapIdle)
 	} else {
@@ -91,7 +91,7 @@ func (u *Upstream) reapIdle() {
 	if u.closed {
 		return
 	}
-	now := u.now()
+	now := time.Now()
 	i := 0
 	for ; i < len(u.idle) && now.Sub(u.idle[i].idleAt) >= u.idleTimeout; i++ {
 		u.idle[i].close()

@@ -38,15 +38,24 @@ type Controller struct {
 	snaps  map[string]*snapshot.Snapshot // candidate snapshots by pc/version
 }
 
+// Options configures a Controller.
+type Options struct {
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now is the clock of bake times, stage deadlines and the record's
+	// stamps (default time.Now).
+	Now func() time.Time
+}
+
 // New returns a controller publishing through pub.
-func New(cli *clientv3.Client, layout keys.Layout, pub *publish.Publisher, log *slog.Logger, now func() time.Time) *Controller {
-	if now == nil {
-		now = time.Now
+func New(cli *clientv3.Client, layout keys.Layout, pub *publish.Publisher, o Options) *Controller {
+	if o.Now == nil {
+		o.Now = time.Now
 	}
-	if log == nil {
-		log = slog.Default()
+	if o.Logger == nil {
+		o.Logger = slog.Default()
 	}
-	return &Controller{cli: cli, layout: layout, pub: pub, log: log.With("component", "rollout"), now: now,
+	return &Controller{cli: cli, layout: layout, pub: pub, log: o.Logger.With("component", "rollout"), now: o.Now,
 		snaps: map[string]*snapshot.Snapshot{}}
 }
 

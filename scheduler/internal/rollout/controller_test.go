@@ -55,7 +55,7 @@ func newHarness(t *testing.T, ids ...string) *harness {
 	}
 	t.Cleanup(func() { l.Resign(context.Background()) })
 	h.lead = l
-	h.c = New(cli, layout, h.pub, nil, h.now)
+	h.c = New(cli, layout, h.pub, Options{Now: h.now})
 	return h
 }
 
