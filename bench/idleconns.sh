@@ -21,6 +21,8 @@
 set -euo pipefail
 CONNS=${CONNS:-10000 50000}
 ROWS=${ROWS:-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
+RSS_SETTLE=${RSS_SETTLE:-20s} # then poll RSS until it stops falling, at most this long (0: off)
+read -r -a LBFLAGS <<< "${LBFLAGS:-}" # more lbproxy flags for every lbproxy row, e.g. LBFLAGS="--gc-percent 100"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-idle.XXXXXX)
 PIDS=()
@@ -71,10 +73,10 @@ for n in $CONNS; do
         [ "$row" = lbproxy-h2 ] && tls=(-h2)
         GOMAXPROCS=1 "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$WORK/snapshot.json" \
           --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
-          --access-log off --trace-sample 0 "${extra[@]}" 2>"$WORK/$row.log" & pid=$!; PIDS+=($pid)
+          --access-log off --trace-sample 0 "${extra[@]}" "${LBFLAGS[@]}" 2>"$WORK/$row.log" & pid=$!; PIDS+=($pid)
         wait_up "$url"
         prof=(); [ -n "${PROFILES:-}" ] && prof=(-heap-profile "$PROFILES/$row-$n.pprof")
-        "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench "${tls[@]}" "${prof[@]}"
+        "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench -rss-settle "$RSS_SETTLE" "${tls[@]}" "${prof[@]}"
         stop "$pid" ;;
       nginx|nginx-tls|nginx-h2)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
@@ -93,7 +95,7 @@ for n in $CONNS; do
         "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & pid=$!; PIDS+=($pid)
         wait_up "$url"
         worker=$(pgrep -P "$pid" | head -1)
-        "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" "${tls[@]}"
+        "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE" "${tls[@]}"
         stop "$pid" ;;
     esac
   done

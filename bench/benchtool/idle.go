@@ -35,6 +35,7 @@ func idle(args []string) error {
 	label := fs.String("label", "", "row label")
 	profile := fs.String("heap-profile", "", "with -admin: write the heap profile (connections open) to this file")
 	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
+	rssWait := fs.Duration("rss-settle", 0, "after measuring, poll RSS this long and print its low and when it was reached")
 	fs.Parse(args)
 	if *addr == "" || *pid == 0 {
 		return fmt.Errorf("idle: -addr and -pid are required")
@@ -78,10 +79,37 @@ func idle(args []string) error {
 			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
 		}
 	}
-	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
+	settled := ""
+	if *rssWait > 0 {
+		rss, waited, err := settleRSS(*pid, *rssWait)
+		if err != nil {
+			return err
+		}
+		settled = fmt.Sprintf(" rss_settled_kib/conn=%.2f settled_s=%.1f", (rss-before["rss"])/n/1024, waited.Seconds())
+	}
+	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f%s\n",
 		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
-		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
+		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20), settled)
 	return nil
+}
+
+// settleRSS polls pid's RSS every 250 ms for max, the connections idle (the
+// runtime or lbproxy's --memory-release-interval returning freed heap): the
+// lowest RSS seen and when it was seen.
+func settleRSS(pid int, max time.Duration) (low float64, at time.Duration, err error) {
+	start := time.Now()
+	lowAt := start
+	for time.Since(start) < max {
+		m, err := measure(pid, "", "")
+		if err != nil {
+			return 0, 0, err
+		}
+		if low == 0 || m["rss"] < low {
+			low, lowAt = m["rss"], time.Now()
+		}
+		time.Sleep(250 * time.Millisecond) // polling the process's RSS (a benchmark, not a test)
+	}
+	return low, lowAt.Sub(start), nil
 }
 
 func fmtCount(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }

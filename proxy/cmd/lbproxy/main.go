@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/api/bfe"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
+	"github.com/sluicelb/sluice/proxy/internal/memrelease"
 	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
@@ -83,6 +84,7 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
+			&cli.DurationFlag{Name: "memory-release-interval", Value: 10e9, Usage: "how often the proxy checks whether it is quiet (allocating under 1/16 of its free heap per interval) with at least 16 MiB of free Go heap, and then returns that heap to the OS (debug.FreeOSMemory: after a burst of connections, idle ones cost their live memory only); 0: never", EnvVars: env("MEMORY_RELEASE_INTERVAL")},
 			&cli.IntFlag{Name: "gc-percent", Value: 400, Usage: "Go GC target (debug.SetGCPercent): the proxy's live heap is small, so collecting at 5x it instead of 2x saves CPU per request; 0 keeps GOGC", EnvVars: env("GC_PERCENT")},
 		}...),
 		Commands: []*cli.Command{{
@@ -112,6 +114,9 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--gc-percent %d: want 0 (keep GOGC) or a percentage above 0", p)
 	case p > 0:
 		debug.SetGCPercent(p)
+	}
+	if d := c.Duration("memory-release-interval"); d < 0 {
+		return fmt.Errorf("--memory-release-interval %s: want 0 (never) or a positive duration", d)
 	}
 	if b := c.Int("access-log-buffer"); b < 0 {
 		return fmt.Errorf("--access-log-buffer %d: want 0 (write each line at once) or a size in bytes", b)
@@ -217,6 +222,9 @@ func run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if d := c.Duration("memory-release-interval"); d > 0 {
+		go memrelease.New(16<<20).Run(ctx, d) // ends with ctx (stop)
+	}
 	if err := lbproxy.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}
