@@ -12,6 +12,7 @@ import (
 	"net"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -220,5 +221,114 @@ func BenchmarkRecordConn(b *testing.B) {
 				break
 			}
 		}
+	}
+}
+
+// parkedReleased reports whether the fasthttp front's parked TLS
+// connection let go of crypto/tls's read buffers at its last park.
+func parkedReleased(f *FastFront) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); ok && ac.park.Load() == connParked {
+			if tc, ok := ac.Conn.(*tlsIdleConn); ok && tc.released.Load() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestTLSFrontParkReleasesTLSBuffers: each park of an idle TLS connection
+// lets go of crypto/tls's read buffers, and the connection answers its next
+// requests after.
+func TestTLSFrontParkReleasesTLSBuffers(t *testing.T) {
+	snap, _ := frontSnapshot(t)
+	tf, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	tc, fc, br := dialTLSFlush(t, addr, tlsClientConfig(pool))
+	for round := 0; round < 3; round++ {
+		io.WriteString(tc, smallGET)
+		fc.flush(t, len(fc.buf))
+		readAnswers(t, br, len("small body\n"))
+		poll.EventuallyTrue(t, 10*time.Second, "parked with crypto/tls's buffers released", func() bool { return parkedReleased(tf.fast) })
+		tf.fast.mu.Lock()
+		for c := range tf.fast.conns {
+			c.(*addrConn).Conn.(*tlsIdleConn).released.Store(false) // the next park sets it again
+		}
+		tf.fast.mu.Unlock()
+	}
+}
+
+// tlsBufCaps are the capacities of tc's read buffers: rawInput, hand, and
+// the size of input's slice.
+func tlsBufCaps(tc *tls.Conn) [3]int {
+	p := unsafe.Pointer(tc)
+	return [3]int{(*bytes.Buffer)(unsafe.Add(p, tlsBufs.rawInput)).Cap(), (*bytes.Buffer)(unsafe.Add(p, tlsBufs.hand)).Cap(),
+		int((*bytes.Reader)(unsafe.Add(p, tlsBufs.input)).Size())}
+}
+
+// TestReleaseTLSBuffers: with nothing left to read, releaseTLSBuffers
+// empties crypto/tls's record, handshake and plaintext buffers to zero
+// capacity and the connection reads on; with plaintext not yet read it
+// changes nothing and loses no byte.
+func TestReleaseTLSBuffers(t *testing.T) {
+	if !tlsBufs.ok {
+		t.Fatal("crypto/tls.Conn's rawInput, hand or input not found: this Go release renamed them, and releaseTLSBuffers releases nothing")
+	}
+	cert, pool := testCertificate(t)
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	client := tls.Client(cc, &tls.Config{RootCAs: pool, ServerName: "demo.test"})
+	server := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{cert}})
+	defer server.Close()
+	write := func(s string) chan error {
+		done := make(chan error, 1)
+		go func() { _, err := io.WriteString(client, s); done <- err }()
+		return done
+	}
+	read := func(n int) string {
+		t.Helper()
+		p := make([]byte, n)
+		if _, err := io.ReadFull(server, p); err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	hs := make(chan error, 1)
+	go func() { hs <- client.Handshake() }()
+	if err := server.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hs; err != nil {
+		t.Fatal(err)
+	}
+	done := write("first")
+	if got := read(5); got != "first" {
+		t.Fatalf("read %q", got)
+	}
+	<-done
+	if caps := tlsBufCaps(server); caps[0] == 0 || caps[1] == 0 {
+		t.Fatalf("capacities %v before the release: want rawInput and hand grown by the handshake", caps)
+	}
+	if !releaseTLSBuffers(server) {
+		t.Fatal("nothing left to read: not released")
+	}
+	if caps := tlsBufCaps(server); caps != [3]int{} {
+		t.Fatalf("capacities %v after the release, want all 0", caps)
+	}
+	done = write("second record")
+	if got := read(6); got != "second" {
+		t.Fatalf("read %q after the release", got)
+	}
+	<-done
+	before := tlsBufCaps(server)
+	if releaseTLSBuffers(server) {
+		t.Fatal("released with \" record\" not yet read")
+	}
+	if caps := tlsBufCaps(server); caps != before {
+		t.Fatalf("capacities %v after a refused release, want %v", caps, before)
+	}
+	if got := read(7); got != " record" {
+		t.Fatalf("read %q after a refused release, want \" record\"", got)
 	}
 }
