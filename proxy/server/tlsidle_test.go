@@ -332,3 +332,51 @@ func TestReleaseTLSBuffers(t *testing.T) {
 		t.Fatalf("read %q after a refused release, want \" record\"", got)
 	}
 }
+
+// TestTLSFrontHandsOnWithoutHandshakeBuffers: the connection a TLSFront
+// hands to net/http (HTTP/2, or HTTP/1.1 on the std front) after the
+// handshake holds no handshake-sized crypto/tls buffer.
+func TestTLSFrontHandsOnWithoutHandshakeBuffers(t *testing.T) {
+	cert, pool := testCertificate(t)
+	tf := &TLSFront{cfg: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
+		handshake: 10 * time.Second, h2: newConnQueue(), h1: newConnQueue()}
+	tf.ctx, tf.cancel = context.WithCancel(context.Background())
+	defer tf.cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, proto := range []string{"h2", "http/1.1"} {
+		dialed := make(chan error, 1)
+		go func() {
+			c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{proto}})
+			if err == nil {
+				defer c.Close()
+				_, err = c.Read(make([]byte, 1)) // until the server closes (the test is done with it)
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+			}
+			dialed <- err
+		}()
+		raw, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf.wg.Add(1)
+		go tf.serveConn(raw)
+		c, err := tf.h2.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caps := tlsBufCaps(c.(*tls.Conn)); caps != [3]int{} {
+			t.Errorf("ALPN %s: handed on with crypto/tls buffer capacities %v, want all 0", proto, caps)
+		}
+		c.Close()
+		if err := <-dialed; err != nil {
+			t.Fatalf("ALPN %s: client: %v", proto, err)
+		}
+	}
+	tf.wg.Wait()
+}
