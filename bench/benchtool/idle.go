@@ -66,14 +66,7 @@ func idle(args []string) error {
 		}
 	}
 	n := float64(len(open))
-	per := func(k string) string {
-		a, okA := after[k]
-		b, okB := before[k]
-		if !okA || !okB {
-			return "-"
-		}
-		return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
-	}
+	per := func(k string) string { return perConn(before, after, k, n) }
 	for _, m := range []map[string]float64{before, after} { // free heap the runtime has not returned to the OS yet
 		if idle, ok := m["go_memstats_heap_idle_bytes"]; ok {
 			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
@@ -110,6 +103,17 @@ func settleRSS(pid int, max time.Duration) (low float64, at time.Duration, err e
 		time.Sleep(250 * time.Millisecond) // polling the process's RSS (a benchmark, not a test)
 	}
 	return low, lowAt.Sub(start), nil
+}
+
+// perConn is the growth of gauge k from before to after per connection, in
+// KiB ("-" when not measured).
+func perConn(before, after map[string]float64, k string, n float64) string {
+	a, okA := after[k]
+	b, okB := before[k]
+	if !okA || !okB {
+		return "-"
+	}
+	return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
 }
 
 func fmtCount(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
