@@ -30,12 +30,13 @@
 # the host's /proc); otherwise it is skipped, and the output says which.
 # DOCKER=1 runs every count in docker.
 #
-# Usage: CONNS="10000 50000" bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there)
+# Usage: CONNS="10000 50000" UPCONNS=5000 bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there;
+# an empty CONNS or UPCONNS skips that part)
 set -euo pipefail
-CONNS=${CONNS:-10000 50000}
-ROWS=${ROWS:-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
-UPCONNS=${UPCONNS:-5000}
-UPROWS=${UPROWS:-lbproxy-up lbproxy-up-std nginx-up}
+CONNS=${CONNS-10000 50000}
+ROWS=${ROWS-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
+UPCONNS=${UPCONNS-5000}
+UPROWS=${UPROWS-lbproxy-up lbproxy-up-std nginx-up}
 RSS_SETTLE=${RSS_SETTLE:-20s} # then poll RSS until it stops falling, at most this long (0: off)
 read -r -a LBFLAGS <<< "${LBFLAGS:-}" # more lbproxy flags for every lbproxy row, e.g. LBFLAGS="--gc-percent 100"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -138,7 +139,7 @@ lbproxy() { # $1: row name, $2: snapshot; the rest: more flags
 nginx_conf() { # $1: listen directive, $2: worker connections, $3: upstream port, $4: upstream keepalive
   {
     echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err; worker_rlimit_nofile $NOFILE;"
-    echo "events { worker_connections $2; }"
+    echo "events { worker_connections $2; multi_accept on; }"
     echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 90s;"
     echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
     echo " upstream be { server 127.0.0.1:$3; keepalive $4; keepalive_timeout 10m; }"
@@ -196,10 +197,11 @@ for n in $UPCONNS; do
         stop "$row" ;;
       nginx-up)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
-        nginx_conf "listen 127.0.0.1:28381;" $((2 * n + 100)) 29302 "$n"
+        nginx_conf "listen 127.0.0.1:28381 backlog=65535;" $((2 * n + 100)) 29302 "$n" # the client connections come at once
         start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
         nginx_worker # idleup retries its warm-up request until nginx answers
         client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28381 -backend 127.0.0.1:29302 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE"
+        tail -3 "$WORK/nginx.err" >&2 || true
         stop "$row" ;;
     esac
   done

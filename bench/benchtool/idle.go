@@ -206,12 +206,14 @@ func oneGET(c net.Conn, req string) error {
 }
 
 // measure reads the process's RSS and, with admin, lbproxy's Go memory
-// after a collection.
+// after two collections.
 func measure(pid int, admin, token string) (map[string]float64, error) {
 	m := map[string]float64{}
 	if admin != "" {
-		if err := adminGet("http://"+admin+"/debug/pprof/heap?gc=1", token, nil); err != nil {
-			return nil, err
+		for range 2 { // two collections: sync.Pool's victim cache is dropped at the second
+			if err := adminGet("http://"+admin+"/debug/pprof/heap?gc=1", token, nil); err != nil {
+				return nil, err
+			}
 		}
 		if err := adminGet("http://"+admin+"/metrics", token, m); err != nil {
 			return nil, err

@@ -29,7 +29,7 @@ func idleup(args []string) error {
 	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
 	token := fs.String("token", "", "admin token (--admin-token)")
 	label := fs.String("label", "", "row label")
-	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
+	settle := fs.Duration("settle", 12*time.Second, "wait before measuring with the connections idle (fasthttp ends a worker goroutine idle for 10 s)")
 	rssWait := fs.Duration("rss-settle", 0, "after measuring, poll RSS this long and print its low")
 	fs.Parse(args)
 	if *addr == "" || *pid == 0 {
@@ -46,10 +46,7 @@ func idleup(args []string) error {
 				if arrived.Add(1) >= int64(n) {
 					once.Do(func() { close(all) })
 				}
-				select {
-				case <-all:
-				case <-time.After(30 * time.Second): // a request the proxy did not open a connection for
-				}
+				<-all
 			}
 			w.Header().Set("Content-Length", "100")
 			w.Write(body100)
@@ -88,6 +85,21 @@ func idleup(args []string) error {
 		return err
 	}
 	start := time.Now()
+	go func() { // all answered once n requests are there, or once none came for 2 s (some failed on the way)
+		for last := int64(-1); ; {
+			select {
+			case <-all:
+				return
+			case <-time.After(2 * time.Second):
+			}
+			if a := arrived.Load(); a == last {
+				once.Do(func() { close(all) })
+				return
+			} else {
+				last = a
+			}
+		}
+	}()
 	errs := make(chan error, n)
 	var wg sync.WaitGroup
 	for i := 0; i < n; i++ {

@@ -30,12 +30,15 @@ import (
 // Otherwise AwaitReadable answers at once and the connection is not parked
 // (tlsIdleConn.Buffered).
 //
-// A parked connection also lets go of crypto/tls's read buffers
-// (releaseTLSBuffers): its record buffer, the plaintext reader over it and
-// its handshake buffer keep the capacity of the largest record and handshake
-// message seen (the ClientHello: ≈ 2.7 KiB per connection together) for the
-// connection's whole life. Empty, they are set back to their zero values; the
-// next request's first record grows the record buffer again.
+// crypto/tls's read buffers keep the capacity of the largest record and
+// handshake message seen for the connection's whole life: its record buffer
+// (and the plaintext reader over it) and its handshake buffer, ≈ 2.7 KiB per
+// connection after the ClientHello. releaseTLSBuffers sets them back to their
+// zero values: all of them after the handshake (TLSFront.serveConn), and at
+// each park the handshake buffer and a record buffer grown above parkKeep by
+// a large record (one of a request's body). A record buffer that small
+// requests keep at about their size stays: releasing it at each park would
+// cost an allocation per request.
 
 // recordConn hands crypto/tls at most one TLS record per Read.
 type recordConn struct {
@@ -101,6 +104,9 @@ func (c *recordConn) cut(b []byte) int {
 // pending reports bytes read from the socket and not yet handed on.
 func (c *recordConn) pending() bool { return len(c.stash) > 0 }
 
+// parkKeep is the record buffer capacity a parked connection keeps.
+const parkKeep = 4 << 10
+
 // tlsIdleConn is a server-side TLS connection that can be parked.
 type tlsIdleConn struct {
 	*tls.Conn
@@ -145,7 +151,7 @@ func (c *tlsIdleConn) AwaitReadable() error {
 	if c.Buffered() {
 		return nil
 	}
-	c.released.Store(releaseTLSBuffers(c.Conn))
+	c.released.Store(releaseTLSBuffers(c.Conn, parkKeep))
 	return c.rec.wait.AwaitReadable()
 }
 
@@ -173,10 +179,12 @@ var tlsBufs = func() (b struct {
 	return b
 }()
 
-// releaseTLSBuffers sets tc's read buffers back to their zero values when
-// all are empty, and reports whether it did. Only while no Read runs (a
-// parked connection; crypto/tls's Write and Close touch none of them).
-func releaseTLSBuffers(tc *tls.Conn) bool {
+// releaseTLSBuffers lets go of tc's read buffers when all are empty: the
+// handshake buffer, and the record buffer (with the plaintext reader over it)
+// when its capacity is above keep. It reports whether they were empty. Only
+// while no Read runs (after the handshake, or parked; crypto/tls's Write and
+// Close touch none of them).
+func releaseTLSBuffers(tc *tls.Conn, keep int) bool {
 	if !tlsBufs.ok {
 		return false
 	}
@@ -187,7 +195,10 @@ func releaseTLSBuffers(tc *tls.Conn) bool {
 	if raw.Len() > 0 || hand.Len() > 0 || input.Len() > 0 {
 		return false
 	}
-	*raw, *hand = bytes.Buffer{}, bytes.Buffer{}
-	input.Reset(nil) // its slice is rawInput's memory
+	*hand = bytes.Buffer{}
+	if raw.Cap() > keep {
+		*raw = bytes.Buffer{}
+		input.Reset(nil) // its slice is rawInput's memory
+	}
 	return true
 }

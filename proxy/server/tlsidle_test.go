@@ -10,6 +10,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"testing"
 	"time"
 	"unsafe"
@@ -268,9 +269,9 @@ func tlsBufCaps(tc *tls.Conn) [3]int {
 }
 
 // TestReleaseTLSBuffers: with nothing left to read, releaseTLSBuffers
-// empties crypto/tls's record, handshake and plaintext buffers to zero
-// capacity and the connection reads on; with plaintext not yet read it
-// changes nothing and loses no byte.
+// empties crypto/tls's handshake buffer, and its record buffer (with the
+// plaintext reader over it) when that is above keep, and the connection
+// reads on; with plaintext not yet read it changes nothing and loses no byte.
 func TestReleaseTLSBuffers(t *testing.T) {
 	if !tlsBufs.ok {
 		t.Fatal("crypto/tls.Conn's rawInput, hand or input not found: this Go release renamed them, and releaseTLSBuffers releases nothing")
@@ -281,15 +282,15 @@ func TestReleaseTLSBuffers(t *testing.T) {
 	client := tls.Client(cc, &tls.Config{RootCAs: pool, ServerName: "demo.test"})
 	server := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{cert}})
 	defer server.Close()
-	write := func(s string) chan error {
-		done := make(chan error, 1)
-		go func() { _, err := io.WriteString(client, s); done <- err }()
-		return done
-	}
-	read := func(n int) string {
+	exchange := func(send string, n int) string { // the client sends, the server reads n bytes
 		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := io.WriteString(client, send); done <- err }()
 		p := make([]byte, n)
 		if _, err := io.ReadFull(server, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
 		return string(p)
@@ -302,34 +303,48 @@ func TestReleaseTLSBuffers(t *testing.T) {
 	if err := <-hs; err != nil {
 		t.Fatal(err)
 	}
-	done := write("first")
-	if got := read(5); got != "first" {
+	if got := exchange("first", 5); got != "first" {
 		t.Fatalf("read %q", got)
 	}
-	<-done
 	if caps := tlsBufCaps(server); caps[0] == 0 || caps[1] == 0 {
 		t.Fatalf("capacities %v before the release: want rawInput and hand grown by the handshake", caps)
 	}
-	if !releaseTLSBuffers(server) {
+	if !releaseTLSBuffers(server, 0) {
 		t.Fatal("nothing left to read: not released")
 	}
 	if caps := tlsBufCaps(server); caps != [3]int{} {
 		t.Fatalf("capacities %v after the release, want all 0", caps)
 	}
-	done = write("second record")
-	if got := read(6); got != "second" {
+	if got := exchange("small", 5); got != "small" {
 		t.Fatalf("read %q after the release", got)
 	}
-	<-done
+	small := tlsBufCaps(server)
+	if !releaseTLSBuffers(server, parkKeep) || tlsBufCaps(server) != small || small[0] == 0 || small[0] > parkKeep {
+		t.Fatalf("a small record's buffer (capacities %v) released at a park (now %v), want it kept", small, tlsBufCaps(server))
+	}
+	big := strings.Repeat("b", 12000)
+	if got := exchange(big, len(big)); got != big {
+		t.Fatalf("read %d bytes of the big record, want %d", len(got), len(big))
+	}
+	if caps := tlsBufCaps(server); caps[0] <= parkKeep {
+		t.Fatalf("capacities %v after a 12 000-byte record, want rawInput above %d", caps, parkKeep)
+	}
+	if !releaseTLSBuffers(server, parkKeep) || tlsBufCaps(server) != [3]int{} {
+		t.Fatalf("a big record's buffer kept at a park: capacities %v, want all 0", tlsBufCaps(server))
+	}
+	if got := exchange("second record", 6); got != "second" {
+		t.Fatalf("read %q after the release", got)
+	}
 	before := tlsBufCaps(server)
-	if releaseTLSBuffers(server) {
+	if releaseTLSBuffers(server, 0) {
 		t.Fatal("released with \" record\" not yet read")
 	}
 	if caps := tlsBufCaps(server); caps != before {
 		t.Fatalf("capacities %v after a refused release, want %v", caps, before)
 	}
-	if got := read(7); got != " record" {
-		t.Fatalf("read %q after a refused release, want \" record\"", got)
+	p := make([]byte, 7)
+	if _, err := io.ReadFull(server, p); err != nil || string(p) != " record" {
+		t.Fatalf("read %q, %v after a refused release, want \" record\"", p, err)
 	}
 }
 
