@@ -25,27 +25,22 @@ import (
 func idle(args []string) error {
 	fs := flag.NewFlagSet("idle", flag.ExitOnError)
 	addr := fs.String("addr", "", "server address (loopback)")
-	host := fs.String("host", "bench.test", "Host header")
-	pid := fs.Int("pid", 0, "server process whose RSS is read")
 	conns := fs.Int("conns", 10000, "idle connections")
-	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
-	token := fs.String("token", "", "admin token (--admin-token)")
 	useTLS := fs.Bool("tls", false, "TLS (ALPN http/1.1, any certificate)")
 	useH2 := fs.Bool("h2", false, "HTTP/2 over TLS (ALPN h2): one GET, then no open stream")
-	label := fs.String("label", "", "row label")
 	profile := fs.String("heap-profile", "", "with -admin: write the heap profile (connections open) to this file")
-	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
-	rssWait := fs.Duration("rss-settle", 0, "after measuring, poll RSS this long and print its low and when it was reached")
+	mf := memoryFlags(fs, 2*time.Second)
 	fs.Parse(args)
-	if *addr == "" || *pid == 0 {
+	if *addr == "" || mf.pid == 0 {
 		return fmt.Errorf("idle: -addr and -pid are required")
 	}
+	pid, admin, token, label := &mf.pid, &mf.admin, &mf.token, &mf.label
 	before, err := measure(*pid, *admin, *token)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	open, err := openIdle(*addr, *host, *conns, *useTLS, *useH2)
+	open, err := openIdle(*addr, mf.host, *conns, *useTLS, *useH2)
 	defer func() {
 		for _, c := range open {
 			c.Close()
@@ -55,7 +50,7 @@ func idle(args []string) error {
 		return err
 	}
 	opened := time.Since(start)
-	time.Sleep(*settle) // let the server settle (a benchmark, not a test)
+	time.Sleep(mf.settle) // let the server settle (a benchmark, not a test)
 	after, err := measure(*pid, *admin, *token)
 	if err != nil {
 		return err
@@ -72,18 +67,47 @@ func idle(args []string) error {
 			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
 		}
 	}
-	settled := ""
-	if *rssWait > 0 {
-		rss, waited, err := settleRSS(*pid, *rssWait)
-		if err != nil {
-			return err
-		}
-		settled = fmt.Sprintf(" rss_settled_kib/conn=%.2f settled_s=%.1f", (rss-before["rss"])/n/1024, waited.Seconds())
+	settled, err := mf.settled(before, n)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f%s\n",
 		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
 		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20), settled)
 	return nil
+}
+
+// memFlags are the flags idle and idleup share: the process measured and
+// how.
+type memFlags struct {
+	host, admin, token, label string
+	pid                       int
+	settle, rssWait           time.Duration
+}
+
+func memoryFlags(fs *flag.FlagSet, settle time.Duration) *memFlags {
+	m := &memFlags{}
+	fs.StringVar(&m.host, "host", "bench.test", "Host header")
+	fs.IntVar(&m.pid, "pid", 0, "server process whose RSS is read")
+	fs.StringVar(&m.admin, "admin", "", "lbproxy admin address: Go heap and stack from /metrics")
+	fs.StringVar(&m.token, "token", "", "admin token (--admin-token)")
+	fs.StringVar(&m.label, "label", "", "row label")
+	fs.DurationVar(&m.settle, "settle", settle, "wait before measuring with the connections idle")
+	fs.DurationVar(&m.rssWait, "rss-settle", 0, "after measuring, poll RSS this long and print its low and when it was reached")
+	return m
+}
+
+// settled polls RSS for -rss-settle and answers its low per connection as
+// an output field ("" without -rss-settle).
+func (m *memFlags) settled(before map[string]float64, n float64) (string, error) {
+	if m.rssWait <= 0 {
+		return "", nil
+	}
+	rss, waited, err := settleRSS(m.pid, m.rssWait)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(" rss_settled_kib/conn=%.2f settled_s=%.1f", (rss-before["rss"])/n/1024, waited.Seconds()), nil
 }
 
 // settleRSS polls pid's RSS every 250 ms for max, the connections idle (the

@@ -11,7 +11,7 @@ import (
 )
 
 // idleup measures what the proxy (-pid) holds per idle upstream (pool)
-// connection: it serves the backend itself on -backend, where each request
+// connection (flags as idle's, -settle 12s): it serves the backend itself on -backend, where each request
 // waits until -conns of them are there, so the proxy opens -conns upstream
 // connections at once; after the answers, the client connections are
 // closed and the upstream ones stay idle in the proxy's pool (the snapshot
@@ -23,18 +23,13 @@ func idleup(args []string) error {
 	fs := flag.NewFlagSet("idleup", flag.ExitOnError)
 	addr := fs.String("addr", "", "proxy address (plain HTTP/1.1)")
 	backend := fs.String("backend", "127.0.0.1:29302", "listen address of the backend the proxy forwards to")
-	host := fs.String("host", "bench.test", "Host header")
-	pid := fs.Int("pid", 0, "proxy process whose RSS is read")
 	conns := fs.Int("conns", 5000, "upstream connections")
-	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
-	token := fs.String("token", "", "admin token (--admin-token)")
-	label := fs.String("label", "", "row label")
-	settle := fs.Duration("settle", 12*time.Second, "wait before measuring with the connections idle (fasthttp ends a worker goroutine idle for 10 s)")
-	rssWait := fs.Duration("rss-settle", 0, "after measuring, poll RSS this long and print its low")
+	mf := memoryFlags(fs, 12*time.Second) // fasthttp ends a worker goroutine idle for 10 s
 	fs.Parse(args)
-	if *addr == "" || *pid == 0 {
+	if *addr == "" || mf.pid == 0 {
 		return fmt.Errorf("idleup: -addr and -pid are required")
 	}
+	host, pid, admin, token, label := &mf.host, &mf.pid, &mf.admin, &mf.token, &mf.label
 	n := *conns
 	var open atomic.Int64 // the backend's open connections (the proxy's upstream ones)
 	var arrived atomic.Int64
@@ -118,7 +113,7 @@ func idleup(args []string) error {
 		}
 	}
 	opened := time.Since(start)
-	time.Sleep(*settle) // let the proxy settle (a benchmark, not a test)
+	time.Sleep(mf.settle) // let the proxy settle (a benchmark, not a test)
 	after, err := measure(*pid, *admin, *token)
 	if err != nil {
 		return err
@@ -127,13 +122,9 @@ func idleup(args []string) error {
 	if up <= 0 {
 		return fmt.Errorf("%s: the proxy kept no upstream connection (%d requests failed)", *label, failed)
 	}
-	settled := ""
-	if *rssWait > 0 {
-		rss, waited, err := settleRSS(*pid, *rssWait)
-		if err != nil {
-			return err
-		}
-		settled = fmt.Sprintf(" rss_settled_kib/conn=%.2f settled_s=%.1f", (rss-before["rss"])/up/1024, waited.Seconds())
+	settled, err := mf.settled(before, up)
+	if err != nil {
+		return err
 	}
 	fmt.Printf("%-18s upstream_conns=%.0f failed=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s goroutines=%s%s\n",
 		*label, up, failed, opened.Seconds(), perConn(before, after, "rss", up), perConn(before, after, "go_memstats_heap_alloc_bytes", up),
