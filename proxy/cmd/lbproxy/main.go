@@ -223,7 +223,14 @@ func run(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if d := c.Duration("memory-release-interval"); d > 0 {
-		go memrelease.New(16<<20).Run(ctx, d) // ends with ctx (stop)
+		r := memrelease.New(16 << 20)
+		release := r.Release
+		r.Release = func() {
+			free := memrelease.ReadRuntime().Free
+			release()
+			logger.Info("quiet: free Go heap returned to the OS", "bytes", free, "left_free", memrelease.ReadRuntime().Free)
+		}
+		go r.Run(ctx, d) // ends with ctx (stop)
 	}
 	if err := lbproxy.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
 		return err
