@@ -197,7 +197,7 @@ for n in $UPCONNS; do
         stop "$row" ;;
       nginx-up)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
-        nginx_conf "listen 127.0.0.1:28381 backlog=65535;" $((2 * n + 100)) 29302 "$n" # the client connections come at once
+        nginx_conf "listen 127.0.0.1:28381 backlog=65535;" $((3 * n + 100)) 29302 "$n" # the client connections come at once
         start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
         nginx_worker # idleup retries its warm-up request until nginx answers
         client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28381 -backend 127.0.0.1:29302 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE"

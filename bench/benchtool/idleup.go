@@ -11,12 +11,14 @@ import (
 )
 
 // idleup measures what the proxy (-pid) holds per idle upstream (pool)
-// connection (flags as idle's, -settle 12s): it serves the backend itself on -backend, where each request
-// waits until -conns of them are there, so the proxy opens -conns upstream
-// connections at once; after the answers, the client connections are
-// closed and the upstream ones stay idle in the proxy's pool (the snapshot
-// must keep that many: pool.max_idle_conns_per_host). It prints RSS, heap and
-// stack per idle upstream connection as idle does.
+// connection (flags as idle's; -settle 22s, as the fasthttp front keeps the
+// burst's worker goroutines for 10 to 20 s): it serves the backend itself on
+// -backend, where each request waits until -conns of them are there, so the
+// proxy opens -conns upstream connections at once; after the answers, the
+// client connections are closed and the upstream ones stay idle in the
+// proxy's pool (the snapshot must keep that many:
+// pool.max_idle_conns_per_host). It prints RSS, heap and stack per idle
+// upstream connection as idle does.
 //
 //	benchtool idleup -addr 127.0.0.1:28383 -backend 127.0.0.1:29302 -pid 1234 -conns 5000 [-admin A -token T]
 func idleup(args []string) error {
@@ -24,7 +26,7 @@ func idleup(args []string) error {
 	addr := fs.String("addr", "", "proxy address (plain HTTP/1.1)")
 	backend := fs.String("backend", "127.0.0.1:29302", "listen address of the backend the proxy forwards to")
 	conns := fs.Int("conns", 5000, "upstream connections")
-	mf := memoryFlags(fs, 12*time.Second) // fasthttp ends a worker goroutine idle for 10 s
+	mf := memoryFlags(fs, 22*time.Second) // fasthttp ends a worker goroutine idle for 10 s within 20 s
 	fs.Parse(args)
 	if *addr == "" || mf.pid == 0 {
 		return fmt.Errorf("idleup: -addr and -pid are required")
