@@ -13,18 +13,41 @@
 #   lbproxy-h2    HTTP/2 over TLS, ALPN h2: one GET, then no open stream
 #   nginx, nginx-tls, nginx-h2  the same three on nginx, one worker, when
 #                 nginx is installed (its worker's RSS)
+# Then, for each count in UPCONNS, idle upstream (pool) connections
+# (benchtool idleup: that many requests held at the backend at once, then
+# the client connections closed, the upstream ones left idle in the pool):
+#   lbproxy-up      the fast upstream client (default)
+#   lbproxy-up-std  --upstream-client std (http.Transport)
+#   nginx-up        nginx's upstream keepalive cache
+# After each measurement RSS is polled for RSS_SETTLE (default 20s) and its
+# low printed too (rss_settled: freed heap returned to the OS meanwhile, e.g.
+# lbproxy's --memory-release-interval, default 10s).
 # Loopback only; every phase is bounded (open + settle + measure). The fd
-# limit is raised to the hard limit; a count that does not fit under it
-# (client and proxy each hold one fd per connection) is skipped and said so.
+# limit is raised to the hard limit. A count that does not fit under it
+# (client and proxy each hold one fd per connection) runs in docker when
+# docker is there and can give its containers that limit (--ulimit; proxy
+# and client each in a FROM scratch container, --network host, RSS read from
+# the host's /proc); otherwise it is skipped, and the output says which.
+# DOCKER=1 runs every count in docker.
 #
-# Usage: CONNS="10000 50000" bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there)
+# Usage: CONNS="10000 50000" UPCONNS=5000 bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there;
+# an empty CONNS or UPCONNS skips that part)
 set -euo pipefail
-CONNS=${CONNS:-10000 50000}
-ROWS=${ROWS:-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
+CONNS=${CONNS-10000 50000}
+ROWS=${ROWS-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
+UPCONNS=${UPCONNS-5000}
+UPROWS=${UPROWS-lbproxy-up lbproxy-up-std nginx-up}
+RSS_SETTLE=${RSS_SETTLE:-20s} # then poll RSS until it stops falling, at most this long (0: off)
+read -r -a LBFLAGS <<< "${LBFLAGS:-}" # more lbproxy flags for every lbproxy row, e.g. LBFLAGS="--gc-percent 100"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-idle.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+CONTAINERS=(); IMAGES=()
+cleanup() {
+  for c in "${CONTAINERS[@]}"; do docker rm -f "$c" >/dev/null 2>&1 || true; done
+  for i in "${IMAGES[@]}"; do docker rmi -f "$i" >/dev/null 2>&1 || true; done
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"
+}
 trap cleanup EXIT
 ulimit -n "$(ulimit -Hn)"
 LIMIT=$(ulimit -n)
@@ -43,6 +66,8 @@ cat > "$WORK/snapshot.json" <<JSON
  "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[{"addr":"127.0.0.1","port":29301,"weight":1}]}},
    "row":{"denominator":100,"weights":{"SC1":100}}}}}
 JSON
+sed -e 's/29301/29302/' -e 's/"row":/"policy":{"pool":{"max_idle_conns_per_host":100000,"idle_timeout":"10m"}},"row":/' \
+  "$WORK/snapshot.json" > "$WORK/snapshot-up.json"
 NGINX=$(command -v nginx || true)
 
 wait_up() { # $1: URL
@@ -52,13 +77,84 @@ wait_up() { # $1: URL
   done
   echo "$1 did not come up" >&2; return 1
 }
-stop() { kill "$1" 2>/dev/null || true; wait "$1" 2>/dev/null || true; }
+
+# Where a count runs: "host", or "docker" with NOFILE for each container.
+IMAGE=""; MODE=host; NOFILE=$LIMIT
+docker_image() { # a FROM scratch image: the static binaries come from $WORK (mounted), nginx with its ldd libraries
+  [ -n "$IMAGE" ] && return 0
+  local root="$WORK/image"
+  mkdir -p "$root/etc" "$root/tmp"
+  printf 'root:x:0:0::/:/\nnobody:x:65534:65534::/:/\nwww-data:x:33:33::/:/\n' > "$root/etc/passwd"
+  printf 'root:x:0:\nnogroup:x:65534:\nwww-data:x:33:\n' > "$root/etc/group"
+  if [ -n "$NGINX" ]; then
+    for l in "$NGINX" $(ldd "$NGINX" | awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// {print $1}'); do
+      mkdir -p "$root$(dirname "$l")"; cp -L "$l" "$root$l"
+    done
+  fi
+  IMAGE=sluice-idleconns:$$
+  tar -C "$root" -c . | docker import - "$IMAGE" >/dev/null
+  IMAGES+=("$IMAGE")
+}
+place() { # $1: fds one process needs; sets MODE and NOFILE, or answers 1 (skip)
+  if [ "${DOCKER:-0}" != 1 ] && [ "$1" -le "$LIMIT" ]; then MODE=host; NOFILE=$LIMIT; return 0; fi
+  if ! command -v docker >/dev/null || ! docker info >/dev/null 2>&1; then
+    echo "skipped: needs $1 fds, the hard limit here is $LIMIT and docker is not available"; return 1
+  fi
+  docker_image
+  NOFILE=$(( $1 > LIMIT ? $1 : LIMIT ))
+  local err
+  err=$(docker run --rm --ulimit "nofile=$NOFILE:$NOFILE" -v "$WORK:$WORK" "$IMAGE" "$WORK/benchtool" 2>&1) || true
+  if ! grep -q "usage: benchtool" <<< "$err"; then # benchtool without a command prints its usage: it ran
+    echo "skipped: needs $1 fds, the hard limit here is $LIMIT, and docker cannot give a container more either: $(grep -o 'error setting rlimit.*' <<< "$err" | head -1)"
+    return 1
+  fi
+  MODE=docker
+  echo "in docker: --ulimit nofile=$NOFILE:$NOFILE --network host (the host limit is $LIMIT)"
+}
+start() { # $1: name; the rest: command. Sets pid (the host's pid of the process).
+  local name=$1; shift
+  if [ "$MODE" = host ]; then
+    GOMAXPROCS=1 "$@" 2>"$WORK/$name.log" & pid=$!; PIDS+=($pid)
+  else
+    local c="sluice-idle-$name-$$"
+    docker run -d --name "$c" --network host --ulimit "nofile=$NOFILE:$NOFILE" -e GOMAXPROCS=1 -v "$WORK:$WORK" "$IMAGE" "$@" >/dev/null
+    CONTAINERS+=("$c")
+    pid=$(docker inspect -f '{{.State.Pid}}' "$c")
+  fi
+}
+stop() { # $1: name
+  if [ "$MODE" = host ]; then kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true
+  else docker logs "sluice-idle-$1-$$" >"$WORK/$1.log" 2>&1 || true; docker rm -f "sluice-idle-$1-$$" >/dev/null 2>&1 || true; fi
+}
+client() { # the command, on the host or in a container seeing the host's pids (benchtool reads /proc/PID)
+  if [ "$MODE" = host ]; then "$@"
+  else docker run --rm --network host --pid host --ulimit "nofile=$NOFILE:$NOFILE" -v "$WORK:$WORK" "$IMAGE" "$@"; fi
+}
+lbproxy() { # $1: row name, $2: snapshot; the rest: more flags
+  local name=$1 snap=$2; shift 2
+  start "$name" "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$snap" \
+    --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
+    --access-log off --trace-sample 0 "$@" "${LBFLAGS[@]}"
+}
+nginx_conf() { # $1: listen directive, $2: worker connections, $3: upstream port, $4: upstream keepalive
+  {
+    echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err; worker_rlimit_nofile $NOFILE;"
+    echo "events { worker_connections $2; multi_accept on; }"
+    echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 90s;"
+    echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
+    echo " upstream be { server 127.0.0.1:$3; keepalive $4; keepalive_timeout 10m; }"
+    echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;"
+    echo " server { $1 location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+  } > "$WORK/nginx.conf"
+}
+nginx_worker() { # sets worker: the nginx worker's host pid
+  for _ in $(seq 50); do worker=$(pgrep -P "$pid" | head -1) && return 0; sleep 0.1; done # waiting for the fork
+  echo "nginx: no worker" >&2; return 1
+}
 
 for n in $CONNS; do
-  if [ $((n + 200)) -gt "$LIMIT" ]; then
-    echo "$n connections: skipped, the fd limit here is $LIMIT (hard limit; raise it as root to measure)"
-    continue
-  fi
+  echo "== $n idle client connections"
+  place $((n + 200)) || continue
   for row in $ROWS; do
     case $row in
       lbproxy|lbproxy-net|lbproxy-tls|lbproxy-tls-fast|lbproxy-h2)
@@ -69,32 +165,44 @@ for n in $CONNS; do
           url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls) ;; esac
         [ "$row" = lbproxy-tls-fast ] && extra+=(--tls-front fasthttp)
         [ "$row" = lbproxy-h2 ] && tls=(-h2)
-        GOMAXPROCS=1 "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$WORK/snapshot.json" \
-          --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
-          --access-log off --trace-sample 0 "${extra[@]}" 2>"$WORK/$row.log" & pid=$!; PIDS+=($pid)
+        lbproxy "$row" "$WORK/snapshot.json" "${extra[@]}"
         wait_up "$url"
         prof=(); [ -n "${PROFILES:-}" ] && prof=(-heap-profile "$PROFILES/$row-$n.pprof")
-        "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench "${tls[@]}" "${prof[@]}"
-        stop "$pid" ;;
+        client "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench -rss-settle "$RSS_SETTLE" "${tls[@]}" "${prof[@]}"
+        stop "$row" ;;
       nginx|nginx-tls|nginx-h2)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
         listen="listen 127.0.0.1:28381;"; url=http://127.0.0.1:28381/; tls=()
         case $row in nginx-tls) listen="listen 127.0.0.1:28381 ssl;"; url=https://127.0.0.1:28381/; tls=(-tls) ;;
           nginx-h2) listen="listen 127.0.0.1:28381 ssl http2;"; url=https://127.0.0.1:28381/; tls=(-h2) ;; esac
-        {
-          echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err; worker_rlimit_nofile $LIMIT;"
-          echo "events { worker_connections $((n + 100)); }"
-          echo "http { access_log off; keepalive_requests 1000000; keepalive_timeout 90s;"
-          echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
-          echo " upstream be { server 127.0.0.1:29301; keepalive 64; }"
-          echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;"
-          echo " server { $listen location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
-        } > "$WORK/nginx.conf"
-        "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & pid=$!; PIDS+=($pid)
+        nginx_conf "$listen" $((n + 100)) 29301 64
+        start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
         wait_up "$url"
-        worker=$(pgrep -P "$pid" | head -1)
-        "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" "${tls[@]}"
-        stop "$pid" ;;
+        nginx_worker
+        client "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE" "${tls[@]}"
+        stop "$row" ;;
+    esac
+  done
+done
+
+for n in $UPCONNS; do
+  echo "== $n idle upstream connections"
+  place $((2 * n + 200)) || continue # the proxy holds a client and an upstream connection per request, then the upstream one
+  for row in $UPROWS; do
+    case $row in
+      lbproxy-up|lbproxy-up-std)
+        extra=(); [ "$row" = lbproxy-up-std ] && extra=(--upstream-client std)
+        lbproxy "$row" "$WORK/snapshot-up.json" "${extra[@]}"
+        client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28383 -backend 127.0.0.1:29302 -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench -rss-settle "$RSS_SETTLE"
+        stop "$row" ;;
+      nginx-up)
+        [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
+        nginx_conf "listen 127.0.0.1:28381 backlog=65535;" $((3 * n + 100)) 29302 "$n" # the client connections come at once
+        start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
+        nginx_worker # idleup retries its warm-up request until nginx answers
+        client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28381 -backend 127.0.0.1:29302 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE"
+        tail -3 "$WORK/nginx.err" >&2 || true
+        stop "$row" ;;
     esac
   done
 done

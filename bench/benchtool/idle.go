@@ -25,26 +25,22 @@ import (
 func idle(args []string) error {
 	fs := flag.NewFlagSet("idle", flag.ExitOnError)
 	addr := fs.String("addr", "", "server address (loopback)")
-	host := fs.String("host", "bench.test", "Host header")
-	pid := fs.Int("pid", 0, "server process whose RSS is read")
 	conns := fs.Int("conns", 10000, "idle connections")
-	admin := fs.String("admin", "", "lbproxy admin address: Go heap and stack from /metrics")
-	token := fs.String("token", "", "admin token (--admin-token)")
 	useTLS := fs.Bool("tls", false, "TLS (ALPN http/1.1, any certificate)")
 	useH2 := fs.Bool("h2", false, "HTTP/2 over TLS (ALPN h2): one GET, then no open stream")
-	label := fs.String("label", "", "row label")
 	profile := fs.String("heap-profile", "", "with -admin: write the heap profile (connections open) to this file")
-	settle := fs.Duration("settle", 2*time.Second, "wait before measuring with the connections idle")
+	mf := memoryFlags(fs, 2*time.Second)
 	fs.Parse(args)
-	if *addr == "" || *pid == 0 {
+	if *addr == "" || mf.pid == 0 {
 		return fmt.Errorf("idle: -addr and -pid are required")
 	}
+	pid, admin, token, label := &mf.pid, &mf.admin, &mf.token, &mf.label
 	before, err := measure(*pid, *admin, *token)
 	if err != nil {
 		return err
 	}
 	start := time.Now()
-	open, err := openIdle(*addr, *host, *conns, *useTLS, *useH2)
+	open, err := openIdle(*addr, mf.host, *conns, *useTLS, *useH2)
 	defer func() {
 		for _, c := range open {
 			c.Close()
@@ -54,7 +50,7 @@ func idle(args []string) error {
 		return err
 	}
 	opened := time.Since(start)
-	time.Sleep(*settle) // let the server settle (a benchmark, not a test)
+	time.Sleep(mf.settle) // let the server settle (a benchmark, not a test)
 	after, err := measure(*pid, *admin, *token)
 	if err != nil {
 		return err
@@ -65,23 +61,83 @@ func idle(args []string) error {
 		}
 	}
 	n := float64(len(open))
-	per := func(k string) string {
-		a, okA := after[k]
-		b, okB := before[k]
-		if !okA || !okB {
-			return "-"
-		}
-		return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
-	}
+	per := func(k string) string { return perConn(before, after, k, n) }
 	for _, m := range []map[string]float64{before, after} { // free heap the runtime has not returned to the OS yet
 		if idle, ok := m["go_memstats_heap_idle_bytes"]; ok {
 			m["heap_free"] = idle - m["go_memstats_heap_released_bytes"]
 		}
 	}
-	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f\n",
+	settled, err := mf.settled(before, n)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("%-18s conns=%d open_s=%.1f rss_kib/conn=%s heap_alloc_kib/conn=%s heap_inuse_kib/conn=%s stack_kib/conn=%s free_unreleased_kib/conn=%s goroutines=%s rss_mib=%.1f%s\n",
 		*label, len(open), opened.Seconds(), per("rss"), per("go_memstats_heap_alloc_bytes"), per("go_memstats_heap_inuse_bytes"),
-		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20))
+		per("go_memstats_stack_inuse_bytes"), per("heap_free"), fmtCount(after["go_goroutines"]), after["rss"]/(1<<20), settled)
 	return nil
+}
+
+// memFlags are the flags idle and idleup share: the process measured and
+// how.
+type memFlags struct {
+	host, admin, token, label string
+	pid                       int
+	settle, rssWait           time.Duration
+}
+
+func memoryFlags(fs *flag.FlagSet, settle time.Duration) *memFlags {
+	m := &memFlags{}
+	fs.StringVar(&m.host, "host", "bench.test", "Host header")
+	fs.IntVar(&m.pid, "pid", 0, "server process whose RSS is read")
+	fs.StringVar(&m.admin, "admin", "", "lbproxy admin address: Go heap and stack from /metrics")
+	fs.StringVar(&m.token, "token", "", "admin token (--admin-token)")
+	fs.StringVar(&m.label, "label", "", "row label")
+	fs.DurationVar(&m.settle, "settle", settle, "wait before measuring with the connections idle")
+	fs.DurationVar(&m.rssWait, "rss-settle", 0, "after measuring, poll RSS this long and print its low and when it was reached")
+	return m
+}
+
+// settled polls RSS for -rss-settle and answers its low per connection as
+// an output field ("" without -rss-settle).
+func (m *memFlags) settled(before map[string]float64, n float64) (string, error) {
+	if m.rssWait <= 0 {
+		return "", nil
+	}
+	rss, waited, err := settleRSS(m.pid, m.rssWait)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(" rss_settled_kib/conn=%.2f settled_s=%.1f", (rss-before["rss"])/n/1024, waited.Seconds()), nil
+}
+
+// settleRSS polls pid's RSS every 250 ms for max, the connections idle (the
+// runtime or lbproxy's --memory-release-interval returning freed heap): the
+// lowest RSS seen and when it was seen.
+func settleRSS(pid int, max time.Duration) (low float64, at time.Duration, err error) {
+	start := time.Now()
+	lowAt := start
+	for time.Since(start) < max {
+		m, err := measure(pid, "", "")
+		if err != nil {
+			return 0, 0, err
+		}
+		if low == 0 || m["rss"] < low {
+			low, lowAt = m["rss"], time.Now()
+		}
+		time.Sleep(250 * time.Millisecond) // polling the process's RSS (a benchmark, not a test)
+	}
+	return low, lowAt.Sub(start), nil
+}
+
+// perConn is the growth of gauge k from before to after per connection, in
+// KiB ("-" when not measured).
+func perConn(before, after map[string]float64, k string, n float64) string {
+	a, okA := after[k]
+	b, okB := before[k]
+	if !okA || !okB {
+		return "-"
+	}
+	return strconv.FormatFloat((a-b)/n/1024, 'f', 2, 64)
 }
 
 func fmtCount(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
@@ -174,12 +230,14 @@ func oneGET(c net.Conn, req string) error {
 }
 
 // measure reads the process's RSS and, with admin, lbproxy's Go memory
-// after a collection.
+// after two collections.
 func measure(pid int, admin, token string) (map[string]float64, error) {
 	m := map[string]float64{}
 	if admin != "" {
-		if err := adminGet("http://"+admin+"/debug/pprof/heap?gc=1", token, nil); err != nil {
-			return nil, err
+		for range 2 { // two collections: sync.Pool's victim cache is dropped at the second
+			if err := adminGet("http://"+admin+"/debug/pprof/heap?gc=1", token, nil); err != nil {
+				return nil, err
+			}
 		}
 		if err := adminGet("http://"+admin+"/metrics", token, m); err != nil {
 			return nil, err

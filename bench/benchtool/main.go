@@ -30,7 +30,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle|idleup [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -45,6 +45,8 @@ func main() {
 		err = sink(os.Args[2:])
 	case "idle":
 		err = idle(os.Args[2:])
+	case "idleup":
+		err = idleup(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}

@@ -114,6 +114,7 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
+	releaseTLSBuffers(tc, 0) // the handshake's capacity (ClientHello): no Read runs yet, whichever server reads next
 	if t.fast == nil || tc.ConnectionState().NegotiatedProtocol == "h2" {
 		if rec != nil {
 			rec.free = true // net/http is never parked: no cutting

@@ -1,8 +1,12 @@
 package server
 
 import (
+	"bytes"
 	"crypto/tls"
 	"net"
+	"reflect"
+	"sync/atomic"
+	"unsafe"
 )
 
 // Parking idle TLS connections (issue 23).
@@ -25,6 +29,16 @@ import (
 // kernel, and AwaitReadable waits for it on the socket without a buffer.
 // Otherwise AwaitReadable answers at once and the connection is not parked
 // (tlsIdleConn.Buffered).
+//
+// crypto/tls's read buffers keep the capacity of the largest record and
+// handshake message seen for the connection's whole life: its record buffer
+// (and the plaintext reader over it) and its handshake buffer, ≈ 2.7 KiB per
+// connection after the ClientHello. releaseTLSBuffers sets them back to their
+// zero values: all of them after the handshake (TLSFront.serveConn), and at
+// each park the handshake buffer and a record buffer grown above parkKeep by
+// a large record (one of a request's body). A record buffer that small
+// requests keep at about their size stays: releasing it at each park would
+// cost an allocation per request.
 
 // recordConn hands crypto/tls at most one TLS record per Read.
 type recordConn struct {
@@ -90,11 +104,15 @@ func (c *recordConn) cut(b []byte) int {
 // pending reports bytes read from the socket and not yet handed on.
 func (c *recordConn) pending() bool { return len(c.stash) > 0 }
 
+// parkKeep is the record buffer capacity a parked connection keeps.
+const parkKeep = 4 << 10
+
 // tlsIdleConn is a server-side TLS connection that can be parked.
 type tlsIdleConn struct {
 	*tls.Conn
-	rec     *recordConn
-	drained bool // the last Read emptied the plaintext crypto/tls held
+	rec      *recordConn
+	drained  bool        // the last Read emptied the plaintext crypto/tls held
+	released atomic.Bool // crypto/tls's read buffers were let go at the last park (tests read it)
 }
 
 // tlsServer returns the TLS server connection over c, read record by record
@@ -133,5 +151,54 @@ func (c *tlsIdleConn) AwaitReadable() error {
 	if c.Buffered() {
 		return nil
 	}
+	c.released.Store(releaseTLSBuffers(c.Conn, parkKeep))
 	return c.rec.wait.AwaitReadable()
+}
+
+// tlsBufs are the offsets in crypto/tls.Conn of its read buffers,
+// unexported fields found by name and type: rawInput and hand (bytes.Buffer)
+// and input (bytes.Reader, over rawInput's memory). ok is false (nothing is
+// released) when a Go release renamed or retyped one of them;
+// TestTLSFrontParkReleasesTLSBuffers fails then.
+var tlsBufs = func() (b struct {
+	ok                    bool
+	rawInput, hand, input uintptr
+}) {
+	t := reflect.TypeFor[tls.Conn]()
+	field := func(name string, typ reflect.Type) uintptr {
+		f, ok := t.FieldByName(name)
+		if !ok || f.Type != typ {
+			return 0
+		}
+		return f.Offset
+	}
+	b.rawInput = field("rawInput", reflect.TypeFor[bytes.Buffer]())
+	b.hand = field("hand", reflect.TypeFor[bytes.Buffer]())
+	b.input = field("input", reflect.TypeFor[bytes.Reader]())
+	b.ok = b.rawInput != 0 && b.hand != 0 && b.input != 0
+	return b
+}()
+
+// releaseTLSBuffers lets go of tc's read buffers when all are empty: the
+// handshake buffer, and the record buffer (with the plaintext reader over it)
+// when its capacity is above keep. It reports whether they were empty. Only
+// while no Read runs (after the handshake, or parked; crypto/tls's Write and
+// Close touch none of them).
+func releaseTLSBuffers(tc *tls.Conn, keep int) bool {
+	if !tlsBufs.ok {
+		return false
+	}
+	p := unsafe.Pointer(tc)
+	raw := (*bytes.Buffer)(unsafe.Add(p, tlsBufs.rawInput))
+	hand := (*bytes.Buffer)(unsafe.Add(p, tlsBufs.hand))
+	input := (*bytes.Reader)(unsafe.Add(p, tlsBufs.input))
+	if raw.Len() > 0 || hand.Len() > 0 || input.Len() > 0 {
+		return false
+	}
+	*hand = bytes.Buffer{}
+	if raw.Cap() > keep {
+		*raw = bytes.Buffer{}
+		input.Reset(nil) // its slice is rawInput's memory
+	}
+	return true
 }

@@ -10,8 +10,10 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -221,4 +223,175 @@ func BenchmarkRecordConn(b *testing.B) {
 			}
 		}
 	}
+}
+
+// parkedReleased reports whether the fasthttp front's parked TLS
+// connection let go of crypto/tls's read buffers at its last park.
+func parkedReleased(f *FastFront) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); ok && ac.park.Load() == connParked {
+			if tc, ok := ac.Conn.(*tlsIdleConn); ok && tc.released.Load() {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestTLSFrontParkReleasesTLSBuffers: each park of an idle TLS connection
+// lets go of crypto/tls's read buffers, and the connection answers its next
+// requests after.
+func TestTLSFrontParkReleasesTLSBuffers(t *testing.T) {
+	snap, _ := frontSnapshot(t)
+	tf, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	tc, fc, br := dialTLSFlush(t, addr, tlsClientConfig(pool))
+	for round := 0; round < 3; round++ {
+		io.WriteString(tc, smallGET)
+		fc.flush(t, len(fc.buf))
+		readAnswers(t, br, len("small body\n"))
+		poll.EventuallyTrue(t, 10*time.Second, "parked with crypto/tls's buffers released", func() bool { return parkedReleased(tf.fast) })
+		tf.fast.mu.Lock()
+		for c := range tf.fast.conns {
+			c.(*addrConn).Conn.(*tlsIdleConn).released.Store(false) // the next park sets it again
+		}
+		tf.fast.mu.Unlock()
+	}
+}
+
+// tlsBufCaps are the capacities of tc's read buffers: rawInput, hand, and
+// the size of input's slice.
+func tlsBufCaps(tc *tls.Conn) [3]int {
+	p := unsafe.Pointer(tc)
+	return [3]int{(*bytes.Buffer)(unsafe.Add(p, tlsBufs.rawInput)).Cap(), (*bytes.Buffer)(unsafe.Add(p, tlsBufs.hand)).Cap(),
+		int((*bytes.Reader)(unsafe.Add(p, tlsBufs.input)).Size())}
+}
+
+// TestReleaseTLSBuffers: with nothing left to read, releaseTLSBuffers
+// empties crypto/tls's handshake buffer, and its record buffer (with the
+// plaintext reader over it) when that is above keep, and the connection
+// reads on; with plaintext not yet read it changes nothing and loses no byte.
+func TestReleaseTLSBuffers(t *testing.T) {
+	if !tlsBufs.ok {
+		t.Fatal("crypto/tls.Conn's rawInput, hand or input not found: this Go release renamed them, and releaseTLSBuffers releases nothing")
+	}
+	cert, pool := testCertificate(t)
+	cc, sc := net.Pipe()
+	defer cc.Close()
+	client := tls.Client(cc, &tls.Config{RootCAs: pool, ServerName: "demo.test"})
+	server := tls.Server(sc, &tls.Config{Certificates: []tls.Certificate{cert}})
+	defer server.Close()
+	exchange := func(send string, n int) string { // the client sends, the server reads n bytes
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { _, err := io.WriteString(client, send); done <- err }()
+		p := make([]byte, n)
+		if _, err := io.ReadFull(server, p); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	hs := make(chan error, 1)
+	go func() { hs <- client.Handshake() }()
+	if err := server.Handshake(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-hs; err != nil {
+		t.Fatal(err)
+	}
+	if got := exchange("first", 5); got != "first" {
+		t.Fatalf("read %q", got)
+	}
+	if caps := tlsBufCaps(server); caps[0] == 0 || caps[1] == 0 {
+		t.Fatalf("capacities %v before the release: want rawInput and hand grown by the handshake", caps)
+	}
+	if !releaseTLSBuffers(server, 0) {
+		t.Fatal("nothing left to read: not released")
+	}
+	if caps := tlsBufCaps(server); caps != [3]int{} {
+		t.Fatalf("capacities %v after the release, want all 0", caps)
+	}
+	if got := exchange("small", 5); got != "small" {
+		t.Fatalf("read %q after the release", got)
+	}
+	small := tlsBufCaps(server)
+	if !releaseTLSBuffers(server, parkKeep) || tlsBufCaps(server) != small || small[0] == 0 || small[0] > parkKeep {
+		t.Fatalf("a small record's buffer (capacities %v) released at a park (now %v), want it kept", small, tlsBufCaps(server))
+	}
+	big := strings.Repeat("b", 12000)
+	if got := exchange(big, len(big)); got != big {
+		t.Fatalf("read %d bytes of the big record, want %d", len(got), len(big))
+	}
+	if caps := tlsBufCaps(server); caps[0] <= parkKeep {
+		t.Fatalf("capacities %v after a 12 000-byte record, want rawInput above %d", caps, parkKeep)
+	}
+	if !releaseTLSBuffers(server, parkKeep) || tlsBufCaps(server) != [3]int{} {
+		t.Fatalf("a big record's buffer kept at a park: capacities %v, want all 0", tlsBufCaps(server))
+	}
+	if got := exchange("second record", 6); got != "second" {
+		t.Fatalf("read %q after the release", got)
+	}
+	before := tlsBufCaps(server)
+	if releaseTLSBuffers(server, 0) {
+		t.Fatal("released with \" record\" not yet read")
+	}
+	if caps := tlsBufCaps(server); caps != before {
+		t.Fatalf("capacities %v after a refused release, want %v", caps, before)
+	}
+	p := make([]byte, 7)
+	if _, err := io.ReadFull(server, p); err != nil || string(p) != " record" {
+		t.Fatalf("read %q, %v after a refused release, want \" record\"", p, err)
+	}
+}
+
+// TestTLSFrontHandsOnWithoutHandshakeBuffers: the connection a TLSFront
+// hands to net/http (HTTP/2, or HTTP/1.1 on the std front) after the
+// handshake holds no handshake-sized crypto/tls buffer.
+func TestTLSFrontHandsOnWithoutHandshakeBuffers(t *testing.T) {
+	cert, pool := testCertificate(t)
+	tf := &TLSFront{cfg: &tls.Config{Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}},
+		handshake: 10 * time.Second, h2: newConnQueue(), h1: newConnQueue()}
+	tf.ctx, tf.cancel = context.WithCancel(context.Background())
+	defer tf.cancel()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, proto := range []string{"h2", "http/1.1"} {
+		dialed := make(chan error, 1)
+		go func() {
+			c, err := tls.Dial("tcp", l.Addr().String(), &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{proto}})
+			if err == nil {
+				defer c.Close()
+				_, err = c.Read(make([]byte, 1)) // until the server closes (the test is done with it)
+				if errors.Is(err, io.EOF) {
+					err = nil
+				}
+			}
+			dialed <- err
+		}()
+		raw, err := l.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tf.wg.Add(1)
+		go tf.serveConn(raw)
+		c, err := tf.h2.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caps := tlsBufCaps(c.(*tls.Conn)); caps != [3]int{} {
+			t.Errorf("ALPN %s: handed on with crypto/tls buffer capacities %v, want all 0", proto, caps)
+		}
+		c.Close()
+		if err := <-dialed; err != nil {
+			t.Fatalf("ALPN %s: client: %v", proto, err)
+		}
+	}
+	tf.wg.Wait()
 }

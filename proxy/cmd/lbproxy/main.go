@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/api/bfe"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
+	"github.com/sluicelb/sluice/proxy/internal/memrelease"
 	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
 	"github.com/sluicelb/sluice/proxy/server"
@@ -72,7 +73,7 @@ func newApp() *cli.App {
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). (--tls-front chooses for --listen-tls)", EnvVars: env("FRONT")},
-			&cli.StringFlag{Name: "tls-front", Value: "std", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): std (default; 17 KiB of Go heap and 8 KiB of stack per idle connection) or fasthttp (idle connections parked: 8.5 KiB of heap and 2 KiB of stack each; CPU per request against std: docs/BENCHMARKS.md)", EnvVars: env("TLS_FRONT")},
+			&cli.StringFlag{Name: "tls-front", Value: "std", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): std (default; 14 KiB of Go heap and 8 KiB of stack per idle connection) or fasthttp (idle connections parked: 5 KiB of heap and 2 KiB of stack each; CPU per request against std: docs/BENCHMARKS.md)", EnvVars: env("TLS_FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "report-interval", Value: 5e9, Usage: "how often the status and demand reports are rewritten in etcd (staged rollouts judge traffic from them)", EnvVars: env("REPORT_INTERVAL")},
 			&cli.IntFlag{Name: "max-instances", Usage: "refuse a snapshot with more backend instances than this (the proxy's memory budget; it keeps the last good one and reports the rejection); 0: no limit", EnvVars: env("MAX_INSTANCES")},
@@ -83,6 +84,7 @@ func newApp() *cli.App {
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
+			&cli.DurationFlag{Name: "memory-release-interval", Value: 10e9, Usage: "how often the proxy checks whether it is quiet (allocating under 1/16 of its free heap per interval) with at least 16 MiB of free Go heap, and then returns that heap to the OS (debug.FreeOSMemory: after a burst of connections, idle ones cost their live memory only); 0: never", EnvVars: env("MEMORY_RELEASE_INTERVAL")},
 			&cli.IntFlag{Name: "gc-percent", Value: 400, Usage: "Go GC target (debug.SetGCPercent): the proxy's live heap is small, so collecting at 5x it instead of 2x saves CPU per request; 0 keeps GOGC", EnvVars: env("GC_PERCENT")},
 		}...),
 		Commands: []*cli.Command{{
@@ -112,6 +114,9 @@ func run(c *cli.Context) error {
 		return fmt.Errorf("--gc-percent %d: want 0 (keep GOGC) or a percentage above 0", p)
 	case p > 0:
 		debug.SetGCPercent(p)
+	}
+	if d := c.Duration("memory-release-interval"); d < 0 {
+		return fmt.Errorf("--memory-release-interval %s: want 0 (never) or a positive duration", d)
 	}
 	if b := c.Int("access-log-buffer"); b < 0 {
 		return fmt.Errorf("--access-log-buffer %d: want 0 (write each line at once) or a size in bytes", b)
@@ -217,6 +222,16 @@ func run(c *cli.Context) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	if d := c.Duration("memory-release-interval"); d > 0 {
+		r := memrelease.New(16 << 20)
+		release := r.Release
+		r.Release = func() {
+			free := memrelease.ReadRuntime().Free
+			release()
+			logger.Info("quiet: free Go heap returned to the OS", "bytes", free, "left_free", memrelease.ReadRuntime().Free)
+		}
+		go r.Run(ctx, d) // ends with ctx (stop)
+	}
 	if err := lbproxy.Run(ctx, cfg); err != nil && !errors.Is(err, context.Canceled) {
 		return err
 	}

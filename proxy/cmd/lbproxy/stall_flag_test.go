@@ -24,3 +24,14 @@ func TestWatchStallTimeoutMustBePositive(t *testing.T) {
 		t.Errorf("SLUICE_WATCH_STALL_TIMEOUT=0s: %v", err)
 	}
 }
+
+// --memory-release-interval (issue 23) refuses a negative duration, naming
+// flag and value, before anything starts.
+func TestMemoryReleaseIntervalNotNegative(t *testing.T) {
+	app := newApp()
+	app.Writer = &bytes.Buffer{}
+	err := app.Run([]string{"lbproxy", "--proxy-cluster", "BFE1", "--memory-release-interval", "-1s"})
+	if err == nil || !strings.Contains(err.Error(), "--memory-release-interval -1s: want 0 (never) or a positive duration") {
+		t.Errorf("--memory-release-interval -1s: %v", err)
+	}
+}
