@@ -106,6 +106,11 @@ func startAgent(t *testing.T, cfg Config) *running {
 	r := &running{a: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { r.done <- a.Run(ctx) }()
 	t.Cleanup(func() { r.stop(t) })
+	if cfg.Admin != "" {
+		// Run binds the admin listener first; wait for it, so a test never
+		// asks an empty address (CI: Get "http:///readyz").
+		poll.EventuallyTrue(t, 20*time.Second, "admin up", func() bool { return a.AdminAddr() != "" })
+	}
 	return r
 }
 

@@ -19,9 +19,15 @@ func authEtcd(t *testing.T) (*etcdtest.Server, *clientv3.Client) {
 	return etcdtest.NewWithAuth(t, etcdtest.Options{}, "sluice", "pw", "/sluice/")
 }
 
+// readyz answers 0 while the agent's admin server is not listening yet
+// (callers poll).
 func readyz(t *testing.T, a *Agent) (int, string) {
 	t.Helper()
-	code, body := httpGet(t, "http://"+a.AdminAddr()+"/readyz")
+	addr := a.AdminAddr()
+	if addr == "" {
+		return 0, ""
+	}
+	code, body := httpGet(t, "http://"+addr+"/readyz")
 	var doc struct {
 		Reason string `json:"reason"`
 	}
