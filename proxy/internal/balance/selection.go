@@ -297,7 +297,7 @@ func (s *Selection) first() (Pick, error) {
 	s.primUsed++
 	p := s.take(g, i, why, false)
 	if c.stickyCookie {
-		p.cookie = c.makeCookie(p.ep.addr)
+		p.cookie = g.cookies[i]
 	}
 	return p, nil
 }
