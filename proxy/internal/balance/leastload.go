@@ -328,8 +328,12 @@ func (p leastLoad) pick(s *Selection, g *group, v *view) int {
 		return p.scan(s, g, v)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.sync(v)
+	return t.acquire(s, p.treePick(s, g, v, t))
+}
+
+// treePick is leastLoad's pick from the live tree t (t.mu held, t synced with v).
+func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	if s.nTried == 0 {
 		root := t.node[1]
 		switch {
@@ -457,14 +461,43 @@ func (p firstAvail) pick(s *Selection, g *group, v *view) int {
 		okTree = ok
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.sync(v)
+	i := -1
 	if p.limit > 0 {
-		if i := t.firstBelow(1, p.limit, okTree); i >= 0 {
-			return i
-		}
+		i = t.firstBelow(1, p.limit, okTree)
 	}
-	return t.firstBelow(1, math.MaxInt64, okTree)
+	if i < 0 {
+		i = t.firstBelow(1, math.MaxInt64, okTree)
+	}
+	return t.acquire(s, i)
+}
+
+// acquire counts the pick of member i (-1: none) on s's stripe while the
+// pick still holds t.mu, and unlocks it: the pick's tree walk and the
+// acquire's path fix-up share one lock round trip, and no other pick sees
+// the tree between them. Selection.take then does not count it again
+// (s.acquired). An address other trees also track (another cluster lists
+// it) has them updated after t.mu is released: two tree locks are never
+// held together.
+func (t *loadTree) acquire(s *Selection, i int) int {
+	if i < 0 {
+		t.mu.Unlock()
+		return i
+	}
+	e := t.eps[i]
+	e.load[s.stripe&(inflightCells-1)].n.Add(1)
+	s.acquired = true
+	// Read after the count moved: a table swap that re-points the address
+	// at new trees either shows here or re-reads the count itself.
+	ts := e.trees.Load()
+	if ts != nil && len(*ts) == 1 && (*ts)[0].t == t {
+		t.setLoad(i)
+		t.mu.Unlock()
+		return i
+	}
+	t.mu.Unlock()
+	e.noteLoad()
+	return i
 }
 
 // scan is firstAvail's pick among the members ok accepts, by a scan.
