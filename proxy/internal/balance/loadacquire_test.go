@@ -96,16 +96,10 @@ func TestSharedLoadTreesConverge(t *testing.T) {
 			for k := range 3000 {
 				var s Selection
 				c.Start(&s, nil, netip.AddrFrom4([4]byte{10, 8, byte(w), byte(k)}), uint32(w))
-				p, err := s.Next()
-				s.Release()
-				if err != nil {
+				var err error
+				if held, err = pickHeld(&s, held, 7); err != nil {
 					errs <- err
 					return
-				}
-				held = append(held, p)
-				if len(held) > 7 {
-					held[0].Done(Result{Status: 200})
-					held = held[1:]
 				}
 			}
 			for _, p := range held {
@@ -133,4 +127,20 @@ func TestSharedLoadTreesConverge(t *testing.T) {
 			tr.mu.Unlock()
 		}
 	}
+}
+
+// pickHeld makes s's first pick and releases s, holds the pick in held and
+// answers the oldest held beyond keep.
+func pickHeld(s *Selection, held []Pick, keep int) ([]Pick, error) {
+	p, err := s.Next()
+	s.Release()
+	if err != nil {
+		return held, err
+	}
+	held = append(held, p)
+	if len(held) > keep {
+		held[0].Done(Result{Status: 200})
+		held = held[1:]
+	}
+	return held, nil
 }
