@@ -250,7 +250,12 @@ func mapBased(v *view, h uint64, ok func(int) bool) int {
 		return -1
 	}
 	x := int64(h % uint64(v.total))
-	i := sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	var i int
+	if v.pindex.start != nil {
+		i = v.pindex.find(v.prefix, x)
+	} else {
+		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	}
 	if i < len(v.prefix) && ok(i) {
 		return i
 	}
