@@ -23,26 +23,8 @@ func aliasMass(t aliasTable, total int64) []int64 {
 func TestAliasTableIsExact(t *testing.T) {
 	rnd := seededRand(7)
 	for trial := range 3000 {
-		n := 1 + int(rnd()%64)
-		if trial%100 == 0 {
-			n = 5000
-		}
-		ws := make([]int, n)
-		var total int64
-		for i := range ws {
-			switch r := rnd() % 10; {
-			case r < 2:
-				ws[i] = 0
-			case r < 3:
-				ws[i] = 1_000_000 // config.MaxInstanceWeight
-			default:
-				ws[i] = 1 + int(rnd()%7)
-			}
-			total += int64(ws[i])
-		}
-		if total == 0 {
-			ws[0], total = 1, 1
-		}
+		ws, total := randomWeights(rnd, trial, 64, 100, true)
+		n := len(ws)
 		tab := newAlias(ws, total)
 		for c, col := range tab {
 			if col.cut < 0 || col.cut > total || col.alias < 0 || int(col.alias) >= n {
@@ -78,4 +60,30 @@ func TestAliasDrawMapsTheWord(t *testing.T) {
 			t.Errorf("draw(%#x) = %d, want %d", c.r, got, c.want)
 		}
 	}
+}
+
+// randomWeights are the weights of trial: 1..maxN members (bigEvery-th
+// trial: 5 000), a fifth of them 0 (unavailable), a tenth
+// config.MaxInstanceWeight when heavy, the others 1..7; never all 0.
+func randomWeights(rnd func() uint64, trial, maxN, bigEvery int, heavy bool) ([]int, int64) {
+	n := 1 + int(rnd()%uint64(maxN))
+	if trial%bigEvery == 0 {
+		n = 5000
+	}
+	ws := make([]int, n)
+	var total int64
+	for i := range ws {
+		switch r := rnd() % 10; {
+		case r < 2:
+		case r < 3 && heavy:
+			ws[i] = 1_000_000 // config.MaxInstanceWeight
+		default:
+			ws[i] = 1 + int(rnd()%7)
+		}
+		total += int64(ws[i])
+	}
+	if total == 0 {
+		ws[0], total = 1, 1
+	}
+	return ws, total
 }

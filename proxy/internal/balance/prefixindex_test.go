@@ -13,24 +13,13 @@ import (
 func TestPrefixIndexMatchesBinarySearch(t *testing.T) {
 	rnd := seededRand(3)
 	for trial := range 2000 {
-		n := 1 + int(rnd()%40)
-		if trial%200 == 0 {
-			n = 5000
-		}
+		ws, total := randomWeights(rnd, trial, 40, 200, trial%2 == 1)
+		n := len(ws)
 		prefix := make([]int64, n)
-		var total int64
-		for i := range prefix {
-			switch r := rnd() % 10; {
-			case r < 2:
-			case r < 3 && trial%2 == 1:
-				total += 1_000_000 // config.MaxInstanceWeight
-			default:
-				total += int64(1 + rnd()%7)
-			}
-			prefix[i] = total
-		}
-		if total == 0 {
-			continue
+		var sum int64
+		for i, w := range ws {
+			sum += int64(w)
+			prefix[i] = sum
 		}
 		p := newPrefixIndex(prefix, total)
 		var xs []int64
