@@ -29,9 +29,25 @@ func (c *Cluster) cookieID(a netip.AddrPort) [16]byte {
 	return [16]byte(c.cookieMAC(a.String()))
 }
 
-func (c *Cluster) makeCookie(a netip.AddrPort) *http.Cookie {
-	id := c.cookieID(a)
+func (c *Cluster) makeCookie(a netip.AddrPort) *http.Cookie { return c.newCookie(c.cookieID(a)) }
+
+func (c *Cluster) newCookie(id [16]byte) *http.Cookie {
 	return &http.Cookie{Name: c.cookie, Value: base64.RawURLEncoding.EncodeToString(id[:]), Path: "/", HttpOnly: true, SameSite: http.SameSiteLaxMode}
+}
+
+// indexCookies signs group gi's members once, at Build: g.cookies holds
+// each member's Set-Cookie (the table is immutable, so a pick issuing one
+// allocates nothing), and c.byCookie maps each id back to the first member
+// of the cluster at that address.
+func (c *Cluster) indexCookies(gi int, g *group) {
+	g.cookies = make([]*http.Cookie, len(g.members))
+	for mi := range g.members {
+		id := c.cookieID(g.members[mi].ep.addr)
+		if _, dup := c.byCookie[id]; !dup {
+			c.byCookie[id] = memberRef{gi, mi}
+		}
+		g.cookies[mi] = c.newCookie(id)
+	}
 }
 
 // parseCookie returns the member a cookie value names.

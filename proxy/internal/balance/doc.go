@@ -42,12 +42,16 @@
 // never a switch on the algorithm. The sub-cluster pick (gslb.go) returns
 // the group or ErrBlackhole, ErrNoAvailable or errSpill (no weighted
 // sub-cluster has anything: a cross retry at once). No pick scans a
-// sub-cluster: schedules and prefix sums are read in O(1) or O(log n); the
+// sub-cluster: schedules, alias tables (weighted random draws, alias.go)
+// and the ring's bucket index are read in O(1), map-based hashing's prefix
+// sums in O(log n); the
 // least-loaded algorithms (wlc, leastconn, wlc-random, first, and sticky's
 // bounded load) read a loadTree, a segment tree of the members by
 // in-flight / weight that Endpoint.acquire and release update (under the
 // tree's own mutex, which no config update takes) for every cluster
-// referencing the address. A table's trees serve from its Holder.Store
+// referencing the address; a least-loaded pick acquires its instance under
+// the lock it picked under (loadTree.acquire). Sticky cookies are signed
+// once per table (cookie.go): a pick allocates nothing. A table's trees serve from its Holder.Store
 // until the next; a selection still on a replaced table scans (the same
 // answers, tested pick for pick). Groups under loadTreeMin members scan.
 //

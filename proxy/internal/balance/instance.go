@@ -190,14 +190,23 @@ func (s *Selection) untried(g *group, v *view) func(int) bool {
 	return func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
 }
 
+// drawsWeighted says whether the algorithm draws weighted random members
+// (its views carry an alias table).
+func (c *Cluster) drawsWeighted() bool { return c.algo == algoRandom || c.algo == algoP2C }
+
 // drawWeighted returns a weighted random available member (by the view's
-// prefix sums), or -1 if it is excluded by ok.
+// alias table, else its prefix sums), or -1 if it is excluded by ok.
 func (s *Selection) drawWeighted(v *view, ok func(int) bool) int {
 	if v.total <= 0 {
 		return -1
 	}
-	x := int64(s.c.reg.rand() % uint64(v.total))
-	i := sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	var i int
+	if v.alias != nil {
+		i = v.alias.draw(s.c.reg.rand(), v.total)
+	} else {
+		x := int64(s.c.reg.rand() % uint64(v.total))
+		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	}
 	if i < len(v.prefix) && ok(i) {
 		return i
 	}
@@ -241,7 +250,12 @@ func mapBased(v *view, h uint64, ok func(int) bool) int {
 		return -1
 	}
 	x := int64(h % uint64(v.total))
-	i := sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	var i int
+	if v.pindex.start != nil {
+		i = v.pindex.find(v.prefix, x)
+	} else {
+		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
+	}
 	if i < len(v.prefix) && ok(i) {
 		return i
 	}

@@ -47,14 +47,16 @@ var loadTreeMin = 32
 // loadNode is one range of members: the least loaded (leftmost of equals;
 // -1 when none is available), how many share its load, and that load
 // (n / w) — carried in the node, so that fixing a path compares nodes
-// without reading the members. A range with no available member is
+// without reading the members. 16 bytes, four to a cache line: in-flight
+// counts and weights (at most config.MaxInstanceWeight) fit 32 bits, and
+// their cross products are taken in 64. A range with no available member is
 // emptyNode: load 1/0, which the cross-multiplication orders after every
 // real load (1·w > n·0) and level with another empty one (0 = 0), so cmp
 // needs no branch for it.
 type loadNode struct {
 	best int32
 	ties int32
-	n, w int64
+	n, w int32
 }
 
 // emptyNode is the node of a range with no available member.
@@ -62,7 +64,7 @@ var emptyNode = loadNode{best: -1, n: 1}
 
 // cmp orders two loads (emptyNode is heavier than any real one).
 func (a loadNode) cmp(b loadNode) int {
-	l, r := a.n*b.w, b.n*a.w
+	l, r := int64(a.n)*int64(b.w), int64(b.n)*int64(a.w)
 	switch {
 	case l < r:
 		return -1
@@ -120,7 +122,7 @@ func combine(l, r loadNode) loadNode {
 // leaf is member i alone (i < 0 or unavailable: the empty node).
 func (t *loadTree) leaf(i int32) loadNode {
 	if i >= 0 && t.w[i] > 0 {
-		return loadNode{i, 1, t.n[i], t.w[i]}
+		return loadNode{i, 1, int32(t.n[i]), int32(t.w[i])}
 	}
 	return emptyNode
 }
@@ -138,9 +140,9 @@ func (t *loadTree) setLoad(i int) {
 	for k >>= 1; k >= 1; k >>= 1 {
 		l, r := &nodes[2*k], &nodes[2*k+1]
 		nd := *l
-		if l.n*r.w > r.n*l.w {
+		if ln, rn := int64(l.n)*int64(r.w), int64(r.n)*int64(l.w); ln > rn {
 			nd = *r
-		} else if l.n*r.w == r.n*l.w {
+		} else if ln == rn {
 			nd.ties += r.ties
 		}
 		if p := &nodes[k]; nd != *p {
@@ -283,7 +285,7 @@ func (t *loadTree) leastOK(k int, ok func(int) bool) int32 {
 func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
 	nd := t.node[k]
 	b := nd.best
-	if b < 0 || nd.n >= limit {
+	if b < 0 || int64(nd.n) >= limit {
 		return -1
 	}
 	if k >= t.size {
@@ -328,8 +330,12 @@ func (p leastLoad) pick(s *Selection, g *group, v *view) int {
 		return p.scan(s, g, v)
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.sync(v)
+	return t.acquire(s, p.treePick(s, g, v, t))
+}
+
+// treePick is leastLoad's pick from the live tree t (t.mu held, t synced with v).
+func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	if s.nTried == 0 {
 		root := t.node[1]
 		switch {
@@ -457,14 +463,43 @@ func (p firstAvail) pick(s *Selection, g *group, v *view) int {
 		okTree = ok
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	t.sync(v)
+	i := -1
 	if p.limit > 0 {
-		if i := t.firstBelow(1, p.limit, okTree); i >= 0 {
-			return i
-		}
+		i = t.firstBelow(1, p.limit, okTree)
 	}
-	return t.firstBelow(1, math.MaxInt64, okTree)
+	if i < 0 {
+		i = t.firstBelow(1, math.MaxInt64, okTree)
+	}
+	return t.acquire(s, i)
+}
+
+// acquire counts the pick of member i (-1: none) on s's stripe while the
+// pick still holds t.mu, and unlocks it: the pick's tree walk and the
+// acquire's path fix-up share one lock round trip, and no other pick sees
+// the tree between them. Selection.take then does not count it again
+// (s.acquired). An address other trees also track (another cluster lists
+// it) has them updated after t.mu is released: two tree locks are never
+// held together.
+func (t *loadTree) acquire(s *Selection, i int) int {
+	if i < 0 {
+		t.mu.Unlock()
+		return i
+	}
+	e := t.eps[i]
+	e.load[s.stripe&(inflightCells-1)].n.Add(1)
+	s.acquired = true
+	// Read after the count moved: a table swap that re-points the address
+	// at new trees either shows here or re-reads the count itself.
+	ts := e.trees.Load()
+	if ts != nil && len(*ts) == 1 && (*ts)[0].t == t {
+		t.setLoad(i)
+		t.mu.Unlock()
+		return i
+	}
+	t.mu.Unlock()
+	e.noteLoad()
+	return i
 }
 
 // scan is firstAvail's pick among the members ok accepts, by a scan.

@@ -260,16 +260,10 @@ func TestLoadTreeConvergesUnderConcurrency(t *testing.T) {
 				default:
 				}
 				s := e.h.Load().Cluster("demo").NewSelection(nil, netip.AddrFrom4([4]byte{10, 7, byte(w), byte(k)}))
-				p, err := s.Next()
-				s.Release()
-				if err != nil {
+				var err error
+				if held, err = pickHeld(s, held, 5); err != nil {
 					errs <- err
 					return
-				}
-				held = append(held, p)
-				if len(held) > 5 {
-					held[0].Done(Result{Status: 200})
-					held = held[1:]
 				}
 			}
 		}()

@@ -76,6 +76,8 @@ var reasonNames = [...]string{"hash", "request", "random", "fallback", "cookie",
 func (p Pick) Endpoint() *Endpoint { return p.ep }
 
 // SetCookie is the sticky cookie to (re)issue with the response, or nil.
+// It is the instance's cookie, made once per table and shared by every
+// pick of it: read it, do not modify it.
 func (p Pick) SetCookie() *http.Cookie { return p.cookie }
 
 // SubCluster is the chosen sub-cluster's name.

@@ -3,7 +3,6 @@ package balance
 import (
 	"cmp"
 	"slices"
-	"sort"
 )
 
 // ring is a consistent-hash ring over a group's members (ketama, as nginx's
@@ -23,7 +22,15 @@ import (
 type ring struct {
 	points []ringPoint
 	shift  uint // points per member were divided by 2^shift to fit ringMaxPoints
+	// index[b] is the first point whose hash's top indexBits bits are ≥ b
+	// (index[len-1] = len(points)): a lookup scans one bucket of about
+	// ringBucketPoints points instead of binary-searching the whole ring.
+	index     []uint32
+	indexBits uint
 }
+
+// ringBucketPoints is the mean number of points per index bucket.
+const ringBucketPoints = 4
 
 // ringPoint is 8 bytes: the top 32 bits of the point's hash (a million
 // points on a 2^32 circle: a collision orders the two by member identity)
@@ -95,7 +102,34 @@ func buildRing(ms []member) *ring {
 		}
 		return cmp.Compare(ms[a.member].addrHash, ms[b.member].addrHash)
 	})
+	r.buildIndex()
 	return r
+}
+
+// buildIndex fills r.index for r.points (sorted).
+func (r *ring) buildIndex() {
+	for r.indexBits < 24 && len(r.points)>>r.indexBits > ringBucketPoints {
+		r.indexBits++
+	}
+	r.index = make([]uint32, 1<<r.indexBits+1)
+	p := 0
+	for b := range r.index {
+		for p < len(r.points) && uint64(r.points[p].hash)>>(32-r.indexBits) < uint64(b) {
+			p++
+		}
+		r.index[b] = uint32(p)
+	}
+}
+
+// start is the first point whose hash is ≥ h32 (len(points) if none):
+// the binary search's answer, from the index bucket of h32.
+func (r *ring) start(h32 uint32) int {
+	b := uint64(h32) >> (32 - r.indexBits)
+	i, end := int(r.index[b]), int(r.index[b+1])
+	for i < end && r.points[i].hash < h32 {
+		i++
+	}
+	return i
 }
 
 // ringPointHash is point k of the member whose identity hashes to id.
@@ -104,15 +138,15 @@ func ringPointHash(id uint64, k int) uint32 {
 }
 
 // lookup walks clockwise from h and returns the first member for which ok
-// is true, or -1. The start is a binary search (O(log points)); the walk
-// passes only points of members ok refuses.
+// is true, or -1. The start is found in the index (O(1): one bucket); the
+// walk passes only points of members ok refuses.
 func (r *ring) lookup(h uint64, ok func(int) bool) int {
 	n := len(r.points)
 	if n == 0 {
 		return -1
 	}
 	h32 := uint32(h >> 32)
-	start := sort.Search(n, func(i int) bool { return r.points[i].hash >= h32 })
+	start := r.start(h32)
 	for k := 0; k < n; k++ {
 		m := int(r.points[(start+k)%n].member)
 		if ok(m) {

@@ -24,6 +24,7 @@ type Selection struct {
 	stripe   uint32
 	keyOK    bool
 	keyDone  bool
+	acquired bool // the picker already counted its pick in flight (loadTree.acquire)
 	live     bool // started and not released
 	pooled   bool
 	triedArr [4]*Endpoint
@@ -61,7 +62,7 @@ func (c *Cluster) Start(s *Selection, req *http.Request, clientIP netip.Addr, st
 	s.nTried = 0
 	s.attempt, s.primary, s.primUsed, s.crossUse = 0, -1, 0, 0
 	s.stripe = stripe & uint32(c.reg.stripes-1)
-	s.keyDone, s.live = false, true
+	s.keyDone, s.acquired, s.live = false, false, true
 	c.reg.active[s.stripe].n.Add(1)
 }
 
@@ -297,7 +298,7 @@ func (s *Selection) first() (Pick, error) {
 	s.primUsed++
 	p := s.take(g, i, why, false)
 	if c.stickyCookie {
-		p.cookie = c.makeCookie(p.ep.addr)
+		p.cookie = g.cookies[i]
 	}
 	return p, nil
 }
@@ -356,7 +357,9 @@ func (s *Selection) fastFirst() (Pick, bool) {
 // take records the pick and builds it.
 func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
 	e := g.members[i].ep
-	if e.acquire(s.stripe) {
+	if s.acquired {
+		s.acquired = false
+	} else if e.acquire(s.stripe) {
 		e.noteLoad()
 	}
 	s.addTried(e)

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
 	"sort"
 	"sync"
@@ -149,9 +150,10 @@ type group struct {
 	base     *schedule // configured weights; progress shared across tables
 	ring     *ring     // sticky, ring_hash, and the HAProxy hash modes with hash_type consistent
 	view     atomic.Pointer[view]
-	mu       sync.Mutex    // view rebuilds
-	load     *loadTree     // least-loaded pickers; nil for the others
-	rr       atomic.Uint64 // leastconn's rotating tie-break start
+	mu       sync.Mutex     // view rebuilds
+	load     *loadTree      // least-loaded pickers; nil for the others
+	rr       atomic.Uint64  // leastconn's rotating tie-break start
+	cookies  []*http.Cookie // sticky-cookie: each member's Set-Cookie, signed at Build (cookie.go)
 }
 
 // Build compiles a checked snapshot into a Table. It changes nothing
@@ -226,10 +228,10 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 				ws[mi] = g.members[mi].weight
 				if _, dup := c.byAddr[a]; !dup {
 					c.byAddr[a] = memberRef{gi, mi}
-					if c.stickyCookie {
-						c.byCookie[c.cookieID(a)] = memberRef{gi, mi}
-					}
 				}
+			}
+			if c.stickyCookie {
+				c.indexCookies(gi, g)
 			}
 			g.base = r.progressFor(progressKey{c.name, g.name}, sigOfMembers(g.members, ws), ws)
 			if c.algo == algoSticky || c.algo == algoRingHash || (c.algo.Hashed() && c.consistent) {

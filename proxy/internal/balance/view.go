@@ -13,7 +13,9 @@ type view struct {
 	weights []int // dynamic weight, 0 when unavailable
 	nAvail  int
 	total   int64
-	prefix  []int64 // prefix sums of weights (random draws)
+	prefix  []int64     // prefix sums of weights (map-based hashing; random draws without alias)
+	alias   aliasTable  // random draws (random, random(N), p2c-ewma); nil for the other algorithms
+	pindex  prefixIndex // map-based hashing: where a hash falls in prefix (prefixindex.go)
 	sched   *schedule
 	full    bool        // every member available at its configured weight (sched is the base)
 	timed   bool        // until is set
@@ -150,6 +152,12 @@ func (g *group) rebuildView(epoch uint64) *view {
 		if step.Before(v.until) {
 			v.until = step
 		}
+	}
+	if v.total > 0 && g.c.drawsWeighted() {
+		v.alias = newAlias(v.weights, v.total)
+	}
+	if v.total > 0 && g.c.algo.Hashed() && !g.c.consistent {
+		v.pindex = newPrefixIndex(v.prefix, v.total)
 	}
 	v.full = static
 	v.timed = !v.until.IsZero()
