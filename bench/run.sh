@@ -28,15 +28,19 @@
 # of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
 # lbproxy-full is to be compared with.
 #
+# ALT=path/to/lbproxy adds the row lbproxy-alt (that build, lean flags; put
+# it in NAMES) for an A/B of two builds in one run.
+#
 # Ports: a block of 1 040 consecutive loopback ports free at start (benchtool
 # ports, below the ephemeral range), or PORT_BASE=N to choose it.
 #
-# Usage: ROUNDS=3 DURATION=10s RATE=2000 bench/run.sh   (make bench)
+# Usage: ROUNDS=3 DURATION=10s RATE=2000 PHASE=5s bench/run.sh   (make bench: DURATION=5s PHASE=4s)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 RATE=${RATE:-2000}
 CPU_RATE=${CPU_RATE:-8000}
+PHASE=${PHASE:-5s} # each of the two fixed-rate phases
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
@@ -55,7 +59,7 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
-# Port layout: P+0..P+7 proxies, P+10..P+17 their admin listeners, P+20..P+23
+# Port layout: P+0..P+8 proxies, P+10..P+18 their admin listeners, P+20..P+23
 # the 4 backends, P+30 the trace sink, P+40..P+1035 the 996 more instances.
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
 echo "ports $P-$((P + 1039))" >&2
@@ -131,11 +135,16 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --conf
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
   --listen 127.0.0.1:$((P + 5)) --admin 127.0.0.1:$((P + 15)) --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
+ALT_PID=0
+if [ -n "${ALT:-}" ]; then # another lbproxy build, lean flags: an A/B in one run
+  GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id alt --config "$WORK/snapshot.json" \
+    --listen 127.0.0.1:$((P + 8)) --admin 127.0.0.1:$((P + 18)) --access-log off --trace-sample 0 2>"$WORK/alt.log" & PIDS+=($!); ALT_PID=$!
+fi
 
 declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
-  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [direct]=http://${B[0]}/)
+  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
-  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [direct]=0)
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [direct]=0)
 NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
@@ -167,11 +176,11 @@ for r in $(seq "$ROUNDS"); do
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     bcpu=$(awk -v a="$b0" -v b="$b1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     t0=$(ticks "${PID[$n]}")
-    fixed=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
+    fixed=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration "$PHASE")
     t1=$(ticks "${PID[$n]}")
     freqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$fixed")
     cpuf=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$freqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
-    lat=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
+    lat=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration "$PHASE")
     RPS[$n]+="$rps "; CPU[$n]+="$cpu "; BCPU[$n]+="$bcpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
     P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
     echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
@@ -195,4 +204,4 @@ if [[ " ${NAMES[*]} " == *" lbproxy-full "* && " ${NAMES[*]} " == *" nginx-log "
     'BEGIN{ printf "lbproxy-full ÷ nginx-log (both with an access log): %.2f closed loop, %.2f at the fixed rate\n", a/b, c/d }'
 fi
 echo "load after: $(uptime)"
-echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $CPU_RATE req/s + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
+echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"
