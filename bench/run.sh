@@ -24,13 +24,23 @@
 #                 local sink (benchtool sink)
 #   lbproxy-1k    lean, one cluster of 1 000 instances (the 4 backends + 996
 #                 more listeners of the same backend process, weight 1 each)
+# nginx runs twice: nginx (access_log off) and nginx-log (a JSON access log
+# of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
+# lbproxy-full is to be compared with.
 #
-# Usage: ROUNDS=3 DURATION=10s RATE=2000 bench/run.sh   (make bench)
+# ALT=path/to/lbproxy adds the row lbproxy-alt (that build, lean flags; put
+# it in NAMES) for an A/B of two builds in one run.
+#
+# Ports: a block of 1 040 consecutive loopback ports free at start (benchtool
+# ports, below the ephemeral range), or PORT_BASE=N to choose it.
+#
+# Usage: ROUNDS=3 DURATION=10s RATE=2000 PHASE=5s bench/run.sh   (make bench: DURATION=5s PHASE=4s)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-10s}
 RATE=${RATE:-2000}
 CPU_RATE=${CPU_RATE:-8000}
+PHASE=${PHASE:-5s} # each of the two fixed-rate phases
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
@@ -49,29 +59,43 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
-B=(127.0.0.1:29101 127.0.0.1:29102 127.0.0.1:29103 127.0.0.1:29104)
+# Port layout: P+0..P+8 proxies, P+10..P+18 their admin listeners, P+20..P+23
+# the 4 backends, P+30 the trace sink, P+40..P+1035 the 996 more instances.
+P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
+echo "ports $P-$((P + 1039))" >&2
+B=(127.0.0.1:$((P + 20)) 127.0.0.1:$((P + 21)) 127.0.0.1:$((P + 22)) 127.0.0.1:$((P + 23)))
 W=(5 3 1 1)
 EXTRA=() # the 996 more instances of the 1 000-instance cluster
-for p in $(seq 30000 30995); do EXTRA+=("127.0.0.1:$p"); done
+for p in $(seq $((P + 40)) $((P + 1035))); do EXTRA+=("127.0.0.1:$p"); done
 ALL=("${B[@]}" "${EXTRA[@]}")
 taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${ALL[*]}")" & PIDS+=($!); BACKENDS_PID=$!
-taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:29200 & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" sink -addr 127.0.0.1:$((P + 30)) & PIDS+=($!)
 
 # --- configurations ---------------------------------------------------------
-{
-  echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;"
+nginxconf() { # $1: name (pid, error log and temp files), $2: port, $3: the access_log directive
+  echo "worker_processes 1; daemon off; pid $WORK/$1.pid; error_log $WORK/$1.err;"
   echo "events { worker_connections 4096; }"
-  echo "http { access_log off; keepalive_requests 1000000;"
-  echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
+  echo "http { keepalive_requests 1000000;"
+  # about the fields of lbproxy's JSON access line (time, method, host, path,
+  # client, upstream, status, duration, query, bytes, upstream timings, an id)
+  echo " log_format sluice escape=json '{\"time\":\"\$time_iso8601\",\"method\":\"\$request_method\",\"host\":\"\$host\",'"
+  echo "  '\"path\":\"\$uri\",\"client_ip\":\"\$remote_addr\",\"instance\":\"\$upstream_addr\",\"status\":\$status,'"
+  echo "  '\"duration\":\$request_time,\"query\":\"\$args\",\"bytes_in\":\$request_length,\"bytes_out\":\$bytes_sent,'"
+  echo "  '\"upstream_header_time\":\"\$upstream_header_time\",\"upstream_connect_time\":\"\$upstream_connect_time\",\"request_id\":\"\$request_id\"}';"
+  echo " $3"
+  echo " client_body_temp_path $WORK/$1.tmp; proxy_temp_path $WORK/$1.tmp; fastcgi_temp_path $WORK/$1.tmp; uwsgi_temp_path $WORK/$1.tmp; scgi_temp_path $WORK/$1.tmp;"
   echo " upstream be {"
   for i in 0 1 2 3; do echo "  server ${B[$i]} weight=${W[$i]};"; done
   echo "  keepalive 64; }"
-  echo " server { listen 127.0.0.1:28081; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
-} > "$WORK/nginx.conf"
+  echo " server { listen 127.0.0.1:$2; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+}
+mkdir -p "$WORK/nginx.tmp" "$WORK/nginx-log.tmp"
+nginxconf nginx "$P" "access_log off;" > "$WORK/nginx.conf"
+nginxconf nginx-log $((P + 7)) "access_log $WORK/nginx-access.log sluice buffer=64k flush=1s;" > "$WORK/nginx-log.conf"
 {
   echo "global"; echo "  nbthread 1"; echo "  maxconn 4096"
   echo "defaults"; echo "  mode http"; echo "  timeout connect 2s"; echo "  timeout client 60s"; echo "  timeout server 60s"; echo "  http-reuse always"
-  echo "frontend fe"; echo "  bind 127.0.0.1:28082"; echo "  default_backend be"
+  echo "frontend fe"; echo "  bind 127.0.0.1:$((P + 1))"; echo "  default_backend be"
   echo "backend be"; echo "  balance roundrobin"
   for i in 0 1 2 3; do echo "  server s$i ${B[$i]} weight ${W[$i]}"; done
 } > "$WORK/haproxy.cfg"
@@ -95,27 +119,33 @@ snapshot "${INST1K%,}" > "$WORK/snapshot1k.json"
 
 # --- proxies (core 0) ---------------------------------------------------------
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!
+taskset -c 0 "$NGINX" -c "$WORK/nginx-log.conf" -p "$WORK" & PIDS+=($!); NGINXLOG_PID=$!
 taskset -c 0 "$HAPROXY" -f "$WORK/haproxy.cfg" -db & PIDS+=($!); HAPROXY_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28083 --admin 127.0.0.1:29083 --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
+  --listen 127.0.0.1:$((P + 2)) --admin 127.0.0.1:$((P + 12)) --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id net --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28087 --admin 127.0.0.1:29087 --access-log off --trace-sample 0 --front std \
+  --listen 127.0.0.1:$((P + 6)) --admin 127.0.0.1:$((P + 16)) --access-log off --trace-sample 0 --front std \
   2>"$WORK/net.log" & PIDS+=($!); NET_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id std --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28085 --admin 127.0.0.1:29085 --access-log off --trace-sample 0 --upstream-client std \
+  --listen 127.0.0.1:$((P + 4)) --admin 127.0.0.1:$((P + 14)) --access-log off --trace-sample 0 --upstream-client std \
   2>"$WORK/std.log" & PIDS+=($!); STD_PID=$!
-OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:29200 \
+OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$((P + 30)) \
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --config "$WORK/snapshot.json" \
-  --listen 127.0.0.1:28084 --admin 127.0.0.1:29084 --access-log "$WORK/access.log" --access-log-buffer 65536 --trace-exporter otlp \
+  --listen 127.0.0.1:$((P + 3)) --admin 127.0.0.1:$((P + 13)) --access-log "$WORK/access.log" --access-log-buffer 65536 --trace-exporter otlp \
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
-  --listen 127.0.0.1:28086 --admin 127.0.0.1:29086 --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
+  --listen 127.0.0.1:$((P + 5)) --admin 127.0.0.1:$((P + 15)) --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
+ALT_PID=0
+if [ -n "${ALT:-}" ]; then # another lbproxy build, lean flags: an A/B in one run
+  GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id alt --config "$WORK/snapshot.json" \
+    --listen 127.0.0.1:$((P + 8)) --admin 127.0.0.1:$((P + 18)) --access-log off --trace-sample 0 2>"$WORK/alt.log" & PIDS+=($!); ALT_PID=$!
+fi
 
-declare -A URL=([nginx]=http://127.0.0.1:28081/ [haproxy]=http://127.0.0.1:28082/ [lbproxy]=http://127.0.0.1:28083/ [lbproxy-net]=http://127.0.0.1:28087/
-  [lbproxy-std]=http://127.0.0.1:28085/ [lbproxy-full]=http://127.0.0.1:28084/ [lbproxy-1k]=http://127.0.0.1:28086/ [direct]=http://${B[0]}/)
-declare -A PID=([nginx]=$NGINX_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
-  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [direct]=0)
-NAMES=(${NAMES:-nginx haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
+declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
+  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [direct]=http://${B[0]}/)
+declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [direct]=0)
+NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
 for n in "${NAMES[@]}"; do
@@ -125,8 +155,10 @@ for n in "${NAMES[@]}"; do
   done
 done
 # nginx forks a worker: measure the worker (the child of the master).
-NGINX_WORKER=$(pgrep -P "$NGINX_PID" | head -1 || true)
-[ -n "$NGINX_WORKER" ] && PID[nginx]=$NGINX_WORKER
+for n in nginx nginx-log; do
+  w=$(pgrep -P "${PID[$n]}" | head -1 || true)
+  [ -n "$w" ] && PID[$n]=$w
+done
 
 ticks() { # utime+stime of a process and its children threads, in clock ticks
   [ "$1" = 0 ] && { echo 0; return; }
@@ -144,11 +176,11 @@ for r in $(seq "$ROUNDS"); do
     cpu=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     bcpu=$(awk -v a="$b0" -v b="$b1" -v hz="$HZ" -v n="$reqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
     t0=$(ticks "${PID[$n]}")
-    fixed=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration 5s)
+    fixed=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$CPU_RATE" -duration "$PHASE")
     t1=$(ticks "${PID[$n]}")
     freqs=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$fixed")
     cpuf=$(awk -v a="$t0" -v b="$t1" -v hz="$HZ" -v n="$freqs" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }')
-    lat=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration 5s)
+    lat=$(GOGC=off taskset -c 1 "$WORK/benchtool" rate -url "${URL[$n]}" -rate "$RATE" -duration "$PHASE")
     RPS[$n]+="$rps "; CPU[$n]+="$cpu "; BCPU[$n]+="$bcpu "; CPUF[$n]+="$cpuf "; P50[$n]+="$(sed -E 's/.*p50_ms=([0-9.]+).*/\1/' <<<"$lat") "
     P99[$n]+="$(sed -E 's/.*p99_ms=([0-9.]+).*/\1/' <<<"$lat") "
     echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
@@ -166,5 +198,10 @@ for n in "${NAMES[@]}"; do
   [ "$n" = direct ] && { c="-"; ratio="-"; cf="-"; ratiof="-"; }
   printf "%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")" "$(median <<<"${BCPU[$n]}")"
 done
+if [[ " ${NAMES[*]} " == *" lbproxy-full "* && " ${NAMES[*]} " == *" nginx-log "* ]]; then
+  awk -v a="$(median <<<"${CPU[lbproxy-full]}")" -v b="$(median <<<"${CPU[nginx-log]}")" \
+    -v c="$(median <<<"${CPUF[lbproxy-full]}")" -v d="$(median <<<"${CPUF[nginx-log]}")" \
+    'BEGIN{ printf "lbproxy-full ÷ nginx-log (both with an access log): %.2f closed loop, %.2f at the fixed rate\n", a/b, c/d }'
+fi
 echo "load after: $(uptime)"
-echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + 5s at $CPU_RATE req/s + 5s at $RATE req/s; proxies on core 0, load+backends on core 1)"
+echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"

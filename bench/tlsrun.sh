@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # bench/tlsrun.sh — CPU per request over TLS, lbproxy side by side with
-# nginx (issue 20): HTTP/1.1 keep-alive (wrk, 64 connections) and HTTP/2
-# (benchtool load -h2: 160 concurrent requests multiplexed by Go's client).
+# nginx (issue 20), three phases per row and round:
+#   h1  HTTP/1.1 keep-alive: wrk -t1 -c64
+#   h2  HTTP/2: h2load -c16 -m10 (160 concurrent streams on 16 connections);
+#       without h2load, benchtool load -h2 (160 requests multiplexed by Go's client)
+#   hs  a new TLS connection per request, as wrk makes them: wrk -t1 -c16
+#       -H 'Connection: close' — wrk (OpenSSL) RESUMES its sessions where it can,
+#       HS_DURATION long
+#   hsf a new TLS connection per request with a FULL handshake: benchtool load
+#       -newconn -conns 16 (Go's client, TLS 1.3, X25519, no session cache: nothing resumed), HS_DURATION long
 # Each proxy has one core (taskset -c 0, GOMAXPROCS=1, one nginx worker);
 # load and backends run on the other. ECDSA P-256 certificate, 4 backends.
 # CPU µs/req = the proxy's utime+stime over the phase ÷ requests answered.
-# Rows: nginx · lbproxy (--tls-front std, the default) · lbproxy-fast
-# (--tls-front fasthttp). Rounds interleave the rows.
+# Rows: nginx · lbproxy (--tls-front std) · lbproxy-fast (--tls-front
+# fasthttp); ALT=path/to/lbproxy adds lbproxy-alt, that binary with
+# --tls-front fasthttp and ALT_FLAGS (an A/B of two builds in one run).
+# Rounds interleave the rows. Ports: a free block (benchtool ports) or PORT_BASE.
 #
-# Usage: ROUNDS=3 DURATION=8s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
+# Usage: ROUNDS=3 DURATION=8s HS_DURATION=5s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
+HS_DURATION=${HS_DURATION:-5s}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-tls.XXXXXX)
 PIDS=()
@@ -27,16 +37,19 @@ echo "building lbproxy and benchtool..." >&2
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.test \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 
-B=(127.0.0.1:29401 127.0.0.1:29402 127.0.0.1:29403 127.0.0.1:29404)
+# P+0..P+3 proxies, P+10..P+13 their plain and P+20..P+23 admin listeners, P+30..P+33 backends
+P=${PORT_BASE:-$("$WORK/benchtool" ports -n 40)}
+B=(127.0.0.1:$((P + 30)) 127.0.0.1:$((P + 31)) 127.0.0.1:$((P + 32)) 127.0.0.1:$((P + 33)))
 taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
 {
   echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;"
   echo "events { worker_connections 4096; }"
   echo "http { access_log off; keepalive_requests 1000000;"
   echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
-  echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem;"
+  # TLS 1.3 as lbproxy (nginx 1.22's default is TLS 1.2 and below)
+  echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
   echo " upstream be {"; for b in "${B[@]}"; do echo "  server $b;"; done; echo "  keepalive 64; }"
-  echo " server { listen 127.0.0.1:28481 ssl http2; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
+  echo " server { listen 127.0.0.1:$P ssl http2; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
 } > "$WORK/nginx.conf"
 INST=""
 for b in "${B[@]}"; do INST+="{\"addr\":\"${b%:*}\",\"port\":${b#*:},\"weight\":1},"; done
@@ -48,50 +61,81 @@ cat > "$WORK/snapshot.json" <<JSON
    "row":{"denominator":100,"weights":{"SC1":100}}}}}
 JSON
 taskset -c 0 nginx -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!); NGINX_PID=$!
-declare -A URL=([nginx]=https://127.0.0.1:28481/ [lbproxy]=https://127.0.0.1:28482/ [lbproxy-fast]=https://127.0.0.1:28483/)
+declare -A URL=([nginx]=https://127.0.0.1:$P/ [lbproxy]=https://127.0.0.1:$((P + 1))/ [lbproxy-fast]=https://127.0.0.1:$((P + 2))/
+  [lbproxy-alt]=https://127.0.0.1:$((P + 3))/)
 declare -A PID
+ROWS=(nginx lbproxy lbproxy-fast)
+[ -n "${ALT:-}" ] && ROWS+=(lbproxy-alt)
 i=0
-for row in lbproxy lbproxy-fast; do
-  i=$((i + 1)); front=std; [ "$row" = lbproxy-fast ] && front=fasthttp
-  GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id "$row" --config "$WORK/snapshot.json" \
-    --listen 127.0.0.1:$((28490 + i)) --admin 127.0.0.1:$((29490 + i)) --access-log off --trace-sample 0 \
+for row in "${ROWS[@]:1}"; do
+  i=$((i + 1)); front=std bin=$WORK/lbproxy extra=()
+  [ "$row" != lbproxy ] && front=fasthttp
+  # shellcheck disable=SC2206 # ALT_FLAGS: words
+  [ "$row" = lbproxy-alt ] && { bin=$ALT; extra=(${ALT_FLAGS:-}); }
+  GOMAXPROCS=1 taskset -c 0 "$bin" --proxy-cluster BENCH --id "$row" --config "$WORK/snapshot.json" \
+    --listen 127.0.0.1:$((P + 10 + i)) --admin 127.0.0.1:$((P + 20 + i)) --access-log off --trace-sample 0 \
     --listen-tls "$(basename "${URL[$row]}")" --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --tls-front "$front" \
-    2>"$WORK/$row.log" & PIDS+=($!); PID[$row]=$!
+    "${extra[@]}" 2>"$WORK/$row.log" & PIDS+=($!); PID[$row]=$!
 done
-for row in nginx lbproxy lbproxy-fast; do
+for row in "${ROWS[@]}"; do
   for _ in $(seq 100); do
     curl -fsk -o /dev/null -H 'Host: bench.test' "${URL[$row]}" && break
     sleep 0.1 # waiting for the process to bind
   done
 done
 PID[nginx]=$(pgrep -P "$NGINX_PID" | head -1)
-echo "pids: nginx ${PID[nginx]} lbproxy ${PID[lbproxy]} lbproxy-fast ${PID[lbproxy-fast]}" >&2
+for row in "${ROWS[@]}"; do echo "pid $row ${PID[$row]}" >&2; done
+H2LOAD=$(command -v h2load || true)
+echo "HTTP/2 load: ${H2LOAD:-benchtool load -h2 (no h2load)}" >&2
 echo "load before: $(uptime)" >&2
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
 per() { awk -v a="$1" -v b="$2" -v hz="$HZ" -v n="$3" 'BEGIN{ if (n>0) printf "%.1f", (b-a)/hz*1e6/n; else print "nan" }'; }
-declare -A H1 H2 R1 R2
+wrkrun() { # $1: row, $2: duration, then wrk's flags; sets n (requests answered) and rps
+  local row=$1 d=$2 out; shift 2
+  out=$(taskset -c 1 wrk -t1 -d"$d" -H 'Host: bench.test' "$@" "${URL[$row]}")
+  n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' <<<"$out")
+  rps=$(sed -nE 's/^Requests\/sec: *([0-9.]+).*/\1/p' <<<"$out")
+  if grep -q 'Non-2xx\|Socket errors' <<<"$out"; then echo "$row: $(grep 'Non-2xx\|Socket errors' <<<"$out")" >&2; fi
+}
+h2run() { # $1: row; sets n and rps
+  local out
+  if [ -n "$H2LOAD" ]; then
+    out=$(taskset -c 1 "$H2LOAD" -t1 -c16 -m10 -D "${DURATION%s}" "${URL[$1]}" 2>&1)
+    n=$(sed -nE 's/^requests: .* ([0-9]+) succeeded.*/\1/p' <<<"$out")
+    rps=$(sed -nE 's/^finished in [0-9.]+s, ([0-9.]+) req\/s.*/\1/p' <<<"$out")
+  else
+    out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -h2 -url "${URL[$1]}" -conns 160 -duration "$DURATION")
+    n=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
+    rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
+  fi
+}
+declare -A H1 H2 HS HF R1 R2 RS RF
 for r in $(seq "$ROUNDS"); do
-  for row in nginx lbproxy lbproxy-fast; do
+  for row in "${ROWS[@]}"; do
+    t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$DURATION" -c64; t1=$(ticks "${PID[$row]}")
+    H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$rps "
+    t0=$(ticks "${PID[$row]}"); h2run "$row"; t1=$(ticks "${PID[$row]}")
+    H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$rps "
+    t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$HS_DURATION" -c16 -H 'Connection: close'; t1=$(ticks "${PID[$row]}")
+    HS[$row]+="$(per "$t0" "$t1" "$n") "; RS[$row]+="$rps "
     t0=$(ticks "${PID[$row]}")
-    out=$(taskset -c 1 wrk -t1 -c64 -d"$DURATION" -H 'Host: bench.test' "${URL[$row]}")
-    t1=$(ticks "${PID[$row]}")
-    n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' <<<"$out")
-    H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$(sed -nE 's/^Requests\/sec: *([0-9.]+).*/\1/p' <<<"$out") "
-    t0=$(ticks "${PID[$row]}")
-    out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -h2 -url "${URL[$row]}" -conns 160 -duration "$DURATION")
+    out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -newconn -url "${URL[$row]}" -conns 16 -duration "$HS_DURATION")
     t1=$(ticks "${PID[$row]}")
     n=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
-    H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out") "
+    HF[$row]+="$(per "$t0" "$t1" "$n") "; RF[$row]+="$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out") "
   done
 done
 echo "load after: $(uptime)" >&2
 med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-n1=$(med <<<"${H1[nginx]}"); n2=$(med <<<"${H2[nginx]}")
-printf '| row | h1 req/s | h1 CPU µs/req | ÷ nginx | h2 req/s | h2 CPU µs/req | ÷ nginx |\n|---|---|---|---|---|---|---|\n'
-for row in nginx lbproxy lbproxy-fast; do
-  c1=$(med <<<"${H1[$row]}"); c2=$(med <<<"${H2[$row]}")
-  printf '| %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$(med <<<"${R1[$row]}")" "$c1" "$(awk -v a="$c1" -v b="$n1" 'BEGIN{printf "%.2f", a/b}')" \
-    "$(med <<<"${R2[$row]}")" "$c2" "$(awk -v a="$c2" -v b="$n2" 'BEGIN{printf "%.2f", a/b}')"
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }'; }
+n1=$(med <<<"${H1[nginx]}"); n2=$(med <<<"${H2[nginx]}"); ns=$(med <<<"${HS[nginx]}"); nf=$(med <<<"${HF[nginx]}")
+printf '| row | h1 req/s | h1 µs/req | ÷ nginx | h2 req/s | h2 µs/req | ÷ nginx | resumed conn/s | µs/conn | ÷ nginx | full-handshake conn/s | µs/conn | ÷ nginx |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
+for row in "${ROWS[@]}"; do
+  c1=$(med <<<"${H1[$row]}"); c2=$(med <<<"${H2[$row]}"); cs=$(med <<<"${HS[$row]}"); cf=$(med <<<"${HF[$row]}")
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$(med <<<"${R1[$row]}")" "$c1" "$(ratio "$c1" "$n1")" \
+    "$(med <<<"${R2[$row]}")" "$c2" "$(ratio "$c2" "$n2")" "$(med <<<"${RS[$row]}")" "$cs" "$(ratio "$cs" "$ns")" \
+    "$(med <<<"${RF[$row]}")" "$cf" "$(ratio "$cf" "$nf")"
 done
-for row in nginx lbproxy lbproxy-fast; do echo "per round $row: h1 ${H1[$row]}· h2 ${H2[$row]}"; done
+for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]}· h2 ${H2[$row]}· resumed ${HS[$row]}· full ${HF[$row]}"; done

@@ -5,6 +5,7 @@
 //	benchtool rate -url URL -rate 2000 -duration 10s         open loop: p50/p99 latency
 //	benchtool sink -addr 127.0.0.1:19200                     OTLP/HTTP trace sink (answers 200, counts)
 //	benchtool idle -addr ADDR -pid PID -conns 10000          idle keep-alive connections: memory per connection
+//	benchtool ports -n 1040                                  first port of a free block of consecutive ports
 //
 // It uses only the standard library so the harness builds anywhere.
 package main
@@ -30,7 +31,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle|idleup [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle|idleup|ports [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -47,6 +48,8 @@ func main() {
 		err = idle(os.Args[2:])
 	case "idleup":
 		err = idleup(os.Args[2:])
+	case "ports":
+		err = ports(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -117,10 +120,22 @@ func sink(args []string) error {
 // (loopback) and speak HTTP/1.1, or HTTP/2 with h2 (streams multiplexed on
 // as few connections as the server's stream limit allows).
 func newClient(conns int, h2 bool) *http.Client {
+	return newClientOpts(conns, h2, false)
+}
+
+// newClientOpts is newClient; newConn opens a connection per request
+// (Connection: close) with a full TLS handshake each (no session cache:
+// nothing is resumed), key exchange X25519 (no ML-KEM: OpenSSL 3.0, nginx 1.22
+// on Debian 12, has none).
+func newClientOpts(conns int, h2, newConn bool) *http.Client {
 	tr := &http.Transport{
 		MaxIdleConns: conns, MaxIdleConnsPerHost: conns, MaxConnsPerHost: conns,
 		DisableCompression: true, IdleConnTimeout: time.Minute,
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, // #nosec G402: loopback benchmark
+	}
+	if newConn {
+		tr.DisableKeepAlives = true
+		tr.TLSClientConfig.CurvePreferences = []tls.CurveID{tls.X25519, tls.CurveP256} // P-256: the certificate's curve, for TLS 1.2
 	}
 	if h2 {
 		tr.ForceAttemptHTTP2 = true
@@ -156,8 +171,9 @@ func load(args []string) error {
 	conns := fs.Int("conns", 64, "concurrent keep-alive connections")
 	dur := fs.Duration("duration", 10*time.Second, "run time")
 	h2 := fs.Bool("h2", false, "HTTP/2 (https URL): conns concurrent requests, multiplexed")
+	newConn := fs.Bool("newconn", false, "a new connection per request (https: a full TLS 1.3 handshake, X25519)")
 	fs.Parse(args)
-	c := newClient(*conns, *h2)
+	c := newClientOpts(*conns, *h2, *newConn)
 	var n, errs atomic.Int64
 	var firstErr atomic.Value
 	deadline := time.Now().Add(*dur)

@@ -96,10 +96,12 @@ type Config struct {
 	// upstream client (the fasthttp front needs the fast one).
 	FrontKind string
 	// TLSFrontKind serves HTTP/1.1 on TLS listeners (HTTP/2, ALPN h2, is
-	// always net/http's): server.FrontStd (default) or server.FrontFastHTTP.
-	// std is the default because, measured, fasthttp over crypto/tls holds
-	// 86 KiB of heap per idle connection against net/http's 17 KiB and was not
-	// faster per request (docs/BENCHMARKS.md).
+	// always net/http's): server.FrontFastHTTP or server.FrontStd. Empty:
+	// fasthttp, or std with the std upstream client. fasthttp is the default
+	// because, measured against nginx under wrk, it costs less CPU per
+	// request than net/http over TLS, and with idle connections parked it
+	// holds less memory per idle connection too (docs/BENCHMARKS.md, "TLS
+	// side by side with nginx" and "Idle keep-alive connections").
 	TLSFrontKind string
 	// Pprof serves net/http/pprof on the admin API (/debug/pprof/, behind
 	// the admin token). Off by default.
@@ -167,6 +169,27 @@ func DefaultCacheDir() string {
 	return "/var/lib/sluice"
 }
 
+// frontKind checks a front kind (what names the flag in errors) against the
+// upstream client; empty is fasthttp, or std with the std upstream client
+// (the fasthttp front needs the fast one).
+func frontKind(what, kind, upstream string) (string, error) {
+	switch kind {
+	case "":
+		if upstream == server.UpstreamStd {
+			return server.FrontStd, nil
+		}
+		return server.FrontFastHTTP, nil
+	case server.FrontStd:
+	case server.FrontFastHTTP:
+		if upstream == server.UpstreamStd {
+			return "", fmt.Errorf("lbproxy: %s %q needs the %q upstream client", what, kind, server.UpstreamFast)
+		}
+	default:
+		return "", fmt.Errorf("lbproxy: %s %q: want %q or %q", what, kind, server.FrontStd, server.FrontFastHTTP)
+	}
+	return kind, nil
+}
+
 func (c *Config) check() error {
 	sources := 0
 	for _, set := range []bool{len(c.Etcd.Endpoints) > 0, c.ConfigFile != "", c.BFEConfDir != ""} {
@@ -192,31 +215,15 @@ func (c *Config) check() error {
 	if c.Listen == "" && c.Listener == nil && c.ListenTLS == "" && c.TLSListener == nil {
 		return errors.New("lbproxy: no client listener: set a listen address")
 	}
-	switch c.FrontKind {
-	case "":
-		c.FrontKind = server.FrontFastHTTP
-		if c.UpstreamClient == server.UpstreamStd {
-			c.FrontKind = server.FrontStd
-		}
-	case server.FrontStd:
-	case server.FrontFastHTTP:
-		if c.UpstreamClient == server.UpstreamStd {
-			return fmt.Errorf("lbproxy: front %q needs the %q upstream client", c.FrontKind, server.UpstreamFast)
-		}
-	default:
-		return fmt.Errorf("lbproxy: front %q: want %q or %q", c.FrontKind, server.FrontStd, server.FrontFastHTTP)
+	front, err := frontKind("front", c.FrontKind, c.UpstreamClient)
+	if err != nil {
+		return err
 	}
-	switch c.TLSFrontKind {
-	case "":
-		c.TLSFrontKind = server.FrontStd
-	case server.FrontStd:
-	case server.FrontFastHTTP:
-		if c.UpstreamClient == server.UpstreamStd {
-			return fmt.Errorf("lbproxy: TLS front %q needs the %q upstream client", c.TLSFrontKind, server.UpstreamFast)
-		}
-	default:
-		return fmt.Errorf("lbproxy: TLS front %q: want %q or %q", c.TLSFrontKind, server.FrontStd, server.FrontFastHTTP)
+	tlsFront, err := frontKind("TLS front", c.TLSFrontKind, c.UpstreamClient)
+	if err != nil {
+		return err
 	}
+	c.FrontKind, c.TLSFrontKind = front, tlsFront
 	if (c.ListenTLS != "" || c.TLSListener != nil) && len(c.Certs) == 0 {
 		return errors.New("lbproxy: a TLS listener needs at least one certificate and key pair")
 	}

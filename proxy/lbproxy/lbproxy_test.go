@@ -581,3 +581,36 @@ clusters: {c: {subclusters: {S1: {idc: IDC1, instances: [{addr: 127.0.0.1, port:
 		}
 	})
 }
+
+// The fronts' defaults follow the upstream client (the fasthttp fronts need
+// the fast one); an explicit kind is kept, a bad one refused with its flag
+// named and the config left as it was.
+func TestFrontKindDefaults(t *testing.T) {
+	for _, tc := range []struct {
+		upstream, front, tlsFront string
+		wantFront, wantTLS        string
+		wantErr                   string
+	}{
+		{"", "", "", server.FrontFastHTTP, server.FrontFastHTTP, ""},
+		{server.UpstreamFast, "", "", server.FrontFastHTTP, server.FrontFastHTTP, ""},
+		{server.UpstreamStd, "", "", server.FrontStd, server.FrontStd, ""},
+		{"", server.FrontStd, server.FrontStd, server.FrontStd, server.FrontStd, ""},
+		{"", "", server.FrontStd, server.FrontFastHTTP, server.FrontStd, ""},
+		{server.UpstreamStd, "", server.FrontFastHTTP, "", server.FrontFastHTTP, `TLS front "fasthttp" needs the "fast" upstream client`},
+		{"", "", "nginx", "", "nginx", `TLS front "nginx": want "std" or "fasthttp"`},
+	} {
+		c := Config{ConfigFile: "x.json", Listen: "127.0.0.1:0", Admin: "127.0.0.1:0",
+			UpstreamClient: tc.upstream, FrontKind: tc.front, TLSFrontKind: tc.tlsFront}
+		err := c.check()
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%+v: check() = %v, want an error containing %q", tc, err, tc.wantErr)
+			}
+		} else if err != nil {
+			t.Errorf("%+v: check() = %v", tc, err)
+		}
+		if c.FrontKind != tc.wantFront || c.TLSFrontKind != tc.wantTLS {
+			t.Errorf("%+v: front %q, TLS front %q; want %q, %q", tc, c.FrontKind, c.TLSFrontKind, tc.wantFront, tc.wantTLS)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -39,15 +41,23 @@ var body100 = strings.Repeat("x", 99) + "\n"
 // backends (weights 5/3/1/1, 100-byte bodies), per upstream client.
 // Profile with -cpuprofile; allocations include the in-process backends'.
 func BenchmarkServeHTTP(b *testing.B) {
-	for _, client := range []string{UpstreamFast, UpstreamStd} {
-		b.Run(client, func(b *testing.B) {
+	for _, v := range []struct {
+		name, client string
+		access       bool // a JSON access line per request (to io.Discard), as lbproxy writes it
+	}{{UpstreamFast, UpstreamFast, false}, {UpstreamStd, UpstreamStd, false}, {"fast-accesslog", UpstreamFast, true}} {
+		client := v.client
+		b.Run(v.name, func(b *testing.B) {
 			snap := benchSnapshot(b)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("bench-secret-0123456789")})
 			pools := forward.NewPools(forward.Options{})
 			defer pools.Close()
-			s, err := New(Options{Registry: reg, Pools: pools, UpstreamClient: client})
+			o := Options{Registry: reg, Pools: pools, UpstreamClient: client}
+			if v.access {
+				o.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+			}
+			s, err := New(o)
 			if err != nil {
 				b.Fatal(err)
 			}

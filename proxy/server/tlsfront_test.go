@@ -55,6 +55,13 @@ func tlsProxy(t testing.TB, kind string, snap *snapshot.Snapshot) (*TLSFront, st
 // tlsProxyWith is tlsProxy with front options (the certificate is added).
 func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions) (*TLSFront, string, *x509.CertPool) {
 	t.Helper()
+	return tlsProxyTuned(t, kind, snap, fo, nil)
+}
+
+// tlsProxyTuned is tlsProxyWith; tune (if not nil) changes the HTTP/2
+// server (net/http's) before it serves.
+func tlsProxyTuned(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions, tune func(*http.Server)) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
 	done := make(chan struct{})
@@ -72,6 +79,9 @@ func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOp
 	tf, err := s.TLSFront(kind, fo)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if tune != nil {
+		tune(tf.std)
 	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

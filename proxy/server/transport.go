@@ -121,7 +121,7 @@ func (st *reqState) next(last *failure) (balance.Pick, error) {
 	case err == nil:
 		st.attempts = pick.Attempt()
 		st.subcluster, st.algorithm, st.reason = pick.SubCluster(), pick.Algorithm(), pick.Reason()
-		st.instance = pick.Endpoint().Addr().String()
+		st.instance = pick.Endpoint().AddrString()
 		if pick.Attempt() == 1 {
 			if m := c.subs[pick.SubCluster()]; m != nil {
 				m.picks.Inc()

@@ -94,13 +94,18 @@ type Endpoint struct {
 	ejectedAt   time.Time
 	rampStart   time.Time // slow start began here; zero = no ramp
 	ovr         *override
-	effWeight   int // effective weight (effective_weights); 0 = full
-	baseWeight  int // configured weight of the first member referencing it
-	refs        int // tables (current and pending) referencing it
+	effWeight   int    // effective weight (effective_weights); 0 = full
+	baseWeight  int    // configured weight of the first member referencing it
+	refs        int    // tables (current and pending) referencing it
+	addrText    string // addr.String(), formatted once (every request logs it)
 }
 
 // Addr is the backend address; stable across table swaps.
 func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
+
+// AddrString is Addr().String(), formatted when the endpoint was made, not
+// per request.
+func (e *Endpoint) AddrString() string { return e.addrText }
 
 // inflightCells is how many cache lines an endpoint's in-flight count is
 // split over (a power of two).

@@ -137,7 +137,7 @@ func (r *Registry) endpoint(addr netip.AddrPort) *Endpoint {
 	if e := r.endpoints[addr]; e != nil {
 		return e
 	}
-	e := &Endpoint{addr: addr, reg: r}
+	e := &Endpoint{addr: addr, addrText: addr.String(), reg: r}
 	if r.stored {
 		// Addresses that appear after the first table ramp up (slow start).
 		e.rampStart = r.now()
