@@ -151,6 +151,9 @@ func gzipJSON(v any) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
+// gunzipPool holds gzip readers for parts (a reader allocates ~40 KB).
+var gunzipPool sync.Pool
+
 // GetMany fetches parts by digest, for DecodeBatch: out[i] is the part of
 // digests[i], nil when it does not exist (an error is for failing to ask).
 type GetMany func(digests []string) ([][]byte, error)
@@ -219,10 +222,17 @@ func fetchVerified(get GetMany, ds []string, what func(i int) string) ([][]byte,
 }
 
 func (t *splitTree) gunzip(what string, data []byte, v any) error {
-	zr, err := gzip.NewReader(bytes.NewReader(data))
+	zr, _ := gunzipPool.Get().(*gzip.Reader)
+	var err error
+	if zr == nil {
+		zr, err = gzip.NewReader(bytes.NewReader(data))
+	} else {
+		err = zr.Reset(bytes.NewReader(data))
+	}
 	if err != nil {
 		return fmt.Errorf("decode snapshot: %s: %w", what, err)
 	}
+	defer gunzipPool.Put(zr)
 	raw, err := io.ReadAll(io.LimitReader(zr, int64(t.budget)+1))
 	if err != nil {
 		return fmt.Errorf("decode snapshot: %s: decompress: %w", what, err)
@@ -282,43 +292,113 @@ func treeName(i int) string {
 }
 
 func decodeSplit(m Manifest, get GetMany) (*Snapshot, error) {
+	s, _, err := decodeSplitReusing(m, get, nil)
+	return s, err
+}
+
+// Decoded holds the decoded cluster parts of a split snapshot by digest
+// (with their ClusterHash), for DecodeReusing. Its clusters are shared with
+// the snapshots decoded from it: snapshots are immutable.
+type Decoded struct {
+	clusters map[string]decodedCluster
+}
+
+type decodedCluster struct {
+	c    Cluster
+	sum  [32]byte
+	size int // decoded JSON bytes, counted against MaxDecoded
+}
+
+// Len is the number of decoded clusters held.
+func (d *Decoded) Len() int {
+	if d == nil {
+		return 0
+	}
+	return len(d.clusters)
+}
+
+// DecodeReusing is DecodeBatch for a reader that decodes version after
+// version: clusters whose part digest is in prev (the previous decode's
+// result) are taken from it, neither fetched nor decoded again — their
+// digests were checked when they were decoded —, and only the others are.
+// The content hash is still checked over the whole assembled snapshot. It
+// returns the Decoded of this snapshot (nil for the whole layout), for the
+// next call; prev may be nil.
+func DecodeReusing(m Manifest, get GetMany, prev *Decoded) (*Snapshot, *Decoded, error) {
+	if m.Encoding != EncodingSplit {
+		s, err := DecodeBatch(m, get)
+		return s, nil, err
+	}
+	return decodeSplitReusing(m, get, prev)
+}
+
+func decodeSplitReusing(m Manifest, get GetMany, prev *Decoded) (*Snapshot, *Decoded, error) {
 	t, err := readTree(m, get)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var head splitHead
 	if err := t.gunzip("head part", t.head, &head); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	names := make([]string, 0, len(t.clusters))
 	for name := range t.clusters {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	ds := make([]string, len(names))
-	for i, name := range names {
-		ds[i] = t.clusters[name]
+	next := &Decoded{clusters: make(map[string]decodedCluster, len(names))}
+	var fetch []string // digests to fetch and decode
+	var fetchNames []string
+	asked := map[string]bool{}
+	for _, name := range names {
+		d := t.clusters[name]
+		if dc, ok := prev.get(d); ok {
+			if dc.size > t.budget {
+				return nil, nil, fmt.Errorf("decode snapshot: content exceeds %d bytes", MaxDecoded)
+			}
+			t.budget -= dc.size
+			next.clusters[d] = dc
+		} else if !asked[d] {
+			asked[d] = true
+			fetch = append(fetch, d)
+			fetchNames = append(fetchNames, name)
+		}
 	}
-	what := func(i int) string { return fmt.Sprintf("cluster %q part", names[i]) }
-	bs, err := fetchVerified(get, ds, what)
+	what := func(i int) string { return fmt.Sprintf("cluster %q part", fetchNames[i]) }
+	bs, err := fetchVerified(get, fetch, what)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	for i, b := range bs {
+		var c Cluster
+		before := t.budget
+		if err := t.gunzip(what(i), b, &c); err != nil {
+			return nil, nil, err
+		}
+		next.clusters[fetch[i]] = decodedCluster{c: c, sum: ClusterHash(&c), size: before - t.budget}
 	}
 	s := &Snapshot{Meta: m.Meta, Settings: head.Settings, Products: head.Products, DefaultProduct: head.DefaultProduct}
 	if len(names) > 0 {
 		s.Clusters = make(map[string]Cluster, len(names))
 	}
-	for i, b := range bs {
-		var c Cluster
-		if err := t.gunzip(what(i), b, &c); err != nil {
-			return nil, err
-		}
-		s.Clusters[names[i]] = c
+	sums := make([][32]byte, len(names))
+	for i, name := range names {
+		dc := next.clusters[t.clusters[name]]
+		s.Clusters[name] = dc.c
+		sums[i] = dc.sum
 	}
-	if h := ContentHash(s); h != s.Meta.Hash {
-		return nil, fmt.Errorf("decode snapshot: content hash is %s, meta.hash says %s", h, s.Meta.Hash)
+	if h := ContentHashFrom(s, RoutesHash(s.Products, s.DefaultProduct), names, sums); h != s.Meta.Hash {
+		return nil, nil, fmt.Errorf("decode snapshot: content hash is %s, meta.hash says %s", h, s.Meta.Hash)
 	}
-	return s, nil
+	return s, next, nil
+}
+
+func (d *Decoded) get(digest string) (decodedCluster, bool) {
+	if d == nil {
+		return decodedCluster{}, false
+	}
+	dc, ok := d.clusters[digest]
+	return dc, ok
 }
 
 // Refs returns the digest of every part m references: its Parts, or for a

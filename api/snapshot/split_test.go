@@ -284,3 +284,53 @@ func TestSplitDecodeRejects(t *testing.T) {
 		check(t, m2, st, "has a head or buckets", nil)
 	})
 }
+
+// DecodeReusing fetches and decodes only the clusters whose part changed,
+// and still checks the whole: a bad new part or a wrong meta.hash fails.
+func TestDecodeReusing(t *testing.T) {
+	s := bigSnapshot(60, 2)
+	m1, st := splitToStore(t, s)
+	_, d1, err := snapshot.DecodeReusing(m1, st.many, nil)
+	if err != nil || d1.Len() != 60 {
+		t.Fatalf("first decode: %d clusters held, %v", d1.Len(), err)
+	}
+	s2 := bigSnapshot(60, 2)
+	c := s2.Clusters["c42"]
+	c.Row.Weights = map[string]int{"SC1": 6000, "SC2": 3000, config.Blackhole: 1000}
+	s2.Clusters["c42"] = c
+	s2.Meta.Version, s2.Meta.Hash = 43, ""
+	m2, st2 := splitToStore(t, s2)
+	var asked []string
+	counting := func(ds []string) ([][]byte, error) {
+		asked = append(asked, ds...)
+		return st2.many(ds)
+	}
+	got, d2, err := snapshot.DecodeReusing(m2, counting, d1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, s2) || d2.Len() != 60 {
+		t.Fatalf("reused decode differs from the snapshot (%d clusters held)", d2.Len())
+	}
+	if n := len(asked) - 1 - len(m2.Buckets); n != 1 {
+		t.Fatalf("asked for %d cluster parts, want 1 (c42)", n)
+	}
+	// A tampered new part is still refused.
+	bad := store{}
+	for k, v := range st2 {
+		bad[k] = v
+	}
+	c42 := asked[len(asked)-1]
+	p := bytes.Clone(bad[c42])
+	p[len(p)/2] ^= 0xff
+	bad[c42] = p
+	if _, _, err := snapshot.DecodeReusing(m2, bad.many, d1); err == nil || !strings.Contains(err.Error(), `cluster "c42" part digest is`) {
+		t.Fatalf("tampered part with reuse: %v", err)
+	}
+	// The content hash covers reused clusters too.
+	m3 := m2
+	m3.Meta.Hash = strings.Repeat("0", 64)
+	if _, _, err := snapshot.DecodeReusing(m3, st2.many, d2); err == nil || !strings.Contains(err.Error(), "content hash is") {
+		t.Fatalf("wrong meta.hash with reuse: %v", err)
+	}
+}

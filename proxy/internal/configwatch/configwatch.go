@@ -117,9 +117,9 @@ type Watcher struct {
 	running    atomic.Bool
 	partsRead  atomic.Uint64
 
-	// parts are the applied snapshot's parts by digest (Run's goroutine
-	// only): a fetch reads from etcd only the parts not here.
-	parts map[string][]byte
+	// held is what the watcher keeps of the applied snapshot (Run's
+	// goroutine only): a fetch reads from etcd only the parts not here.
+	held heldParts
 
 	mu       sync.Mutex
 	st       Status
@@ -253,7 +253,7 @@ func (w *Watcher) applyCache() {
 	// The cache holds a whole snapshot: its parts in the split layout are
 	// what etcd holds for it, so the first fetch reads only what changed.
 	if s := checked.Snapshot(); len(s.Clusters) >= snapshot.SplitMinClusters {
-		w.parts = snapshot.PartsOf(s)
+		w.held = heldParts{parts: snapshot.PartsOf(s)}
 	}
 }
 
@@ -299,7 +299,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case verdictRejected:
 		return nil
 	}
-	s, parts, err := w.fetch(ctx, p)
+	s, held, err := w.fetch(ctx, p)
 	var ee etcdError
 	switch {
 	case errors.Is(err, errSuperseded):
@@ -314,7 +314,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	if err := w.apply(s, SourceEtcd); err != nil {
 		return nil // rejected and logged by apply
 	}
-	w.parts = parts
+	w.held = held
 	return nil
 }
 

@@ -12,59 +12,69 @@ import (
 )
 
 // fetch reads, decodes and validates the snapshot p points to. Parts the
-// watcher already holds (w.parts: those of the applied snapshot, by digest)
+// watcher already holds (w.held: those of the applied snapshot, by digest)
 // are not read again; the others are read in one transaction per round of
 // snapshot.DecodeBatch. parts is every part of the new snapshot, which
-// becomes w.parts once it is applied. Every part's digest is checked
+// becomes w.held once it is applied. Every part's digest is checked
 // whether it was read or held.
-func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (checked validate.Checked, parts map[string][]byte, err error) {
+func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (checked validate.Checked, held heldParts, err error) {
 	mkey, err := w.cfg.Layout.Snapshot(w.cfg.ProxyCluster, p.Version)
 	if err != nil {
-		return validate.Checked{}, nil, err
+		return validate.Checked{}, heldParts{}, err
 	}
 	raw, found, err := w.get(ctx, mkey)
 	if err != nil {
-		return validate.Checked{}, nil, err
+		return validate.Checked{}, heldParts{}, err
 	}
 	if !found {
 		// History trimming may remove the manifest of a pointer we only see
 		// late (watch replay); skip it if the pointer has moved on.
 		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
-			return validate.Checked{}, nil, err
+			return validate.Checked{}, heldParts{}, err
 		} else if found {
 			var now snapshot.Pointer
 			if codec.UnmarshalJSON(cur, &now) == nil && now.For(w.cfg.ID) != p {
-				return validate.Checked{}, nil, errSuperseded
+				return validate.Checked{}, heldParts{}, errSuperseded
 			}
 		}
-		return validate.Checked{}, nil, fmt.Errorf("manifest %s is missing", mkey)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s is missing", mkey)
 	}
 	var m snapshot.Manifest
 	if err := codec.UnmarshalJSON(raw, &m); err != nil {
-		return validate.Checked{}, nil, fmt.Errorf("manifest %s: %w", mkey, err)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s: %w", mkey, err)
 	}
 	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash || m.Meta.Lineage != p.Lineage {
 		want := snapshot.Meta{ProxyCluster: w.cfg.ProxyCluster, Lineage: p.Lineage, Version: p.Version}
-		return validate.Checked{}, nil, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
 			m.Meta.ID(), m.Meta.Hash, want.ID(), p.Hash)
 	}
-	parts = map[string][]byte{}
-	s, err := snapshot.DecodeBatch(m, w.partsGetter(ctx, parts))
+	held.parts = map[string][]byte{}
+	s, decoded, err := snapshot.DecodeReusing(m, w.partsGetter(ctx, held.parts), w.held.decoded)
 	var ee etcdError
 	if errors.As(err, &ee) {
-		return validate.Checked{}, nil, ee
+		return validate.Checked{}, heldParts{}, ee
 	}
 	if err != nil {
-		return validate.Checked{}, nil, err
+		return validate.Checked{}, heldParts{}, err
 	}
 	checked, err = validate.Check(s)
 	if err != nil {
-		return validate.Checked{}, nil, fmt.Errorf("invalid snapshot: %w", err)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("invalid snapshot: %w", err)
 	}
-	return checked, parts, nil
+	held.decoded = decoded
+	return checked, held, nil
 }
 
-// partsGetter answers from w.parts and reads the rest from etcd (each call
+// heldParts is what a watcher keeps of the applied snapshot so that the
+// next fetch reads and decodes only what changed: its parts by digest
+// (head and buckets; cluster parts unless decoded holds them) and its
+// decoded clusters (snapshot.DecodeReusing).
+type heldParts struct {
+	parts   map[string][]byte
+	decoded *snapshot.Decoded
+}
+
+// partsGetter answers from w.held and reads the rest from etcd (each call
 // one or a few transactions, under one OpTimeout); it records every part
 // it returns in used.
 func (w *Watcher) partsGetter(ctx context.Context, used map[string][]byte) snapshot.GetMany {
@@ -73,7 +83,7 @@ func (w *Watcher) partsGetter(ctx context.Context, used map[string][]byte) snaps
 		var miss []string
 		got := map[string][]byte{}
 		for _, d := range ds {
-			if _, ok := w.parts[d]; ok {
+			if _, ok := w.held.parts[d]; ok {
 				continue
 			}
 			if _, ok := got[d]; !ok {
@@ -94,7 +104,7 @@ func (w *Watcher) partsGetter(ctx context.Context, used map[string][]byte) snaps
 			w.partsRead.Add(uint64(len(miss)))
 		}
 		for i, d := range ds {
-			b, ok := w.parts[d]
+			b, ok := w.held.parts[d]
 			if !ok {
 				b = got[d]
 			}
