@@ -197,7 +197,9 @@ func scaleRun(b *testing.B, e *etcdtest.External, split bool, proxies, publishes
 	}
 	slices.Sort(all)
 	slices.Sort(each)
-	q := func(d []time.Duration, p float64) float64 { return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000 }
+	q := func(d []time.Duration, p float64) float64 {
+		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+	}
 	b.ReportMetric(q(all, 0.5), "all-p50-ms")
 	b.ReportMetric(q(all, 1), "all-max-ms")
 	b.ReportMetric(q(each, 0.5), "proxy-p50-ms")

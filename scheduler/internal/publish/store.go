@@ -33,7 +33,7 @@ func (p *Publisher) Load(ctx context.Context, pc string, version uint64) (*snaps
 	if err != nil {
 		return nil, err
 	}
-	return snapshot.Decode(m, snapio.Parts(ctx, p.cli, p.layout))
+	return snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, p.cli, p.layout))
 }
 
 // History returns the metadata of the kept versions of pc, oldest first.
