@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
@@ -95,31 +96,54 @@ func BenchmarkFanoutBytes(b *testing.B) {
 	}
 }
 
-func benchFanout(b *testing.B, split bool, clusters, perSub int) {
-	_, cli := etcdtest.New(b)
-	written := map[string]bool{}
-	pub := func(s *snapshot.Snapshot) int {
-		enc := snapshot.Encode
-		if split {
-			enc = snapshot.EncodeStore
-		}
-		m, parts, err := enc(s)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var fresh []snapshot.Part
-		for _, p := range parts {
-			if !written[p.Digest] {
-				written[p.Digest] = true
-				fresh = append(fresh, p)
+// fanoutPublisher publishes under lay as the scheduler does: the parts
+// etcd lacks (it remembers what it wrote), then the manifest and the
+// pointer in one transaction; split picks the layout.
+type fanoutPublisher struct {
+	cli     *clientv3.Client
+	lay     keys.Layout
+	split   bool
+	written map[string]bool
+}
+
+// publish returns the pointer's size and when the pointer transaction began.
+func (f *fanoutPublisher) publish(b *testing.B, s *snapshot.Snapshot) (int, time.Time) {
+	enc := snapshot.Encode
+	if f.split {
+		enc = snapshot.EncodeStore
+	}
+	m, parts, err := enc(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if f.written == nil {
+		f.written = map[string]bool{}
+	}
+	ctx := context.Background()
+	for _, p := range parts {
+		if !f.written[p.Digest] {
+			f.written[p.Digest] = true
+			k, _ := f.lay.Part(p.Digest)
+			if _, err := f.cli.Put(ctx, k, string(p.Data)); err != nil {
+				b.Fatal(err)
 			}
 		}
-		raw, _ := json.Marshal(m)
-		ptr := pointerOf(s)
-		publishPtr(b, cli, ptr, raw, fresh)
-		praw, _ := json.Marshal(ptr)
-		return len(praw)
 	}
+	mraw, _ := json.Marshal(m)
+	praw, _ := json.Marshal(pointerOf(s))
+	mk, _ := f.lay.Snapshot(pc, s.Meta.Version)
+	ck, _ := f.lay.Current(pc)
+	t0 := time.Now()
+	if _, err := f.cli.Txn(ctx).Then(clientv3.OpPut(mk, string(mraw)), clientv3.OpPut(ck, string(praw))).Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return len(praw), t0
+}
+
+func benchFanout(b *testing.B, split bool, clusters, perSub int) {
+	_, cli := etcdtest.New(b)
+	f := &fanoutPublisher{cli: cli, lay: layout, split: split}
+	pub := func(s *snapshot.Snapshot) int { n, _ := f.publish(b, s); return n }
 	weights := map[int]int{}
 	pub(fanoutSnapshot(1, clusters, perSub, weights))
 	wcli := newClient(b, cli.Endpoints()...)
