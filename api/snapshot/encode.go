@@ -43,6 +43,9 @@ type Manifest struct {
 	// digests of the head part and of the index buckets.
 	Head    string   `json:"head,omitempty"`
 	Buckets []string `json:"buckets,omitempty"`
+	// Explain is the split layout's explanations part (cluster name →
+	// Explanation), "" when no cluster has one. Proxies skip it.
+	Explain string `json:"explain,omitempty"`
 }
 
 // Part is one content-addressed piece of a large snapshot.

@@ -22,9 +22,13 @@ import (
 //	manifest ─ Head:    {settings, products, default_product}
 //	         └ Buckets: bucket i = {cluster name: cluster part digest} for the
 //	                    clusters with BucketOf(name, len(Buckets)) == i
-//	                    └ cluster part = one Cluster (sub-clusters, policy,
-//	                      row, explanation)
+//	                    └ cluster part = one Cluster without its explanation
+//	                      (sub-clusters, policy, row)
+//	         └ Explain: {cluster name: explanation} (one part; proxies skip it)
 //
+// Explanations are apart because the planner recomputes them (demand) for
+// every cluster at every plan: in the cluster parts they would change every
+// part at every publish.
 // A reader that kept the parts of any earlier version by digest fetches only
 // the manifest, the buckets whose digest changed and the clusters whose
 // digest changed. Meta lives in the manifest only, so parts are shared
@@ -112,12 +116,22 @@ func EncodeSplit(s *Snapshot) (Manifest, []Part, error) {
 	for i := range buckets {
 		buckets[i] = map[string]string{}
 	}
+	explain := map[string]*Explanation{}
 	for name, c := range s.Clusters {
+		if c.Explanation != nil {
+			explain[name] = c.Explanation
+			c.Explanation = nil
+		}
 		d, err := add("cluster "+name, &c)
 		if err != nil {
 			return Manifest{}, nil, err
 		}
 		buckets[BucketOf(name, n)][name] = d
+	}
+	if len(explain) > 0 {
+		if m.Explain, err = add("explanations", explain); err != nil {
+			return Manifest{}, nil, err
+		}
 	}
 	m.Buckets = make([]string, n)
 	for i, b := range buckets {
@@ -197,6 +211,7 @@ func DecodeBatch(m Manifest, get GetMany) (*Snapshot, error) {
 // splitTree is the verified index of a split manifest.
 type splitTree struct {
 	head     []byte
+	explain  []byte            // nil when skipped or absent
 	clusters map[string]string // name → digest
 	budget   int               // decoded bytes left (MaxDecoded)
 }
@@ -248,7 +263,7 @@ func (t *splitTree) gunzip(what string, data []byte, v any) error {
 }
 
 // readTree checks a split manifest and reads its head and buckets.
-func readTree(m Manifest, get GetMany) (*splitTree, error) {
+func readTree(m Manifest, get GetMany, withExplain bool) (*splitTree, error) {
 	if len(m.Inline) > 0 || len(m.Parts) > 0 || m.Size != 0 || m.Digest != "" {
 		return nil, errors.New("decode snapshot: a split manifest has inline content, parts, size or digest")
 	}
@@ -256,27 +271,36 @@ func readTree(m Manifest, get GetMany) (*splitTree, error) {
 		return nil, fmt.Errorf("decode snapshot: split manifest has %d buckets, want 1 to %d", n, MaxBuckets)
 	}
 	ds := append([]string{m.Head}, m.Buckets...)
+	if m.Explain != "" {
+		ds = append(ds, m.Explain)
+	}
 	for i, d := range ds {
 		if !validDigest(d) {
-			return nil, fmt.Errorf("decode snapshot: %s digest %q is not 64 lowercase hex digits", treeName(i), d)
+			return nil, fmt.Errorf("decode snapshot: %s digest %q is not 64 lowercase hex digits", treeName(m, i), d)
 		}
 	}
-	bs, err := fetchVerified(get, ds, treeName)
+	if m.Explain != "" && !withExplain {
+		ds = ds[:len(ds)-1]
+	}
+	bs, err := fetchVerified(get, ds, func(i int) string { return treeName(m, i) })
 	if err != nil {
 		return nil, err
 	}
 	t := &splitTree{head: bs[0], clusters: map[string]string{}, budget: MaxDecoded}
-	for i, b := range bs[1:] {
+	if len(bs) > 1+len(m.Buckets) {
+		t.explain = bs[len(bs)-1]
+	}
+	for i, b := range bs[1 : 1+len(m.Buckets)] {
 		var bucket map[string]string
-		if err := t.gunzip(treeName(i+1), b, &bucket); err != nil {
+		if err := t.gunzip(treeName(m, i+1), b, &bucket); err != nil {
 			return nil, err
 		}
 		for name, d := range bucket {
 			if BucketOf(name, len(m.Buckets)) != i {
-				return nil, fmt.Errorf("decode snapshot: %s lists cluster %q, which belongs in bucket %d", treeName(i+1), name, BucketOf(name, len(m.Buckets)))
+				return nil, fmt.Errorf("decode snapshot: %s lists cluster %q, which belongs in bucket %d", treeName(m, i+1), name, BucketOf(name, len(m.Buckets)))
 			}
 			if !validDigest(d) {
-				return nil, fmt.Errorf("decode snapshot: %s: cluster %q digest %q is not 64 lowercase hex digits", treeName(i+1), name, d)
+				return nil, fmt.Errorf("decode snapshot: %s: cluster %q digest %q is not 64 lowercase hex digits", treeName(m, i+1), name, d)
 			}
 			t.clusters[name] = d
 		}
@@ -284,15 +308,19 @@ func readTree(m Manifest, get GetMany) (*splitTree, error) {
 	return t, nil
 }
 
-func treeName(i int) string {
-	if i == 0 {
+// treeName names the i-th part readTree reads: head, buckets, explanations.
+func treeName(m Manifest, i int) string {
+	switch {
+	case i == 0:
 		return "head part"
+	case i > len(m.Buckets):
+		return "explanations part"
 	}
 	return fmt.Sprintf("bucket %d", i-1)
 }
 
 func decodeSplit(m Manifest, get GetMany) (*Snapshot, error) {
-	s, _, err := decodeSplitReusing(m, get, nil)
+	s, _, err := decodeSplitReusing(m, get, nil, true)
 	return s, err
 }
 
@@ -317,8 +345,9 @@ func (d *Decoded) Len() int {
 	return len(d.clusters)
 }
 
-// DecodeReusing is DecodeBatch for a reader that decodes version after
-// version: clusters whose part digest is in prev (the previous decode's
+// DecodeReusing is DecodeBatch for a proxy, which decodes version after
+// version and needs no explanations: the split layout's explanations part
+// is not read (its clusters have no Explanation); clusters whose part digest is in prev (the previous decode's
 // result) are taken from it, neither fetched nor decoded again — their
 // digests were checked when they were decoded —, and only the others are.
 // The content hash is still checked over the whole assembled snapshot. It
@@ -329,11 +358,11 @@ func DecodeReusing(m Manifest, get GetMany, prev *Decoded) (*Snapshot, *Decoded,
 		s, err := DecodeBatch(m, get)
 		return s, nil, err
 	}
-	return decodeSplitReusing(m, get, prev)
+	return decodeSplitReusing(m, get, prev, false)
 }
 
-func decodeSplitReusing(m Manifest, get GetMany, prev *Decoded) (*Snapshot, *Decoded, error) {
-	t, err := readTree(m, get)
+func decodeSplitReusing(m Manifest, get GetMany, prev *Decoded, withExplain bool) (*Snapshot, *Decoded, error) {
+	t, err := readTree(m, get, withExplain)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -390,6 +419,20 @@ func decodeSplitReusing(m Manifest, get GetMany, prev *Decoded) (*Snapshot, *Dec
 	if h := ContentHashFrom(s, RoutesHash(s.Products, s.DefaultProduct), names, sums); h != s.Meta.Hash {
 		return nil, nil, fmt.Errorf("decode snapshot: content hash is %s, meta.hash says %s", h, s.Meta.Hash)
 	}
+	if t.explain != nil {
+		var ex map[string]*Explanation
+		if err := t.gunzip("explanations part", t.explain, &ex); err != nil {
+			return nil, nil, err
+		}
+		for name, e := range ex {
+			c, ok := s.Clusters[name]
+			if !ok || e == nil {
+				return nil, nil, fmt.Errorf("decode snapshot: explanations part explains cluster %q, which the snapshot does not have (or explains it with null)", name)
+			}
+			c.Explanation = e
+			s.Clusters[name] = c
+		}
+	}
 	return s, next, nil
 }
 
@@ -408,11 +451,14 @@ func Refs(m Manifest, get GetMany) ([]string, error) {
 	if m.Encoding != EncodingSplit {
 		return m.Parts, nil
 	}
-	t, err := readTree(m, get)
+	t, err := readTree(m, get, false)
 	if err != nil {
 		return nil, err
 	}
 	out := append([]string{m.Head}, m.Buckets...)
+	if m.Explain != "" {
+		out = append(out, m.Explain)
+	}
 	for _, d := range t.clusters {
 		out = append(out, d)
 	}

@@ -334,3 +334,60 @@ func TestDecodeReusing(t *testing.T) {
 		t.Fatalf("wrong meta.hash with reuse: %v", err)
 	}
 }
+
+// Explanations live in their own part: a publish whose explanations all
+// changed (the planner recomputes them) but whose content changed in one
+// cluster still has only that cluster and its bucket new on the proxy's
+// side; Decode returns them, DecodeReusing (the proxy's) does not read them.
+func TestSplitExplanationsApart(t *testing.T) {
+	withEx := func(demand float64, w int) *snapshot.Snapshot {
+		s := bigSnapshot(30, 1)
+		for name, c := range s.Clusters {
+			c.Explanation = &snapshot.Explanation{Mode: "optimal", DemandRPS: demand, Notes: []string{name}}
+			if name == "c4" {
+				c.Row.Weights = map[string]int{"SC1": w, "SC2": 9000 - w, config.Blackhole: 1000}
+			}
+			s.Clusters[name] = c
+		}
+		return s
+	}
+	s1 := withEx(100, 4500)
+	m1, st1 := splitToStore(t, s1)
+	got, err := snapshot.Decode(m1, st1.get)
+	if err != nil || !reflect.DeepEqual(got, s1) {
+		t.Fatalf("Decode with explanations: %v (equal: %v)", err, reflect.DeepEqual(got, s1))
+	}
+	s2 := withEx(250, 5000)
+	s2.Meta.Version = 43
+	m2, st2 := splitToStore(t, s2)
+	var fresh []string
+	for d := range st2 {
+		if st1[d] == nil {
+			fresh = append(fresh, d)
+		}
+	}
+	if len(fresh) != 3 || !slices.Contains(fresh, m2.Explain) {
+		t.Fatalf("%d new parts, want 3 (c4, its bucket, the explanations)", len(fresh))
+	}
+	_, d1, err := snapshot.DecodeReusing(m1, st1.many, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var asked []string
+	proxy, _, err := snapshot.DecodeReusing(m2, func(ds []string) ([][]byte, error) { asked = append(asked, ds...); return st2.many(ds) }, d1)
+	if err != nil || slices.Contains(asked, m2.Explain) || proxy.Clusters["c4"].Explanation != nil || proxy.Clusters["c4"].Row.Weights["SC1"] != 5000 {
+		t.Fatalf("DecodeReusing: %v; asked for the explanations: %v", err, slices.Contains(asked, m2.Explain))
+	}
+	refs, err := snapshot.Refs(m2, st2.many)
+	if err != nil || !slices.Contains(refs, m2.Explain) {
+		t.Fatalf("Refs leaves the explanations part out (%v): part collection would delete it", err)
+	}
+	// An explanation of a cluster the snapshot does not have is refused.
+	bad := gz(t, map[string]any{"nope": map[string]any{"mode": "optimal", "demand_rps": 1}})
+	st2[hexSum(bad)] = bad
+	m3 := m2
+	m3.Explain = hexSum(bad)
+	if _, err := snapshot.Decode(m3, st2.get); err == nil || !strings.Contains(err.Error(), `explains cluster "nope"`) {
+		t.Fatalf("stray explanation: %v", err)
+	}
+}
