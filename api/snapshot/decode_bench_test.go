@@ -3,7 +3,6 @@ package snapshot_test
 import (
 	"testing"
 
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -14,11 +13,7 @@ import (
 // Run: go test -run '^$' -bench DecodeOneClusterChange -benchmem ./snapshot/
 func BenchmarkDecodeOneClusterChange(b *testing.B) {
 	prev := bigSnapshot(200, 5)
-	next := bigSnapshot(200, 5)
-	c := next.Clusters["c17"]
-	c.Row.Weights = map[string]int{"SC1": 5000, "SC2": 4000, config.Blackhole: 1000}
-	next.Clusters["c17"] = c
-	next.Meta.Version++
+	next := oneChanged(200, 5, "c17")
 	st := store{}
 	encode := func(enc func(*snapshot.Snapshot) (snapshot.Manifest, []snapshot.Part, error), s *snapshot.Snapshot) snapshot.Manifest {
 		m, parts, err := enc(s)

@@ -40,6 +40,17 @@ func splitToStore(t *testing.T, s *snapshot.Snapshot) (snapshot.Manifest, store)
 	return back, st
 }
 
+// oneChanged is bigSnapshot(clusters, perSub) as version 43 with cluster
+// name's row changed.
+func oneChanged(clusters, perSub int, name string) *snapshot.Snapshot {
+	s := bigSnapshot(clusters, perSub)
+	c := s.Clusters[name]
+	c.Row.Weights = map[string]int{"SC1": 5000, "SC2": 4000, config.Blackhole: 1000}
+	s.Clusters[name] = c
+	s.Meta.Version, s.Meta.Hash = 43, ""
+	return s
+}
+
 func (st store) many(ds []string) ([][]byte, error) {
 	out := make([][]byte, len(ds))
 	for i, d := range ds {
@@ -110,12 +121,7 @@ func TestSplitRoundTrip(t *testing.T) {
 func TestSplitOneClusterChangeIsTwoParts(t *testing.T) {
 	s := bigSnapshot(200, 3)
 	_, old := splitToStore(t, s)
-	s2 := bigSnapshot(200, 3)
-	c := s2.Clusters["c17"]
-	c.Row.Weights = map[string]int{"SC1": 5000, "SC2": 4000, config.Blackhole: 1000}
-	s2.Clusters["c17"] = c
-	s2.Meta.Version, s2.Meta.Hash = 43, ""
-	m2, cur := splitToStore(t, s2)
+	m2, cur := splitToStore(t, oneChanged(200, 3, "c17"))
 	var fresh []string
 	for d := range cur {
 		if old[d] == nil {
@@ -294,11 +300,7 @@ func TestDecodeReusing(t *testing.T) {
 	if err != nil || d1.Len() != 60 {
 		t.Fatalf("first decode: %d clusters held, %v", d1.Len(), err)
 	}
-	s2 := bigSnapshot(60, 2)
-	c := s2.Clusters["c42"]
-	c.Row.Weights = map[string]int{"SC1": 6000, "SC2": 3000, config.Blackhole: 1000}
-	s2.Clusters["c42"] = c
-	s2.Meta.Version, s2.Meta.Hash = 43, ""
+	s2 := oneChanged(60, 2, "c42")
 	m2, st2 := splitToStore(t, s2)
 	var asked []string
 	counting := func(ds []string) ([][]byte, error) {
