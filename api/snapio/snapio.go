@@ -54,3 +54,39 @@ func Parts(ctx context.Context, kv clientv3.KV, layout keys.Layout) func(digest 
 		return r.Kvs[0].Value, nil
 	}
 }
+
+// MaxGetsPerTxn is how many parts PartsBatch reads in one transaction
+// (etcd's default limit is 128 operations).
+const MaxGetsPerTxn = 100
+
+// PartsBatch is the batch part reader snapshot.DecodeBatch takes: the parts
+// are read in transactions of up to MaxGetsPerTxn gets each (one round trip
+// for most snapshots); a missing part is a nil entry.
+func PartsBatch(ctx context.Context, kv clientv3.KV, layout keys.Layout) snapshot.GetMany {
+	return func(digests []string) ([][]byte, error) {
+		out := make([][]byte, 0, len(digests))
+		for off := 0; off < len(digests); off += MaxGetsPerTxn {
+			batch := digests[off:min(off+MaxGetsPerTxn, len(digests))]
+			ops := make([]clientv3.Op, 0, len(batch))
+			for _, d := range batch {
+				k, err := layout.Part(d)
+				if err != nil {
+					return nil, err
+				}
+				ops = append(ops, clientv3.OpGet(k))
+			}
+			r, err := kv.Txn(ctx).Then(ops...).Commit()
+			if err != nil {
+				return nil, fmt.Errorf("read %d parts from %s: %w", len(batch), batch[0], err)
+			}
+			for _, resp := range r.Responses {
+				var v []byte
+				if kvs := resp.GetResponseRange().Kvs; len(kvs) > 0 {
+					v = kvs[0].Value
+				}
+				out = append(out, v)
+			}
+		}
+		return out, nil
+	}
+}

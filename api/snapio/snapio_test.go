@@ -104,3 +104,44 @@ func TestManifestAndPartsReadBack(t *testing.T) {
 		t.Fatalf("manifest with a stray field: %v, want an error naming %s and the field", err, mk)
 	}
 }
+
+// A split snapshot of more clusters than one transaction's gets reads back
+// whole through PartsBatch and through Parts; a missing cluster part is
+// ErrMissingPart naming the cluster.
+func TestPartsBatchReadsASplitSnapshot(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	ctx := context.Background()
+	want := &snapshot.Snapshot{
+		Meta:     snapshot.Meta{ProxyCluster: "BFE1", Version: 4, CreatedAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)},
+		Clusters: map[string]snapshot.Cluster{},
+	}
+	for c := range 2 * snapio.MaxGetsPerTxn {
+		want.Clusters[fmt.Sprintf("c%03d", c)] = snapshot.Cluster{Policy: config.DefaultPolicy(), SubClusters: map[string]config.SubCluster{"SC1": {
+			IDC: "IDC1", Instances: []config.Instance{{Addr: fmt.Sprintf("10.1.%d.%d", c/250, c%250+1), Port: 80, Weight: 1, State: config.StateHealthy}},
+		}}}
+	}
+	m, parts, err := snapshot.EncodeStore(want)
+	if err != nil || m.Encoding != snapshot.EncodingSplit {
+		t.Fatalf("EncodeStore: %q, %v; want the split layout", m.Encoding, err)
+	}
+	for _, p := range parts[1:] {
+		pk, _ := layout.Part(p.Digest)
+		put(t, cli, pk, string(p.Data))
+	}
+	if _, err := snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, cli, layout)); !errors.Is(err, snapshot.ErrMissingPart) || !strings.Contains(err.Error(), "head part ("+parts[0].Digest+")") {
+		t.Fatalf("DecodeBatch without the head part: %v, want ErrMissingPart naming it", err)
+	}
+	pk, _ := layout.Part(parts[0].Digest)
+	put(t, cli, pk, string(parts[0].Data))
+	got, err := snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, cli, layout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	one, err := snapshot.Decode(m, snapio.Parts(ctx, cli, layout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) || !reflect.DeepEqual(one, want) {
+		t.Fatal("the split snapshot read back differs from the one written")
+	}
+}

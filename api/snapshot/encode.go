@@ -21,7 +21,8 @@ const (
 	InlineLimit = 512 << 10
 	// MaxDecoded bounds the JSON a manifest may expand to (a gzip bomb guard).
 	MaxDecoded = 512 << 20
-	// Encoding is the only content encoding so far.
+	// Encoding is the whole-snapshot layout: one gzip'd JSON document,
+	// inline or cut into Parts (EncodingSplit is the per-cluster one).
 	Encoding = "json+gzip"
 )
 
@@ -38,6 +39,13 @@ type Manifest struct {
 	Inline []byte `json:"inline,omitempty"`
 	// Parts are hex SHA-256 digests of the content's parts, in order.
 	Parts []string `json:"parts,omitempty"`
+	// Head and Buckets are the EncodingSplit layout's (split.go): the
+	// digests of the head part and of the index buckets.
+	Head    string   `json:"head,omitempty"`
+	Buckets []string `json:"buckets,omitempty"`
+	// Explain is the split layout's explanations part (cluster name →
+	// Explanation), "" when no cluster has one. Proxies skip it.
+	Explain string `json:"explain,omitempty"`
 }
 
 // Part is one content-addressed piece of a large snapshot.
@@ -98,9 +106,18 @@ var ErrMissingPart = errors.New("snapshot part missing")
 // Decode rebuilds a snapshot from its manifest, fetching parts with get. It
 // checks every digest, the content hash and strict JSON decoding; it does not
 // run the semantic validator (api/validate).
+//
+// It is the one decoder of stored snapshots: both layouts (Encoding and
+// EncodingSplit) are read here.
 func Decode(m Manifest, get func(digest string) ([]byte, error)) (*Snapshot, error) {
+	if m.Encoding == EncodingSplit {
+		return decodeSplit(m, one(get))
+	}
 	if m.Encoding != Encoding {
-		return nil, fmt.Errorf("decode snapshot: encoding %q is not %q", m.Encoding, Encoding)
+		return nil, fmt.Errorf("decode snapshot: encoding %q is neither %q nor %q", m.Encoding, Encoding, EncodingSplit)
+	}
+	if m.Head != "" || len(m.Buckets) > 0 {
+		return nil, fmt.Errorf("decode snapshot: a %q manifest has a head or buckets", Encoding)
 	}
 	var data []byte
 	switch {

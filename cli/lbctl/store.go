@@ -163,7 +163,7 @@ func (e *env) snapshot(ctx context.Context, pc string, v uint64) (*snapshot.Snap
 	if err != nil {
 		return nil, err
 	}
-	return snapshot.Decode(m, snapio.Parts(ctx, e.client, e.layout))
+	return snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, e.client, e.layout))
 }
 
 // liveSnapshots returns the snapshot current/<pc> points to for each proxy

@@ -125,7 +125,7 @@ func (f *Fleet) Snapshot(ctx context.Context, pc string, version uint64) (*snaps
 	if !found {
 		return nil, fmt.Errorf("snapshot %s v%d missing", pc, version)
 	}
-	return snapshot.Decode(m, snapio.Parts(ctx, f.Client, f.Layout))
+	return snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, f.Client, f.Layout))
 }
 
 func getJSON(ctx context.Context, url string, v any) error {

@@ -85,6 +85,15 @@ func (e *External) Restart() error {
 	}
 }
 
+// Pid is the running process's id (0 when stopped), e.g. to read its CPU
+// time from /proc/<pid>/stat.
+func (e *External) Pid() int {
+	if e.cmd == nil {
+		return 0
+	}
+	return e.cmd.Process.Pid
+}
+
 // Stop ends the process (SIGTERM, then SIGKILL after 10s) and keeps the data.
 func (e *External) Stop() {
 	if e.cmd == nil {

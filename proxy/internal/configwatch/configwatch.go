@@ -115,6 +115,11 @@ type Watcher struct {
 	m          *metrics
 	rnd        *rand.Rand
 	running    atomic.Bool
+	partsRead  atomic.Uint64
+
+	// held is what the watcher keeps of the applied snapshot (Run's
+	// goroutine only): a fetch reads from etcd only the parts not here.
+	held heldParts
 
 	mu       sync.Mutex
 	st       Status
@@ -243,6 +248,12 @@ func (w *Watcher) applyCache() {
 	}
 	if err := w.apply(checked, SourceDiskCache); err != nil {
 		w.log.Error("cached snapshot rejected by apply", "version", checked.Snapshot().Meta.Version, "err", err)
+		return
+	}
+	// The cache holds a whole snapshot: its parts in the split layout are
+	// what etcd holds for it, so the first fetch reads only what changed.
+	if s := checked.Snapshot(); len(s.Clusters) >= snapshot.SplitMinClusters {
+		w.held = heldParts{parts: snapshot.PartsOf(s)}
 	}
 }
 
@@ -288,7 +299,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case verdictRejected:
 		return nil
 	}
-	s, err := w.fetch(ctx, p)
+	s, held, err := w.fetch(ctx, p)
 	var ee etcdError
 	switch {
 	case errors.Is(err, errSuperseded):
@@ -303,6 +314,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	if err := w.apply(s, SourceEtcd); err != nil {
 		return nil // rejected and logged by apply
 	}
+	w.held = held
 	return nil
 }
 

@@ -6,68 +6,114 @@ import (
 	"fmt"
 
 	"github.com/sluicelb/sluice/api/codec"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/api/validate"
 )
 
-// fetch reads, decodes and validates the snapshot p points to.
-func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (validate.Checked, error) {
+// fetch reads, decodes and validates the snapshot p points to. Parts the
+// watcher already holds (w.held: those of the applied snapshot, by digest)
+// are not read again; the others are read in one transaction per round of
+// snapshot.DecodeBatch. parts is every part of the new snapshot, which
+// becomes w.held once it is applied. Every part's digest is checked
+// whether it was read or held.
+func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer) (checked validate.Checked, held heldParts, err error) {
 	mkey, err := w.cfg.Layout.Snapshot(w.cfg.ProxyCluster, p.Version)
 	if err != nil {
-		return validate.Checked{}, err
+		return validate.Checked{}, heldParts{}, err
 	}
 	raw, found, err := w.get(ctx, mkey)
 	if err != nil {
-		return validate.Checked{}, err
+		return validate.Checked{}, heldParts{}, err
 	}
 	if !found {
 		// History trimming may remove the manifest of a pointer we only see
 		// late (watch replay); skip it if the pointer has moved on.
 		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
-			return validate.Checked{}, err
+			return validate.Checked{}, heldParts{}, err
 		} else if found {
 			var now snapshot.Pointer
 			if codec.UnmarshalJSON(cur, &now) == nil && now.For(w.cfg.ID) != p {
-				return validate.Checked{}, errSuperseded
+				return validate.Checked{}, heldParts{}, errSuperseded
 			}
 		}
-		return validate.Checked{}, fmt.Errorf("manifest %s is missing", mkey)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s is missing", mkey)
 	}
 	var m snapshot.Manifest
 	if err := codec.UnmarshalJSON(raw, &m); err != nil {
-		return validate.Checked{}, fmt.Errorf("manifest %s: %w", mkey, err)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s: %w", mkey, err)
 	}
 	if m.Meta.ProxyCluster != w.cfg.ProxyCluster || m.Meta.Version != p.Version || m.Meta.Hash != p.Hash || m.Meta.Lineage != p.Lineage {
 		want := snapshot.Meta{ProxyCluster: w.cfg.ProxyCluster, Lineage: p.Lineage, Version: p.Version}
-		return validate.Checked{}, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
+		return validate.Checked{}, heldParts{}, fmt.Errorf("manifest %s is %s hash %s; pointer says %s hash %s", mkey,
 			m.Meta.ID(), m.Meta.Hash, want.ID(), p.Hash)
 	}
-	s, err := snapshot.Decode(m, func(digest string) ([]byte, error) {
-		pkey, err := w.cfg.Layout.Part(digest)
-		if err != nil {
-			return nil, err
-		}
-		b, found, err := w.get(ctx, pkey)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			return nil, fmt.Errorf("%s: %w", pkey, snapshot.ErrMissingPart)
-		}
-		return b, nil
-	})
+	held.parts = map[string][]byte{}
+	s, decoded, err := snapshot.DecodeReusing(m, w.partsGetter(ctx, held.parts), w.held.decoded)
 	var ee etcdError
 	if errors.As(err, &ee) {
-		return validate.Checked{}, ee
+		return validate.Checked{}, heldParts{}, ee
 	}
 	if err != nil {
-		return validate.Checked{}, err
+		return validate.Checked{}, heldParts{}, err
 	}
-	checked, err := validate.Check(s)
+	checked, err = validate.Check(s)
 	if err != nil {
-		return validate.Checked{}, fmt.Errorf("invalid snapshot: %w", err)
+		return validate.Checked{}, heldParts{}, fmt.Errorf("invalid snapshot: %w", err)
 	}
-	return checked, nil
+	held.decoded = decoded
+	return checked, held, nil
+}
+
+// heldParts is what a watcher keeps of the applied snapshot so that the
+// next fetch reads and decodes only what changed: its parts by digest
+// (head and buckets; cluster parts unless decoded holds them) and its
+// decoded clusters (snapshot.DecodeReusing).
+type heldParts struct {
+	parts   map[string][]byte
+	decoded *snapshot.Decoded
+}
+
+// partsGetter answers from w.held and reads the rest from etcd (each call
+// one or a few transactions, under one OpTimeout); it records every part
+// it returns in used.
+func (w *Watcher) partsGetter(ctx context.Context, used map[string][]byte) snapshot.GetMany {
+	return func(ds []string) ([][]byte, error) {
+		out := make([][]byte, len(ds))
+		var miss []string
+		got := map[string][]byte{}
+		for _, d := range ds {
+			if _, ok := w.held.parts[d]; ok {
+				continue
+			}
+			if _, ok := got[d]; !ok {
+				got[d] = nil
+				miss = append(miss, d)
+			}
+		}
+		if len(miss) > 0 {
+			octx, cancel := context.WithTimeout(ctx, w.cfg.OpTimeout)
+			bs, err := snapio.PartsBatch(octx, w.cfg.Client, w.cfg.Layout)(miss)
+			cancel()
+			if err != nil {
+				return nil, etcdError{err}
+			}
+			for j, b := range bs {
+				got[miss[j]] = b
+			}
+			w.partsRead.Add(uint64(len(miss)))
+		}
+		for i, d := range ds {
+			b, ok := w.held.parts[d]
+			if !ok {
+				b = got[d]
+			}
+			if b != nil {
+				out[i], used[d] = b, b
+			}
+		}
+		return out, nil
+	}
 }
 
 func (w *Watcher) get(ctx context.Context, key string) ([]byte, bool, error) {

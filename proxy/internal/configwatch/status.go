@@ -43,6 +43,9 @@ type Status struct {
 	LastSync time.Time
 	// WatchRestarts counts restarts by reason.
 	WatchRestarts map[string]uint64
+	// PartsRead counts the snapshot parts read from etcd; parts the applied
+	// snapshot shares with the next one are not read again.
+	PartsRead uint64
 }
 
 // StaleSeconds is how long the applied configuration may lag etcd: 0 while
@@ -65,6 +68,7 @@ func (w *Watcher) Status() Status {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	s := w.st
+	s.PartsRead = w.partsRead.Load()
 	s.WatchRestarts = make(map[string]uint64, len(w.st.WatchRestarts))
 	for k, v := range w.st.WatchRestarts {
 		s.WatchRestarts[k] = v

@@ -90,6 +90,7 @@ type Publisher struct {
 	m      *prometheus.CounterVec
 
 	orphans map[string]time.Time // part digest → first seen unreferenced
+	refs    map[string][]string  // manifest key@mod revision → parts it references
 }
 
 // New returns a Publisher writing under layout.
@@ -110,7 +111,7 @@ func New(cli *clientv3.Client, layout keys.Layout, o Options) *Publisher {
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(m)
 	}
-	return &Publisher{cli: cli, layout: layout, author: o.Author, now: o.Now, log: o.Logger, m: m, orphans: map[string]time.Time{}}
+	return &Publisher{cli: cli, layout: layout, author: o.Author, now: o.Now, log: o.Logger, m: m, orphans: map[string]time.Time{}, refs: map[string][]string{}}
 }
 
 // Count returns how many publishes ended with result (for tests and logs).
@@ -243,7 +244,7 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		if err := validate.Snapshot(&snap); err != nil {
 			return Result{}, fmt.Errorf("publish %s v%d: %w: %w", pc, snap.Meta.Version, ErrInvalid, err)
 		}
-		m, parts, err := snapshot.Encode(&snap)
+		m, parts, err := snapshot.EncodeStore(&snap)
 		if err != nil {
 			return Result{}, fmt.Errorf("publish %s: %w: %w", pc, ErrInvalid, err)
 		}
@@ -320,23 +321,72 @@ func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer
 	return true, Result{Outcome: Published, Version: v, Hash: h, Lineage: want.Lineage}
 }
 
-// WriteParts stores parts, each in its own transaction fenced on lead (a
-// part may be up to snapshot.PartSize, so they cannot share one request).
+// WriteParts stores the parts that are not stored yet (parts are content
+// addressed: a stored part is the same bytes), in transactions fenced on
+// lead of at most maxOpsPerTxn parts and maxTxnBytes (a part may be up to
+// snapshot.PartSize, so a big one goes alone). The existence check is safe
+// against part collection: only a leader collects, fenced on its term, and
+// a publish's manifest commits only within the term that checked.
 func (p *Publisher) WriteParts(ctx context.Context, lead *Leadership, parts []snapshot.Part) error {
-	for _, part := range parts {
-		k, err := p.layout.Part(part.Digest)
-		if err != nil {
-			return fmt.Errorf("write part: %w", err)
+	missing, err := p.missingParts(ctx, parts)
+	if err != nil {
+		return err
+	}
+	for len(missing) > 0 {
+		n, size := 0, 0
+		for n < len(missing) && n < maxOpsPerTxn && (n == 0 || size+len(missing[n].Data) <= maxTxnBytes) {
+			size += len(missing[n].Data)
+			n++
 		}
-		r, err := p.cli.Txn(ctx).If(lead.Fence()).Then(clientv3.OpPut(k, string(part.Data))).Commit()
+		batch := missing[:n]
+		missing = missing[n:]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, part := range batch {
+			k, err := p.layout.Part(part.Digest)
+			if err != nil {
+				return fmt.Errorf("write part: %w", err)
+			}
+			ops = append(ops, clientv3.OpPut(k, string(part.Data)))
+		}
+		r, err := p.cli.Txn(ctx).If(lead.Fence()).Then(ops...).Commit()
 		if err != nil {
-			return fmt.Errorf("write part %s: %w", part.Digest, err)
+			return fmt.Errorf("write part %s (+%d more): %w", batch[0].Digest, len(batch)-1, err)
 		}
 		if !r.Succeeded {
-			return fmt.Errorf("write part %s: %w", part.Digest, ErrFenced)
+			return fmt.Errorf("write part %s: %w", batch[0].Digest, ErrFenced)
 		}
 	}
 	return nil
+}
+
+// maxTxnBytes keeps a batch of parts below etcd's default 1.5 MiB request limit.
+const maxTxnBytes = 1 << 20
+
+// missingParts returns the parts not in etcd, asking in read-only
+// transactions of count-only gets.
+func (p *Publisher) missingParts(ctx context.Context, parts []snapshot.Part) ([]snapshot.Part, error) {
+	var missing []snapshot.Part
+	for off := 0; off < len(parts); off += maxOpsPerTxn {
+		batch := parts[off:min(off+maxOpsPerTxn, len(parts))]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for _, part := range batch {
+			k, err := p.layout.Part(part.Digest)
+			if err != nil {
+				return nil, fmt.Errorf("write part: %w", err)
+			}
+			ops = append(ops, clientv3.OpGet(k, clientv3.WithCountOnly()))
+		}
+		r, err := p.cli.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			return nil, fmt.Errorf("check parts: %w", err)
+		}
+		for i, resp := range r.Responses {
+			if resp.GetResponseRange().Count == 0 {
+				missing = append(missing, batch[i])
+			}
+		}
+	}
+	return missing, nil
 }
 
 // Current reads current/<pc>: the pointer (zero if absent) and the key's mod

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/codec"
@@ -32,7 +33,7 @@ func (p *Publisher) Load(ctx context.Context, pc string, version uint64) (*snaps
 	if err != nil {
 		return nil, err
 	}
-	return snapshot.Decode(m, snapio.Parts(ctx, p.cli, p.layout))
+	return snapshot.DecodeBatch(m, snapio.PartsBatch(ctx, p.cli, p.layout))
 }
 
 // History returns the metadata of the kept versions of pc, oldest first.
@@ -132,16 +133,9 @@ func (p *Publisher) CollectParts(ctx context.Context, lead *Leadership, grace ti
 	if err != nil {
 		return 0, fmt.Errorf("collect parts: %w", err)
 	}
-	used := map[string]bool{}
-	for _, kv := range mr.Kvs {
-		var m snapshot.Manifest
-		if err := codec.UnmarshalJSON(kv.Value, &m); err != nil {
-			// An unreadable manifest might reference anything: do not collect.
-			return 0, fmt.Errorf("collect parts: manifest %s: %w", kv.Key, err)
-		}
-		for _, d := range m.Parts {
-			used[d] = true
-		}
+	used, err := p.usedParts(ctx, mr.Kvs)
+	if err != nil {
+		return 0, err
 	}
 	now := p.now()
 	seen := map[string]bool{}
@@ -175,6 +169,41 @@ func (p *Publisher) CollectParts(ctx context.Context, lead *Leadership, grace ti
 		delete(p.orphans, k[len(p.layout.PartsPrefix()):])
 	}
 	return n, err
+}
+
+// usedParts is the set of parts the manifests reference: their Parts, or
+// for split manifests their head, buckets and every cluster part a bucket
+// lists (buckets read from etcd; the answer is kept per manifest key and
+// mod revision, manifests being immutable). An unreadable manifest or
+// bucket might reference anything: it is an error, and nothing is collected.
+func (p *Publisher) usedParts(ctx context.Context, manifests []*mvccpb.KeyValue) (map[string]bool, error) {
+	used := map[string]bool{}
+	live := map[string]bool{}
+	for _, kv := range manifests {
+		id := fmt.Sprintf("%s@%d", kv.Key, kv.ModRevision)
+		live[id] = true
+		refs, ok := p.refs[id]
+		if !ok {
+			var m snapshot.Manifest
+			if err := codec.UnmarshalJSON(kv.Value, &m); err != nil {
+				return nil, fmt.Errorf("collect parts: manifest %s: %w", kv.Key, err)
+			}
+			var err error
+			if refs, err = snapshot.Refs(m, snapio.PartsBatch(ctx, p.cli, p.layout)); err != nil {
+				return nil, fmt.Errorf("collect parts: manifest %s: %w", kv.Key, err)
+			}
+			p.refs[id] = refs
+		}
+		for _, d := range refs {
+			used[d] = true
+		}
+	}
+	for id := range p.refs {
+		if !live[id] {
+			delete(p.refs, id)
+		}
+	}
+	return used, nil
 }
 
 // deleteFenced deletes keys in batches, each batch one transaction fenced on

@@ -1,0 +1,199 @@
+package configwatch
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/validate"
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
+)
+
+// BenchmarkFanoutScale is the scale run of issue 20: SLUICE_FANOUT_PROXIES
+// (default 1000) in-process watchers — the real configwatch, decode and
+// validate.Check included, with a no-op Apply and no server — follow one
+// external etcd process (Debian's /usr/bin/etcd, so that its CPU time can be
+// read from /proc/<pid>/stat), 50 watchers per client connection. Each
+// layout (whole, split) gets SLUICE_FANOUT_PUBLISHES (default 5) one-cluster
+// changes at 200 backend clusters × 10 instances, one at a time; it reports
+// publish → applied on all proxies (p50 and max over the publishes),
+// publish → applied per proxy (p50, p99 over every proxy's apply) and etcd
+// CPU ms per publish (user + system, from the pointer write until the last
+// proxy applied) and, to judge it, etcd's idle CPU ms per second over 5 s
+// before the first publish. Every wait is bounded (10 min).
+// Run: go test -run '^$' -bench FanoutScale -benchtime 1x -timeout 30m ./internal/configwatch/
+func BenchmarkFanoutScale(b *testing.B) {
+	proxies, publishes := envInt(b, "SLUICE_FANOUT_PROXIES", 1000), envInt(b, "SLUICE_FANOUT_PUBLISHES", 5)
+	e, err := etcdtest.StartExternal(etcdtest.DebianEtcd, b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer e.Close()
+	for _, layout := range strings.Split(envStr("SLUICE_FANOUT_LAYOUTS", "whole,split"), ",") {
+		b.Run("layout="+layout, func(b *testing.B) {
+			for range b.N {
+				scaleRun(b, e, layout == "split", proxies, publishes)
+			}
+		})
+	}
+}
+
+func envStr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func envInt(b *testing.B, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		b.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// etcdCPU is the process's user + system CPU time.
+func etcdCPU(b *testing.B, pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// Fields after the command (which may hold spaces) start after ") ".
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * 10 * time.Millisecond // CLK_TCK 100
+}
+
+func scaleRun(b *testing.B, e *etcdtest.External, split bool, proxies, publishes int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	lay := keys.MustNew(fmt.Sprintf("/fanout-%s-%d", map[bool]string{false: "whole", true: "split"}[split], time.Now().UnixNano()))
+	cli := newClient(b, e.Endpoints...)
+	weights := map[int]int{}
+	f := &fanoutPublisher{cli: cli, lay: lay, split: split}
+	pub := func(v uint64) time.Time {
+		_, t0 := f.publish(b, fanoutSnapshot(v, 200, 5, weights))
+		return t0
+	}
+
+	var (
+		mu      sync.Mutex
+		applied = map[uint64]int{}
+		at      = map[uint64][]time.Time{}
+		allDone = make(chan uint64, 16)
+	)
+	apply := func(c validate.Checked) error {
+		v := c.Snapshot().Meta.Version
+		now := time.Now()
+		mu.Lock()
+		applied[v]++
+		at[v] = append(at[v], now)
+		n := applied[v]
+		mu.Unlock()
+		if n == proxies {
+			allDone <- v
+		}
+		return nil
+	}
+	waitAll := func(v uint64) {
+		timeout := time.After(10 * time.Minute)
+		for {
+			select {
+			case got := <-allDone:
+				if got == v {
+					return
+				}
+			case <-timeout:
+				mu.Lock()
+				n := applied[v]
+				mu.Unlock()
+				b.Fatalf("v%d applied by %d of %d proxies within 10 min", v, n, proxies)
+			}
+		}
+	}
+	pub(1)
+	var clients []*clientv3.Client
+	var done sync.WaitGroup
+	var failed atomic.Int64
+	for i := range proxies {
+		if i%50 == 0 {
+			clients = append(clients, newClient(b, e.Endpoints...))
+		}
+		w, err := New(Config{Client: clients[len(clients)-1], Layout: lay, ProxyCluster: pc, ID: fmt.Sprintf("p%04d", i),
+			Apply: apply, Logger: discard(), StoreCheckInterval: time.Hour, StallTimeout: 30 * time.Minute, OpTimeout: 10 * time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			if err := w.Run(ctx); err != nil {
+				failed.Add(1)
+			}
+		}()
+		if n := i + 1; n%50 == 0 || n == proxies {
+			// Start in batches: a thousand first decodes at once starve
+			// the process (it is the first sync, not what is measured).
+			poll.EventuallyTrue(b, 10*time.Minute, "a batch of watchers applied v1", func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return applied[1] >= n
+			})
+		}
+	}
+	defer done.Wait()
+	defer cancel()
+	waitAll(1)
+	idle0, idleT := etcdCPU(b, e.Pid()), time.Now()
+	<-time.After(5 * time.Second) // a measurement window, not a wait for state
+	idle := float64((etcdCPU(b, e.Pid()) - idle0).Microseconds()) / 1000 / time.Since(idleT).Seconds()
+	var all, each []time.Duration
+	var cpu time.Duration
+	for i := range publishes {
+		v := uint64(i + 2)
+		weights[i] = 3000 + i
+		c0 := etcdCPU(b, e.Pid())
+		t0 := pub(v)
+		waitAll(v)
+		cpu += etcdCPU(b, e.Pid()) - c0
+		mu.Lock()
+		var last time.Duration
+		for _, t := range at[v] {
+			each = append(each, t.Sub(t0))
+			last = max(last, t.Sub(t0))
+		}
+		all = append(all, last)
+		mu.Unlock()
+	}
+	if n := failed.Load(); n > 0 {
+		b.Fatalf("%d watchers' Run failed", n)
+	}
+	slices.Sort(all)
+	slices.Sort(each)
+	q := func(d []time.Duration, p float64) float64 {
+		return float64(d[int(p*float64(len(d)-1))].Microseconds()) / 1000
+	}
+	b.ReportMetric(q(all, 0.5), "all-p50-ms")
+	b.ReportMetric(q(all, 1), "all-max-ms")
+	b.ReportMetric(q(each, 0.5), "proxy-p50-ms")
+	b.ReportMetric(q(each, 0.99), "proxy-p99-ms")
+	b.ReportMetric(float64(cpu.Microseconds())/1000/float64(publishes), "etcd-cpu-ms/publish")
+	b.ReportMetric(idle, "etcd-idle-ms/s")
+}
