@@ -62,6 +62,7 @@ type Limiter struct {
 
 	mu   sync.Mutex
 	open int
+	nIdl int                // in the idle list
 	ips  map[netip.Addr]int // only with a per-IP limit
 	idle Conn               // the idle list's sentinel: idle.next is the oldest
 }
@@ -100,6 +101,13 @@ func (l *Limiter) Open() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.open
+}
+
+// IdleConns is the number of open client connections idle now.
+func (l *Limiter) IdleConns() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.nIdl
 }
 
 // Reasons of a refusal (the metric's reason label).
@@ -215,6 +223,7 @@ func (l *Limiter) pushLocked(c *Conn) {
 	}
 	c.prev, c.next = l.idle.prev, &l.idle
 	c.prev.next, l.idle.prev = c, c
+	l.nIdl++
 }
 
 func (l *Limiter) unlinkLocked(c *Conn) {
@@ -223,6 +232,7 @@ func (l *Limiter) unlinkLocked(c *Conn) {
 	}
 	c.prev.next, c.next.prev = c.next, c.prev
 	c.prev, c.next = nil, nil
+	l.nIdl--
 }
 
 func peerIP(c net.Conn) netip.Addr {
