@@ -263,3 +263,30 @@ func TestConnLimitEvictsOldestIdleEveryFront(t *testing.T) {
 		})
 	}
 }
+
+// BenchmarkFrontConnLimit is BenchmarkFront's keep-alive GET with the
+// listener wrapped as lbproxy wraps it: sockio alone, or under a
+// connlimit.Limiter with a total limit (its idle list then moves twice per
+// request).
+func BenchmarkFrontConnLimit(b *testing.B) {
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		for _, limited := range []bool{false, true} {
+			name := kind + "/sockio"
+			wrap := func(l net.Listener) net.Listener { return sockio.Listener{Listener: l} }
+			if limited {
+				name = kind + "/limited"
+				lim := connlimit.New(connlimit.Options{Max: 1 << 20, PerIP: 1 << 20})
+				wrap = func(l net.Listener) net.Listener { return lim.Listener(sockio.Listener{Listener: l}) }
+			}
+			b.Run(name, func(b *testing.B) {
+				p := newProxy(b, benchSnapshot(b), proxyOpts{frontKind: kind, opts: Options{UpstreamClient: UpstreamFast}, wrap: wrap})
+				conn, err := net.Dial("tcp", p.addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer conn.Close()
+				benchGETs(b, conn)
+			})
+		}
+	}
+}

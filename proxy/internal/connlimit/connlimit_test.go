@@ -292,3 +292,38 @@ func TestOfUnwraps(t *testing.T) {
 type wrapped struct{ net.Conn }
 
 func (w wrapped) NetConn() net.Conn { return w.Conn }
+
+// BenchmarkAcceptClose is one loopback connect, accept and close, through a
+// Limiter (total and per-IP limits) or not.
+func BenchmarkAcceptClose(b *testing.B) {
+	for _, limited := range []bool{false, true} {
+		name := "plain"
+		if limited {
+			name = "limited"
+		}
+		b.Run(name, func(b *testing.B) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var l net.Listener = sockio.Listener{Listener: ln}
+			if limited {
+				l = New(Options{Max: 1 << 20, PerIP: 1 << 20}).Listener(l)
+			}
+			defer l.Close()
+			b.ReportAllocs()
+			for b.Loop() {
+				c, err := net.Dial("tcp", ln.Addr().String())
+				if err != nil {
+					b.Fatal(err)
+				}
+				sc, err := l.Accept()
+				if err != nil {
+					b.Fatal(err)
+				}
+				sc.Close()
+				c.Close()
+			}
+		})
+	}
+}
