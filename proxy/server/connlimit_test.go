@@ -219,7 +219,7 @@ func TestConnLimitEvictsOldestIdleEveryFront(t *testing.T) {
 			lim := connlimit.New(connlimit.Options{Max: 3})
 			h := &holdBackend{arrived: make(chan struct{}, 1), release: make(chan struct{})}
 			addr, pool := limitedProxy(t, m, lim, h)
-			t.Cleanup(h.let) // before the backend's Close
+			t.Cleanup(h.let)                      // before the backend's Close
 			busy := dialLimited(t, m, addr, pool) // the oldest, busy
 			waitConns(t, lim, 1, 1)
 			held := make(chan error, 1)
