@@ -15,9 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
-	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/connlimit"
-	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -68,44 +66,12 @@ func limitedProxy(t *testing.T, m limitMode, lim *connlimit.Limiter, h *holdBack
 	t.Helper()
 	b := newBackend(t, "b1", h.serve)
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
-	done := make(chan struct{})
-	go func() { reg.Run(ctx); close(done) }()
-	pools := forward.NewPools(forward.Options{})
-	s, err := New(Options{Registry: reg, Pools: pools, UpstreamClient: UpstreamFast})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Apply(checked(t, snap)); err != nil {
-		t.Fatal(err)
-	}
-	var f Front
-	var pool *x509.CertPool
+	wrap := func(l net.Listener) net.Listener { return lim.Listener(sockio.Listener{Listener: l}) }
 	if m.tls {
-		var cert tls.Certificate
-		cert, pool = testCertificate(t)
-		f, err = s.TLSFront(m.kind, FrontOptions{Certificates: []tls.Certificate{cert}})
-	} else {
-		f, err = s.NewFront(m.kind, FrontOptions{})
+		_, addr, pool := tlsProxyWrapped(t, m.kind, snap, FrontOptions{}, wrap)
+		return addr, pool
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	served := make(chan struct{})
-	go func() { f.Serve(lim.Listener(sockio.Listener{Listener: l})); close(served) }()
-	t.Cleanup(func() {
-		f.Close()
-		<-served
-		cancel()
-		<-done
-		pools.Close()
-	})
-	return l.Addr().String(), pool
+	return newProxy(t, snap, proxyOpts{frontKind: m.kind, opts: Options{UpstreamClient: UpstreamFast}, wrap: wrap}).addr, nil
 }
 
 // eofConn records that the server closed the connection (a read saw EOF).

@@ -55,6 +55,12 @@ func tlsProxy(t testing.TB, kind string, snap *snapshot.Snapshot) (*TLSFront, st
 // tlsProxyWith is tlsProxy with front options (the certificate is added).
 func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions) (*TLSFront, string, *x509.CertPool) {
 	t.Helper()
+	return tlsProxyWrapped(t, kind, snap, fo, nil)
+}
+
+// tlsProxyWrapped is tlsProxyWith serving wrap(listener) when wrap is set.
+func tlsProxyWrapped(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions, wrap func(net.Listener) net.Listener) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
 	done := make(chan struct{})
@@ -78,7 +84,11 @@ func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOp
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- tf.Serve(l) }()
+	sl := l
+	if wrap != nil {
+		sl = wrap(l)
+	}
+	go func() { served <- tf.Serve(sl) }()
 	t.Cleanup(func() {
 		tf.Close()
 		if err := <-served; err != http.ErrServerClosed {

@@ -167,8 +167,8 @@ func (l *Limiter) admit(c net.Conn) net.Conn {
 	if l.perIP > 0 && l.ips[lc.ip] >= l.perIP {
 		l.mu.Unlock()
 		c.Close()
-		l.rejPerIP.Add(1)
 		l.warn("client connection refused: "+l.ipFlag+" reached", l.ipFlag, l.perIP)
+		l.rejPerIP.Add(1) // after the warning: a count seen is a line written (tests)
 		return nil
 	}
 	var victim *Conn
@@ -176,8 +176,8 @@ func (l *Limiter) admit(c net.Conn) net.Conn {
 		if victim = l.idle.next; victim == &l.idle {
 			l.mu.Unlock()
 			c.Close()
-			l.rejMax.Add(1)
 			l.warn("client connection refused: "+l.maxFlag+" reached and no connection is idle", l.maxFlag, l.max)
+			l.rejMax.Add(1)
 			return nil
 		}
 		l.releaseLocked(victim)
@@ -190,8 +190,8 @@ func (l *Limiter) admit(c net.Conn) net.Conn {
 	l.mu.Unlock()
 	if victim != nil {
 		victim.Conn.Close()
-		l.evicted.Add(1)
 		l.warn("idle client connection closed: "+l.maxFlag+" reached", l.maxFlag, l.max)
+		l.evicted.Add(1)
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package connlimit
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/testkit/poll"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -216,7 +216,7 @@ func TestWarnsOncePerWindow(t *testing.T) {
 	var mu sync.Mutex
 	now := time.Unix(1000, 0)
 	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
-	var buf lockedBuffer
+	var buf syncbuf.Buffer
 	s := newEchoServer(t, Options{Max: 1, Logger: slog.New(slog.NewJSONHandler(&buf, nil)), LogWindow: time.Minute, now: clock})
 	a := s.dial(t, "")
 	Of(s.admitted(t)).Busy()
@@ -225,10 +225,10 @@ func TestWarnsOncePerWindow(t *testing.T) {
 		closedByServer(t, c, "refused")
 		counts(t, s.lim, 1, uint64(i), 0, 0)
 	}
-	lines := buf.lines()
-	if len(lines) != 1 || !strings.Contains(lines[0], `"msg":"client connection refused: --max-client-conns reached and no connection is idle"`) ||
-		!strings.Contains(lines[0], `"flag":"--max-client-conns","limit":1`) {
-		t.Fatalf("log after 3 refusals in one window:\n%s\nwant one line naming --max-client-conns and limit 1", strings.Join(lines, "\n"))
+	got := lines(&buf)
+	if len(got) != 1 || !strings.Contains(got[0], `"msg":"client connection refused: --max-client-conns reached and no connection is idle"`) ||
+		!strings.Contains(got[0], `"flag":"--max-client-conns","limit":1`) {
+		t.Fatalf("log after 3 refusals in one window:\n%s\nwant one line naming --max-client-conns and limit 1", strings.Join(got, "\n"))
 	}
 	mu.Lock()
 	now = now.Add(61 * time.Second)
@@ -236,27 +236,15 @@ func TestWarnsOncePerWindow(t *testing.T) {
 	c := s.dial(t, "")
 	closedByServer(t, c, "refused")
 	counts(t, s.lim, 1, 4, 0, 0)
-	if lines = buf.lines(); len(lines) != 2 || !strings.Contains(lines[1], "(repeated 3 times in 61 s)") {
-		t.Fatalf("log after the window:\n%s\nwant a second line counting the 3 since the first", strings.Join(lines, "\n"))
+	if got = lines(&buf); len(got) != 2 || !strings.Contains(got[1], "(repeated 3 times in 61 s)") {
+		t.Fatalf("log after the window:\n%s\nwant a second line counting the 3 since the first", strings.Join(got, "\n"))
 	}
 	alive(t, a, "a")
 }
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	s := strings.TrimSpace(b.b.String())
+// lines is what buf holds, a line each.
+func lines(buf *syncbuf.Buffer) []string {
+	s := strings.TrimSpace(buf.String())
 	if s == "" {
 		return nil
 	}
