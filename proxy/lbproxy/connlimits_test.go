@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/sluicelb/sluice/proxy/internal/connlimit"
 	"github.com/sluicelb/sluice/testkit/poll"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 // dialFrom opens a client connection from the loopback IP from and asks
@@ -110,5 +113,20 @@ func TestClientConnLimitsChecked(t *testing.T) {
 	cfg := Config{}
 	if err := cfg.checkConnLimits(); err != nil || cfg.MaxClientConns < 1 {
 		t.Fatalf("default: %v, MaxClientConns %d; want one derived from the open-file limit", err, cfg.MaxClientConns)
+	}
+}
+
+// A total limit above the open-file limit starts, with a warning naming both.
+func TestClientConnLimitAboveFDLimitWarns(t *testing.T) {
+	fds, ok := connlimit.FDLimit()
+	if !ok || fds >= 1<<30 {
+		t.Fatalf("open-file limit %d (%v): want one below 2^30 to test above it", fds, ok)
+	}
+	path, _ := stateFile(t)
+	var logs syncbuf.Buffer
+	start(t, Config{ConfigFile: path, MaxClientConns: 1 << 30, Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
+	want := fmt.Sprintf(`"msg":"--max-client-conns is above the open-file limit (RLIMIT_NOFILE): accepts fail (EMFILE) before it is reached","proxy_cluster":"BFE1","id":"p1","max_client_conns":1073741824,"fd_limit":%d}`, fds)
+	if !strings.Contains(logs.String(), want) {
+		t.Fatalf("log:\n%s\nwant %s", logs.String(), want)
 	}
 }
