@@ -124,6 +124,15 @@ type Config struct {
 	// instances than this (this proxy's memory budget): it keeps the last
 	// good one and reports the rejection (limit.go).
 	MaxInstances int
+	// MaxClientConns bounds the open client connections of the HTTP and
+	// HTTPS listeners together (--max-client-conns): at the bound the one
+	// idle the longest is closed to admit a new one, or, none idle, the new
+	// one is refused (internal/connlimit). 0: derived from the open-file
+	// limit (connlimit.DefaultMax); -1: no bound.
+	MaxClientConns int
+	// MaxClientConnsPerIP bounds the open client connections of one peer IP
+	// (--max-client-conns-per-ip); over it a new one is refused. 0: no bound.
+	MaxClientConnsPerIP int
 
 	// AccessLog receives JSON access-log lines; nil turns it off.
 	AccessLog io.Writer
@@ -248,7 +257,7 @@ func (c *Config) check() error {
 	if c.ReportInterval <= 0 {
 		c.ReportInterval = 5 * time.Second
 	}
-	return nil
+	return c.checkConnLimits()
 }
 
 func addrOf(l net.Listener) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/sluicelb/sluice/proxy/internal/admin"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/configwatch"
+	"github.com/sluicelb/sluice/proxy/internal/connlimit"
 	"github.com/sluicelb/sluice/proxy/internal/diskcache"
 	"github.com/sluicelb/sluice/proxy/internal/filesource"
 	"github.com/sluicelb/sluice/proxy/internal/forward"
@@ -88,6 +89,7 @@ type proxy struct {
 	stopBG  context.CancelFunc
 	wg      sync.WaitGroup
 	servers []server.Front
+	conns   *connlimit.Limiter // the client listeners' (connlimits.go)
 }
 
 func newProxy(ctx context.Context, cfg Config) *proxy {
@@ -138,6 +140,7 @@ func (p *proxy) build(ctx context.Context) error {
 	if err := p.listen(); err != nil {
 		return err
 	}
+	p.limitConns()
 	p.goBG("health checks", func(ctx context.Context) error { p.reg.Run(ctx); return nil })
 	if p.accessBuf != nil {
 		every := p.cfg.AccessLogFlush
@@ -349,7 +352,7 @@ func (p *proxy) serveAll() error {
 		if err != nil {
 			return err
 		}
-		p.serve("http", p.httpL, hs)
+		p.serve("http", p.conns.Listener(sockio.Listener{Listener: p.httpL}), hs)
 	}
 	if p.tlsL != nil {
 		f := front
@@ -358,10 +361,10 @@ func (p *proxy) serveAll() error {
 		if err != nil {
 			return err
 		}
-		p.serve("https", p.tlsL, hs)
+		p.serve("https", p.conns.Listener(sockio.Listener{Listener: p.tlsL}), hs)
 	}
 	adminHS := &http.Server{Handler: p.adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
-	p.serve("admin", p.adminL, adminHS)
+	p.serve("admin", sockio.Listener{Listener: p.adminL}, adminHS)
 	addrs := Addrs{HTTP: addrOf(p.httpL), HTTPS: addrOf(p.tlsL), Admin: addrOf(p.adminL)}
 	p.log.Info("lbproxy started", "http", addrs.HTTP, "https", addrs.HTTPS, "admin", addrs.Admin, "version", cfg.Version)
 	if cfg.Started != nil {
@@ -371,8 +374,7 @@ func (p *proxy) serveAll() error {
 }
 
 func (p *proxy) serve(name string, l net.Listener, hs server.Front) {
-	p.servers = append(p.servers, hs)
-	l = sockio.Listener{Listener: l} // every listener's connections make raw system calls
+	p.servers = append(p.servers, hs) // l: every listener's connections make raw system calls (sockio)
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicelb/sluice/proxy/internal/connlimit"
 	"github.com/sluicelb/sluice/proxy/internal/deadline"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
 
@@ -170,6 +171,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
 	ac := &addrConn{Conn: c}
 	ac.wait, _ = c.(readableWaiter)
+	ac.lim = connlimit.Of(c)
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
 		st := tc.ConnectionState()
 		ac.tls = &st
@@ -190,6 +192,7 @@ type addrConn struct {
 	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
+	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {
@@ -257,8 +260,11 @@ func (f *FastFront) Close() error {
 }
 
 func (f *FastFront) connState(c net.Conn, st fasthttp.ConnState) {
-	if ac, ok := c.(*addrConn); ok && f.parkState(ac, st) {
-		return // parked, not closed
+	if ac, ok := c.(*addrConn); ok {
+		limitFastState(ac, st)
+		if f.parkState(ac, st) {
+			return // parked, not closed
+		}
 	}
 	switch st {
 	case fasthttp.StateNew:

@@ -60,7 +60,7 @@ func (s *Server) HTTPServer(o FrontOptions) (*http.Server, error) {
 		IdleTimeout:       o.IdleTimeout,
 		MaxHeaderBytes:    o.MaxHeaderBytes,
 		ErrorLog:          o.ErrorLog,
-		ConnState:         o.ConnState,
+		ConnState:         withLimitState(o.ConnState),
 	}
 	if len(o.Certificates) > 0 {
 		for i, c := range o.Certificates {
@@ -75,4 +75,14 @@ func (s *Server) HTTPServer(o FrontOptions) (*http.Server, error) {
 		}
 	}
 	return hs, nil
+}
+
+// withLimitState calls limitState (connlimit.go) before hook.
+func withLimitState(hook func(net.Conn, http.ConnState)) func(net.Conn, http.ConnState) {
+	return func(c net.Conn, st http.ConnState) {
+		limitState(c, st)
+		if hook != nil {
+			hook(c, st)
+		}
+	}
 }

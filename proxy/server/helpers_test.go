@@ -145,7 +145,8 @@ type proxyOpts struct {
 	opts      Options
 	front     FrontOptions
 	connState func(net.Conn, http.ConnState)
-	frontKind string // "" : SLUICE_TEST_FRONT (the std front when unset)
+	frontKind string                          // "" : SLUICE_TEST_FRONT (the std front when unset)
+	wrap      func(net.Listener) net.Listener // the listener served, when set (connlimit_test.go)
 }
 
 func newProxy(t testing.TB, snap *snapshot.Snapshot, po proxyOpts) *proxy {
@@ -188,7 +189,11 @@ func newProxy(t testing.TB, snap *snapshot.Snapshot, po proxyOpts) *proxy {
 		t.Fatal(err)
 	}
 	served := make(chan struct{})
-	go func() { hs.Serve(l); close(served) }()
+	sl := l
+	if po.wrap != nil {
+		sl = po.wrap(l)
+	}
+	go func() { hs.Serve(sl); close(served) }()
 	t.Cleanup(func() {
 		hs.Close()
 		<-served

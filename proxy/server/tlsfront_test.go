@@ -62,6 +62,19 @@ func tlsProxyWith(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOp
 // server (net/http's) before it serves.
 func tlsProxyTuned(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions, tune func(*http.Server)) (*TLSFront, string, *x509.CertPool) {
 	t.Helper()
+	return tlsProxyOpts(t, kind, snap, fo, tune, nil)
+}
+
+// tlsProxyWrapped is tlsProxyWith serving wrap(listener) when wrap is set.
+func tlsProxyWrapped(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions, wrap func(net.Listener) net.Listener) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
+	return tlsProxyOpts(t, kind, snap, fo, nil, wrap)
+}
+
+// tlsProxyOpts is tlsProxyWith with both: tune changes the HTTP/2 server,
+// wrap the listener (each when set).
+func tlsProxyOpts(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOptions, tune func(*http.Server), wrap func(net.Listener) net.Listener) (*TLSFront, string, *x509.CertPool) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	reg := balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")})
 	done := make(chan struct{})
@@ -88,7 +101,11 @@ func tlsProxyTuned(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontO
 		t.Fatal(err)
 	}
 	served := make(chan error, 1)
-	go func() { served <- tf.Serve(l) }()
+	sl := l
+	if wrap != nil {
+		sl = wrap(l)
+	}
+	go func() { served <- tf.Serve(sl) }()
 	t.Cleanup(func() {
 		tf.Close()
 		if err := <-served; err != http.ErrServerClosed {

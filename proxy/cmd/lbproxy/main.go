@@ -22,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/api/bfe"
 	"github.com/sluicelb/sluice/api/etcdclient"
 	"github.com/sluicelb/sluice/api/logrepeat"
+	"github.com/sluicelb/sluice/proxy/internal/connlimit"
 	"github.com/sluicelb/sluice/proxy/internal/memrelease"
 	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/proxy/lbproxy"
@@ -77,6 +78,8 @@ func newApp() *cli.App {
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "report-interval", Value: 5e9, Usage: "how often the status and demand reports are rewritten in etcd (staged rollouts judge traffic from them)", EnvVars: env("REPORT_INTERVAL")},
 			&cli.IntFlag{Name: "max-instances", Usage: "refuse a snapshot with more backend instances than this (the proxy's memory budget; it keeps the last good one and reports the rejection); 0: no limit", EnvVars: env("MAX_INSTANCES")},
+			&cli.IntFlag{Name: "max-client-conns", Value: defaultMaxClientConns(), Usage: "open client connections at most (HTTP and HTTPS listeners together): at the limit the connection idle the longest is closed to admit a new one, and with none idle the new one is refused; 0: no limit. Default: (open-file limit − 256) / 2, two descriptors per proxied connection", EnvVars: env("MAX_CLIENT_CONNS")},
+			&cli.IntFlag{Name: "max-client-conns-per-ip", Usage: "open client connections of one peer IP (the socket's, not X-Forwarded-For) at most: a new one over it is refused; 0: no limit", EnvVars: env("MAX_CLIENT_CONNS_PER_IP")},
 			&cli.DurationFlag{Name: "watch-stall-timeout", Value: 30e9, Usage: "restart the etcd snapshot watch when no event and no progress notification arrived for this long", EnvVars: env("WATCH_STALL_TIMEOUT")},
 			&cli.DurationFlag{Name: "shutdown-timeout", Value: 15e9, Usage: "time given to in-flight requests on SIGTERM", EnvVars: env("SHUTDOWN_TIMEOUT")},
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
@@ -130,6 +133,10 @@ func run(c *cli.Context) error {
 	if n := c.Int("max-instances"); n < 0 {
 		return fmt.Errorf("--max-instances %d: want 0 (no limit) or a positive count", n)
 	}
+	maxConns, err := clientConnLimits(c)
+	if err != nil {
+		return err
+	}
 	if d := c.Duration("watch-stall-timeout"); d <= 0 {
 		return fmt.Errorf("--watch-stall-timeout %s: want a positive duration", d)
 	}
@@ -150,7 +157,8 @@ func run(c *cli.Context) error {
 		StallTimeout:   c.Duration("watch-stall-timeout"),
 		ReportInterval: c.Duration("report-interval"),
 		MaxInstances:   c.Int("max-instances"),
-		Version:        version,
+		MaxClientConns: maxConns, MaxClientConnsPerIP: c.Int("max-client-conns-per-ip"),
+		Version: version,
 	}
 	if e := etcdclient.FromFlags(c); len(e.Endpoints) > 0 {
 		cfg.Etcd.Endpoints = e.Endpoints
@@ -250,4 +258,29 @@ func sanitizeID(h string) string {
 		}
 	}
 	return strings.Trim(b.String(), "-._")
+}
+
+// defaultMaxClientConns is --max-client-conns's default: derived from the
+// open-file limit, none when it cannot be read.
+func defaultMaxClientConns() int {
+	if fds, ok := connlimit.FDLimit(); ok {
+		return connlimit.DefaultMax(fds)
+	}
+	return 0
+}
+
+// clientConnLimits checks the connection limit flags and answers
+// --max-client-conns as lbproxy.Config.MaxClientConns (-1: no limit).
+func clientConnLimits(c *cli.Context) (int, error) {
+	n, perIP := c.Int("max-client-conns"), c.Int("max-client-conns-per-ip")
+	if n < 0 {
+		return 0, fmt.Errorf("--max-client-conns %d: want 0 (no limit) or a positive count", n)
+	}
+	if perIP < 0 {
+		return 0, fmt.Errorf("--max-client-conns-per-ip %d: want 0 (no limit) or a positive count", perIP)
+	}
+	if n == 0 {
+		return -1, nil
+	}
+	return n, nil
 }

@@ -66,3 +66,19 @@ func TestEtcdFlagsHelpAndEnv(t *testing.T) {
 		t.Fatalf("SLUICE_ETCD_ENDPOINTS without --proxy-cluster: %v", err)
 	}
 }
+
+// Issue 23: negative connection limits are refused, naming the flag.
+func TestClientConnFlagsChecked(t *testing.T) {
+	t.Setenv("SLUICE_PROXY_CLUSTER", "")
+	for _, c := range []struct{ flag, want string }{
+		{"--max-client-conns=-1", "--max-client-conns -1: want 0 (no limit) or a positive count"},
+		{"--max-client-conns-per-ip=-3", "--max-client-conns-per-ip -3: want 0 (no limit) or a positive count"},
+	} {
+		app := newApp()
+		app.Writer = &bytes.Buffer{}
+		err := app.Run([]string{"lbproxy", "--config", filepath.Join(t.TempDir(), "none.yaml"), c.flag})
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", c.flag, err, c.want)
+		}
+	}
+}
