@@ -43,6 +43,10 @@ type Status struct {
 	LastSync time.Time
 	// WatchRestarts counts restarts by reason.
 	WatchRestarts map[string]uint64
+	// WatchBehind counts watch responses whose revision went back while a
+	// quorum read showed the same store (a member catching up): not
+	// restarts, the watch went on (api/etcdwatch ReasonLaggingMember).
+	WatchBehind uint64
 }
 
 // StaleSeconds is how long the applied configuration may lag etcd: 0 while
@@ -112,4 +116,11 @@ func (w *Watcher) countRestart(reason string) {
 	w.st.WatchRestarts[reason]++
 	w.mu.Unlock()
 	w.m.restarts.WithLabelValues(reason).Inc()
+}
+
+func (w *Watcher) countBehind() {
+	w.mu.Lock()
+	w.st.WatchBehind++
+	w.mu.Unlock()
+	w.m.behind.Inc()
 }

@@ -1,0 +1,114 @@
+package etcdwatch
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/poll"
+)
+
+// stuckSink blocks its first Apply until release is closed.
+type stuckSink struct {
+	*recSink
+	once    sync.Once
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (s *stuckSink) Apply(evs []*clientv3.Event, rev int64) error {
+	s.once.Do(func() {
+		close(s.entered)
+		<-s.release
+	})
+	return s.recSink.Apply(evs, rev)
+}
+
+// rangeRevs is a client interceptor that records the header revisions of
+// the range answers the watcher's client got.
+type rangeRevs struct {
+	mu   sync.Mutex
+	revs []int64
+}
+
+func (r *rangeRevs) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	if rr, ok := reply.(*etcdserverpb.RangeResponse); ok && err == nil {
+		r.mu.Lock()
+		r.revs = append(r.revs, rr.Header.Revision)
+		r.mu.Unlock()
+	}
+	return err
+}
+
+func (r *rangeRevs) atLeast(rev int64) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, v := range r.revs {
+		if v >= rev {
+			n++
+		}
+	}
+	return n
+}
+
+// A watch response made before a newer read of the same store arrives
+// after it (the store check raised the revision seen while the loop was
+// busy applying): its revision went back, but a quorum read shows the same
+// store. Not store_replaced: the watch goes on, counted as behind, and
+// nothing is relisted. The same rule covers a lagging member's answers
+// (TestJudge): what the loop sees is the same header revision below the one
+// seen.
+func TestOlderResponseOfTheSameStoreIsNotAReplacement(t *testing.T) {
+	srv, cli := etcdtest.New(t)
+	var revs rangeRevs
+	wcli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(revs.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { wcli.Close() })
+	const lk = "/b/lineage"
+	putLineage(t, cli, lk, "L1")
+	s := &stuckSink{recSink: newRecSink(false), entered: make(chan struct{}), release: make(chan struct{})}
+	var rs restarts
+	var behindN atomic.Int32
+	run(t, Config{Client: wcli, Key: "/b/in/", Prefix: true, LineageKey: lk, StoreCheckInterval: 20 * time.Millisecond,
+		StallTimeout: time.Minute, Logger: quiet, OnRestart: rs.on, OnBehind: func() { behindN.Add(1) }}, s)
+	<-s.listed
+	put(t, cli, "/b/in/a", "1")
+	<-s.entered // the loop is busy applying /b/in/a
+	older := put(t, cli, "/b/in/b", "1")
+	newer := put(t, cli, "/b/elsewhere", "1")
+	// Two store checks at or past newer: the first one's raise is done.
+	poll.EventuallyTrue(t, 10*time.Second, "store checked past the queued response", func() bool { return revs.atLeast(newer) >= 2 })
+	close(s.release)
+	poll.EventuallyTrue(t, 10*time.Second, "the queued response applied", func() bool {
+		keys, _ := s.snapshot()
+		return keys["/b/in/b"] == "1"
+	})
+	if n := behindN.Load(); n != 1 {
+		t.Errorf("%d responses counted behind, want 1 (revision %d answered after %d was seen)", n, older, newer)
+	}
+	if n := rs.total(); n != 0 {
+		t.Errorf("%d restarts: %v", n, rs.n)
+	}
+	if _, resets := s.snapshot(); resets != 1 {
+		t.Errorf("%d listings, want 1", resets)
+	}
+	// And a wipe is still a wipe.
+	if err := srv.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	putLineage(t, cli, lk, "L2")
+	poll.EventuallyTrue(t, 10*time.Second, "store_replaced after the wipe", func() bool { return rs.count(ReasonStoreReplaced) >= 1 })
+}
+
