@@ -111,4 +111,3 @@ func TestOlderResponseOfTheSameStoreIsNotAReplacement(t *testing.T) {
 	putLineage(t, cli, lk, "L2")
 	poll.EventuallyTrue(t, 10*time.Second, "store_replaced after the wipe", func() bool { return rs.count(ReasonStoreReplaced) >= 1 })
 }
-
