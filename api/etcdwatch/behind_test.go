@@ -109,5 +109,5 @@ func TestOlderResponseOfTheSameStoreIsNotAReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	putLineage(t, cli, lk, "L2")
-	poll.EventuallyTrue(t, 10*time.Second, "store_replaced after the wipe", func() bool { return rs.count(ReasonStoreReplaced) >= 1 })
+	poll.EventuallyTrue(t, 30*time.Second, "store_replaced after the wipe", func() bool { return rs.count(ReasonStoreReplaced) >= 1 })
 }
