@@ -1,15 +1,12 @@
 package etcdwatch
 
 import (
-	"context"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc"
 
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"
@@ -31,35 +28,6 @@ func (s *stuckSink) Apply(evs []*clientv3.Event, rev int64) error {
 	return s.recSink.Apply(evs, rev)
 }
 
-// rangeRevs is a client interceptor that records the header revisions of
-// the range answers the watcher's client got.
-type rangeRevs struct {
-	mu   sync.Mutex
-	revs []int64
-}
-
-func (r *rangeRevs) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	err := invoker(ctx, method, req, reply, cc, opts...)
-	if rr, ok := reply.(*etcdserverpb.RangeResponse); ok && err == nil {
-		r.mu.Lock()
-		r.revs = append(r.revs, rr.Header.Revision)
-		r.mu.Unlock()
-	}
-	return err
-}
-
-func (r *rangeRevs) atLeast(rev int64) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, v := range r.revs {
-		if v >= rev {
-			n++
-		}
-	}
-	return n
-}
-
 // A watch response made before a newer read of the same store arrives
 // after it (the store check raised the revision seen while the loop was
 // busy applying): its revision went back, but a quorum read shows the same
@@ -69,13 +37,8 @@ func (r *rangeRevs) atLeast(rev int64) int {
 // seen.
 func TestOlderResponseOfTheSameStoreIsNotAReplacement(t *testing.T) {
 	srv, cli := etcdtest.New(t)
-	var revs rangeRevs
-	wcli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(revs.intercept)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { wcli.Close() })
+	var reads etcdtest.Reads
+	wcli := reads.Client(t, srv)
 	const lk = "/b/lineage"
 	putLineage(t, cli, lk, "L1")
 	s := &stuckSink{recSink: newRecSink(false), entered: make(chan struct{}), release: make(chan struct{})}
@@ -89,7 +52,7 @@ func TestOlderResponseOfTheSameStoreIsNotAReplacement(t *testing.T) {
 	older := put(t, cli, "/b/in/b", "1")
 	newer := put(t, cli, "/b/elsewhere", "1")
 	// Two store checks at or past newer: the first one's raise is done.
-	poll.EventuallyTrue(t, 10*time.Second, "store checked past the queued response", func() bool { return revs.atLeast(newer) >= 2 })
+	poll.EventuallyTrue(t, 10*time.Second, "store checked past the queued response", func() bool { return reads.AtLeast(newer) >= 2 })
 	close(s.release)
 	poll.EventuallyTrue(t, 10*time.Second, "the queued response applied", func() bool {
 		keys, _ := s.snapshot()
