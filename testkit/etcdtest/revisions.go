@@ -2,6 +2,7 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
@@ -12,10 +13,22 @@ import (
 
 // Reads records the header revisions of the range (Get) answers a client
 // got: a test learns from it that a component's periodic read has run past
-// some revision, without waiting blindly.
+// some revision, without waiting blindly. While failing, the client's range
+// requests fail without reaching etcd (its watches go on).
 type Reads struct {
-	mu   sync.Mutex
-	revs []int64
+	mu      sync.Mutex
+	revs    []int64
+	failing bool
+}
+
+// ErrFailing is what a range request answers while Reads is failing.
+var ErrFailing = errors.New("etcdtest: range requests made to fail")
+
+// SetFailing makes the client's range requests fail (true) or pass again.
+func (r *Reads) SetFailing(on bool) {
+	r.mu.Lock()
+	r.failing = on
+	r.mu.Unlock()
 }
 
 // Client returns a client of s whose range answers r records; it is closed
@@ -34,6 +47,14 @@ func (r *Reads) Client(t interface {
 }
 
 func (r *Reads) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	if _, isRange := req.(*etcdserverpb.RangeRequest); isRange {
+		r.mu.Lock()
+		failing := r.failing
+		r.mu.Unlock()
+		if failing {
+			return ErrFailing
+		}
+	}
 	err := invoker(ctx, method, req, reply, cc, opts...)
 	if rr, ok := reply.(*etcdserverpb.RangeResponse); ok && err == nil && rr.Header != nil {
 		r.mu.Lock()

@@ -34,9 +34,16 @@ func TestQueuedPointerBehindANewerReadIsApplied(t *testing.T) {
 		return rec.apply(c)
 	}
 	w := start(t, Config{Client: wcli, Apply: apply, StoreCheckInterval: 20 * time.Millisecond, StallTimeout: time.Minute})
+	var letOnce sync.Once
+	let := func() { letOnce.Do(func() { close(release) }) }
+	t.Cleanup(let) // before start's cleanup, which waits for Run
 	waitApplied(t, w, rec, 1, 10*time.Second, "v1 applied")
 	publish(t, cli, lineageSnapshot("L1", 2))
-	<-entered // the watcher is busy applying v2
+	select { // the watcher is busy applying v2
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("v2 not being applied within 10s")
+	}
 	publish(t, cli, lineageSnapshot("L1", 3))
 	r, err := cli.Put(context.Background(), "/elsewhere", "1")
 	if err != nil {
@@ -44,7 +51,7 @@ func TestQueuedPointerBehindANewerReadIsApplied(t *testing.T) {
 	}
 	// Two store checks at or past the later write: the first one's raise is done.
 	poll.EventuallyTrue(t, 10*time.Second, "store checked past v3's pointer", func() bool { return reads.AtLeast(r.Header.Revision) >= 2 })
-	close(release)
+	let()
 	waitApplied(t, w, rec, 3, 10*time.Second, "v3 applied")
 	st := w.Status()
 	if st.WatchBehind != 1 || len(st.WatchRestarts) != 0 {
