@@ -18,7 +18,10 @@
 //     noticed by another cluster id, a revision going backwards, or (with
 //     LineageKey) the lineage record gone or changed: checked on every
 //     response and every StoreCheckInterval by a read of its own, since a
-//     watch resumed on a fresh store may wait quietly forever.
+//     watch resumed on a fresh store may wait quietly forever. A revision
+//     going backwards is only a suspicion until a linearizable read
+//     confirms it (judge.go): a member catching up answers with an older
+//     revision than the quorum, and that is not another store.
 //
 // Used by the proxy's snapshot watch (proxy/internal/configwatch), the scheduler's
 // inventory and its dashboard.
@@ -53,6 +56,11 @@ const (
 	// ReasonStoreReplaced: etcd behind the endpoints is another store than
 	// the one listed (wiped, replaced, restored from a backup).
 	ReasonStoreReplaced Reason = "store_replaced"
+	// ReasonLaggingMember is not a restart: a response's revision went back,
+	// and a quorum read showed the same store (a member catching up, or a
+	// response queued before a newer read). The watch goes on; Config.OnBehind
+	// counts it.
+	ReasonLaggingMember Reason = "lagging_member"
 )
 
 // Defaults of Config.
@@ -102,6 +110,10 @@ type Config struct {
 	// ended (not when ctx is done), before the backoff, with whether the
 	// round got as far as a listing the sink accepted.
 	OnRestart func(reason Reason, listed bool, err error)
+	// OnBehind, when set, is called from Run's goroutine for every watch
+	// response whose revision went back while a quorum read showed the same
+	// store (ReasonLaggingMember): the watch goes on.
+	OnBehind func()
 	// Lineage, when set, is asked after every Apply for the lineage the
 	// watched content names ("" none): a store listed before its lineage
 	// was minted learns it that way too, not only from the next check.
@@ -201,7 +213,7 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 	defer wg.Wait()
 	defer cancel()
 	wch := c.Client.Watch(wctx, c.Key, append(c.opts(), clientv3.WithRev(rev+1), clientv3.WithProgressNotify())...)
-	replaced := make(chan error, 1)
+	gone := make(chan error, 1)
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
@@ -210,7 +222,7 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 	go func() {
 		defer wg.Done()
 		if err := checkStore(wctx, c, id); err != nil {
-			replaced <- err
+			gone <- err
 		}
 	}()
 	stall := time.NewTimer(c.StallTimeout)
@@ -219,7 +231,7 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 		select {
 		case <-ctx.Done():
 			return "", true, ctx.Err()
-		case err := <-replaced:
+		case err := <-gone:
 			return ReasonStoreReplaced, true, err
 		case <-stall.C:
 			if idle(ctx, c, heard) {
@@ -241,8 +253,18 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 				}
 				return ReasonWatchError, true, fmt.Errorf("watch %s: %w", c.Key, err)
 			}
-			if err := id.replacedBy(wr.Header.ClusterId, wr.Header.Revision); err != nil {
+			switch j, err := id.judge(ctx, wr.Header.ClusterId, wr.Header.Revision, time.Now(), c.StoreCheckInterval, c.LineageKey != "", c.readIdentity); j {
+			case replaced:
 				return ReasonStoreReplaced, true, err
+			case unconfirmed: // the response may be another store's: apply nothing, list again
+				return ReasonSyncError, true, err
+			case behind, stillBehind:
+				if j == behind {
+					c.Logger.Info("etcd answered from behind the revision seen; the watch goes on", "key", c.Key, "err", err)
+				}
+				if c.OnBehind != nil {
+					c.OnBehind()
+				}
 			}
 			id.raise(wr.Header.Revision)
 			heard = max(heard, wr.Header.Revision)
@@ -298,35 +320,31 @@ func idle(ctx context.Context, c *Config, heard int64) bool {
 }
 
 // checkStore reads the store identity every StoreCheckInterval until ctx is
-// done; it returns the reason when etcd is no longer the store listed.
+// done; it returns the reason when etcd is no longer the store listed. Its
+// read is linearizable, so it is its own confirmation (judge).
 func checkStore(ctx context.Context, c *Config, id *store) error {
 	t := time.NewTicker(c.StoreCheckInterval)
 	defer t.Stop()
-	key, opts := c.Key, []clientv3.OpOption{clientv3.WithCountOnly()}
-	if c.LineageKey != "" {
-		key, opts = c.LineageKey, nil
-	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
 		}
-		octx, cancel := context.WithTimeout(ctx, c.OpTimeout)
-		r, err := c.Client.Get(octx, key, opts...)
-		cancel()
+		r, err := c.readIdentity(ctx)
 		if err != nil {
 			continue // unreachable: the watch's own error handling applies
 		}
-		if err := id.replacedBy(r.Header.ClusterId, r.Header.Revision); err != nil {
+		self := func(context.Context) (reading, error) { return r, nil }
+		if j, err := id.judge(ctx, r.cluster, r.rev, time.Now(), 0, c.LineageKey != "", self); j == replaced {
 			return err
 		}
 		if c.LineageKey != "" {
-			if err := id.lineageGone(LineageOf(r.Kvs)); err != nil {
+			if err := id.lineageGone(r.lineage); err != nil {
 				return err
 			}
-			id.learnLineage(LineageOf(r.Kvs))
+			id.learnLineage(r.lineage)
 		}
-		id.raise(r.Header.Revision)
+		id.raise(r.rev)
 	}
 }

@@ -282,18 +282,14 @@ func TestWipedStoreRevisionBackwards(t *testing.T) {
 
 func TestStoreIdentity(t *testing.T) {
 	id := newStore(7, 10, "")
-	if err := id.replacedBy(7, 10); err != nil {
+	if err := id.replacedBy(7); err != nil {
 		t.Fatalf("same store: %v", err)
 	}
-	if err := id.replacedBy(0, 11); err != nil {
+	if err := id.replacedBy(0); err != nil {
 		t.Fatalf("no cluster id in header: %v", err)
 	}
-	if err := id.replacedBy(8, 11); err == nil {
-		t.Fatal("another cluster id not noticed")
-	}
-	id.raise(12)
-	if err := id.replacedBy(7, 11); err == nil || err.Error() != "etcd revision went back from 12 to 11: another store (wiped, replaced or restored)" {
-		t.Fatalf("revision back: %v", err)
+	if err := id.replacedBy(8); err == nil || err.Error() != "etcd answered with cluster id 8, the listing with 7: another store (wiped, replaced or restored)" {
+		t.Fatalf("another cluster id: %v", err)
 	}
 	if err := id.lineageGone(""); err != nil {
 		t.Fatalf("no lineage known yet: %v", err)

@@ -2,7 +2,9 @@ package etcdwatch
 
 import (
 	"fmt"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 
@@ -20,6 +22,12 @@ type store struct {
 	cluster uint64
 	lineage atomic.Pointer[string] // nil or "": none known yet
 	seen    atomic.Int64
+
+	// lag is the last response explained as behind (see judge) and when a
+	// quorum read confirmed that.
+	lagMu  sync.Mutex
+	lagRev int64
+	lagAt  time.Time
 }
 
 func newStore(cluster uint64, rev int64, lineage string) *store {
@@ -43,15 +51,12 @@ func (id *store) learnLineage(lineage string) {
 	}
 }
 
-// replacedBy tells whether a response header comes from another store than
-// the listed one: another cluster id, or a revision below one already seen
-// (revisions never go back in one store).
-func (id *store) replacedBy(cluster uint64, rev int64) error {
+// replacedBy tells whether a response header comes from another cluster
+// than the listed one. Members of one cluster share its id, so another id
+// is proof enough.
+func (id *store) replacedBy(cluster uint64) error {
 	if cluster != 0 && cluster != id.cluster {
 		return fmt.Errorf("etcd answered with cluster id %x, the listing with %x: another store (wiped, replaced or restored)", cluster, id.cluster)
-	}
-	if seen := id.seen.Load(); rev < seen {
-		return fmt.Errorf("etcd revision went back from %d to %d: another store (wiped, replaced or restored)", seen, rev)
 	}
 	return nil
 }

@@ -3,21 +3,19 @@
 package e2e
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/net/http2"
-	"golang.org/x/net/http2/hpack"
-
 	"github.com/sluicelb/sluice/integration/fleet"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
+	"github.com/sluicelb/sluice/testkit/h2attack"
 )
 
 // Catalogue F12: HTTP/2 rapid reset. An extra BFE2 proxy with a TLS
@@ -25,7 +23,8 @@ import (
 // each cancelled (RST_STREAM) right after its HEADERS, as fast as it can,
 // while 4 workers load the plain listeners of BFE2. The figures: how many
 // of the cancelled requests reached a backend (bounded by the 20 000
-// sent), whether the proxy closed the attacking connection, 0 failed
+// sent), the proxy closing the attacking connection (GOAWAY, counted by
+// sluice_proxy_h2_premature_reset_closes_total), 0 failed
 // requests for the other clients with the slowest answer bounded, and the
 // proxy's goroutines back within 100 of the baseline after the attack.
 func TestFaultsHTTP2RapidReset(t *testing.T) {
@@ -62,61 +61,13 @@ func TestFaultsHTTP2RapidReset(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close()
 	if p := conn.ConnectionState().NegotiatedProtocol; p != "h2" {
 		t.Fatalf("ALPN chose %q, want h2", p)
 	}
 	conn.SetDeadline(time.Now().Add(60 * time.Second))
-	if _, err := conn.Write([]byte(http2.ClientPreface)); err != nil {
-		t.Fatal(err)
-	}
-	fr := http2.NewFramer(conn, conn)
-	if err := fr.WriteSettings(); err != nil {
-		t.Fatal(err)
-	}
-	var hb bytes.Buffer
-	enc := hpack.NewEncoder(&hb)
-	for _, h := range [][2]string{{":method", "GET"}, {":scheme", "https"}, {":authority", "demo.local"}, {":path", "/"}} {
-		enc.WriteField(hpack.HeaderField{Name: h[0], Value: h[1]})
-	}
-	block := hb.Bytes()
-	// Drain what the server sends (settings, answers, GOAWAY) so that it
-	// never blocks on a full window; note whether it ended the connection.
-	goaway := make(chan string, 1)
-	go func() {
-		for {
-			fm, err := fr.ReadFrame()
-			if err != nil {
-				goaway <- "closed: " + err.Error()
-				return
-			}
-			if g, ok := fm.(*http2.GoAwayFrame); ok {
-				goaway <- "GOAWAY " + g.ErrCode.String()
-				return
-			}
-		}
-	}()
 	const attack = 20000
-	began := time.Now()
-	sent := 0
-	var werr error
-	for i := 0; i < attack && werr == nil; i++ {
-		id := uint32(2*i + 1)
-		if werr = fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: block, EndStream: true, EndHeaders: true}); werr == nil {
-			werr = fr.WriteRSTStream(id, http2.ErrCodeCancel)
-		}
-		if werr == nil {
-			sent++
-		}
-	}
-	attackTook := time.Since(began)
-	var ended string
-	select {
-	case ended = <-goaway:
-	case <-time.After(5 * time.Second):
-		ended = "still open"
-	}
-	conn.Close()
+	res := h2attack.Run(conn, "demo.local", attack, 5*time.Second)
+	sent, werr, attackTook, ended := res.Sent, res.WriteErr, res.Took, res.Ended
 
 	// After the attack: requests through the attacked proxy's TLS listener
 	// with a well-behaved h2 client are served.
@@ -155,5 +106,13 @@ func TestFaultsHTTP2RapidReset(t *testing.T) {
 	}
 	if reached > int64(sent) {
 		t.Errorf("F12: %d requests reached backends for %d sent", reached, sent)
+	}
+	// --h2-max-premature-resets (default 100): the attacking connection
+	// gets GOAWAY (or is closed) and is counted once.
+	if !res.GoAway() && !strings.HasPrefix(ended, "closed") {
+		t.Errorf("F12: the attacking connection %s, want GOAWAY or closed", ended)
+	}
+	if n := metricValue(t, adminURL, "sluice_proxy_h2_premature_reset_closes_total"); n != 1 {
+		t.Errorf("F12: sluice_proxy_h2_premature_reset_closes_total %v, want 1", n)
 	}
 }

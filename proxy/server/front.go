@@ -33,6 +33,11 @@ type FrontOptions struct {
 	// ConnState, when set, is told of every client connection's state
 	// changes (http.Server.ConnState; the fasthttp front maps its states).
 	ConnState func(net.Conn, http.ConnState)
+	// H2MaxPrematureResets: an HTTP/2 connection of the TLS front whose
+	// client reset more streams than this before their answers (and more
+	// than half its streams) within PrematureResetWindow is closed
+	// (rapid reset, h2reset.go) [0: no limit].
+	H2MaxPrematureResets int
 }
 
 // HTTPServer returns an http.Server serving s with the front limits. With

@@ -23,6 +23,8 @@ type metrics struct {
 	duration      *prometheus.HistogramVec // cluster: request duration
 	applyDuration prometheus.Histogram
 	applied       prometheus.Gauge
+	h2ResetCloses prometheus.Counter // HTTP/2 connections closed for premature resets (h2reset.go)
+	h2Premature   prometheus.Counter // HTTP/2 streams reset before their answers (h2reset.go)
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -75,10 +77,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "sluice_proxy_table_version",
 			Help: "Version of the snapshot the request path uses.",
 		}),
+		h2Premature: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_proxy_h2_premature_resets_total",
+			Help: "HTTP/2 streams of the TLS front whose client reset them (or lost the connection) before their answers were complete; counted with --h2-max-premature-resets above 0.",
+		}),
+		h2ResetCloses: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_proxy_h2_premature_reset_closes_total",
+			Help: "HTTP/2 connections closed because their client reset too many streams before their answers (rapid reset; --h2-max-premature-resets).",
+		}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.requests, m.unrouted, m.picks, m.weight, m.blackhole, m.retries,
-			m.budget, m.generated, m.duration, m.applyDuration, m.applied)
+			m.budget, m.generated, m.duration, m.applyDuration, m.applied, m.h2ResetCloses, m.h2Premature)
 	}
 	return m
 }

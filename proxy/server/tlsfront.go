@@ -48,6 +48,13 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	// nginx does): an idle connection then holds no encoder table (its maps
 	// and entries, 1-5 KiB); the static table and Huffman coding still apply.
 	std.HTTP2 = &http.HTTP2Config{MaxEncoderHeaderTableSize: 1}
+	if o.H2MaxPrematureResets < 0 {
+		return nil, fmt.Errorf("server: H2MaxPrematureResets %d: want 0 (no limit) or a positive count", o.H2MaxPrematureResets)
+	}
+	if o.H2MaxPrematureResets > 0 {
+		g := &resetGuard{limit: o.H2MaxPrematureResets, next: std.Handler, s: s, now: time.Now}
+		std.Handler, std.ConnContext = g, g.connContext
+	}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
 	switch kind {
 	case "", FrontStd:

@@ -174,6 +174,7 @@ func (inv *Inventory) Run(ctx context.Context) error {
 			Client: inv.cli, Key: prefix, Prefix: true, LineageKey: inv.layout.Lineage(),
 			StallTimeout: inv.stall, Logger: inv.log.With("input", in),
 			OnRestart: s.restarted,
+			OnBehind:  func() { inv.m.behind.WithLabelValues(in).Inc() },
 		}
 		wg.Add(1)
 		go func() {

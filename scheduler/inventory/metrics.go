@@ -6,6 +6,7 @@ import (
 
 type metrics struct {
 	resyncs          *prometheus.CounterVec
+	behind           *prometheus.CounterVec
 	invalid          *prometheus.CounterVec
 	unknownInstances prometheus.Gauge
 	debounced        prometheus.Gauge
@@ -16,6 +17,10 @@ func newMetrics(r prometheus.Registerer) metrics {
 		resyncs: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_scheduler_inventory_resyncs_total",
 			Help: "Watch restarts (list again) per input, after compaction, closed channels, stalls or errors.",
+		}, []string{"input"}),
+		behind: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_scheduler_inventory_lagging_member_total",
+			Help: "Watch responses per input whose etcd revision went back while a quorum read showed the same store (a member catching up): not resyncs, the watch went on.",
 		}, []string{"input"}),
 		invalid: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_scheduler_inventory_invalid_total",
@@ -31,7 +36,7 @@ func newMetrics(r prometheus.Registerer) metrics {
 		}),
 	}
 	if r != nil {
-		r.MustRegister(m.resyncs, m.invalid, m.unknownInstances, m.debounced)
+		r.MustRegister(m.resyncs, m.behind, m.invalid, m.unknownInstances, m.debounced)
 	}
 	return m
 }

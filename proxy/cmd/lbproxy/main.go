@@ -85,6 +85,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
+			&cli.IntFlag{Name: "h2-max-premature-resets", Value: 100, Usage: "close an HTTP/2 connection (GOAWAY) whose client reset more streams than this before their answers, and more than half its streams, within 10 s (rapid reset); 0: no limit", EnvVars: env("H2_MAX_PREMATURE_RESETS")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
 			&cli.DurationFlag{Name: "memory-release-interval", Value: 10e9, Usage: "how often the proxy checks whether it is quiet (allocating under 1/16 of its free heap per interval) with at least 16 MiB of free Go heap, and then returns that heap to the OS (debug.FreeOSMemory: after a burst of connections, idle ones cost their live memory only); 0: never", EnvVars: env("MEMORY_RELEASE_INTERVAL")},
@@ -133,6 +134,9 @@ func run(c *cli.Context) error {
 	if n := c.Int("max-instances"); n < 0 {
 		return fmt.Errorf("--max-instances %d: want 0 (no limit) or a positive count", n)
 	}
+	if n := c.Int("h2-max-premature-resets"); n < 0 {
+		return fmt.Errorf("--h2-max-premature-resets %d: want 0 (no limit) or a positive count", n)
+	}
 	maxConns, err := clientConnLimits(c)
 	if err != nil {
 		return err
@@ -151,7 +155,7 @@ func run(c *cli.Context) error {
 		UpstreamClient: c.String("upstream-client"), Pprof: c.Bool("pprof"), FrontKind: c.String("front"), TLSFrontKind: c.String("tls-front"),
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
-			MaxHeaderBytes: c.Int("max-header-bytes"),
+			MaxHeaderBytes: c.Int("max-header-bytes"), H2MaxPrematureResets: c.Int("h2-max-premature-resets"),
 		},
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
 		StallTimeout:   c.Duration("watch-stall-timeout"),

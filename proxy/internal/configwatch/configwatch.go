@@ -194,6 +194,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			w.setDisconnected()
 			w.countRestart(string(reason))
 		},
+		OnBehind: w.countBehind,
 		// The store's pointers carry its lineage.
 		Lineage: func() string { return w.Status().PointerLineage },
 	}, &pointerSink{ctx: ctx, w: w})

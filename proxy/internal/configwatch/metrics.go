@@ -50,6 +50,8 @@ func (m SnapshotMetrics) Collectors() []prometheus.Collector {
 type metrics struct {
 	SnapshotMetrics
 	restarts *prometheus.CounterVec
+	// behind counts responses from a member behind (the watch went on).
+	behind prometheus.Counter
 	// lineageChanges counts lineage changes followed.
 	lineageChanges prometheus.Counter
 }
@@ -64,6 +66,10 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 			Name: "sluice_proxy_watch_restarts_total",
 			Help: "Snapshot watch restarts by reason (compacted, closed, watch_error, stall, sync_error, store_replaced).",
 		}, []string{"reason"}),
+		behind: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sluice_proxy_watch_lagging_member_total",
+			Help: "Snapshot watch responses whose etcd revision went back while a quorum read showed the same store (a member catching up): not restarts, the watch went on.",
+		}),
 		lineageChanges: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sluice_proxy_lineage_changes_total",
 			Help: "Snapshot lineage changes followed (etcd wiped, replaced or restored): a snapshot of another lineage applied whatever its version.",
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range append(m.Collectors(), m.restarts, m.lineageChanges) {
+	for _, c := range append(m.Collectors(), m.restarts, m.behind, m.lineageChanges) {
 		if err := reg.Register(c); err != nil {
 			var are prometheus.AlreadyRegisteredError
 			if errors.As(err, &are) {

@@ -46,6 +46,10 @@ type Status struct {
 	// PartsRead counts the snapshot parts read from etcd; parts the applied
 	// snapshot shares with the next one are not read again.
 	PartsRead uint64
+	// WatchBehind counts watch responses whose revision went back while a
+	// quorum read showed the same store (a member catching up): not
+	// restarts, the watch went on (api/etcdwatch ReasonLaggingMember).
+	WatchBehind uint64
 }
 
 // StaleSeconds is how long the applied configuration may lag etcd: 0 while
@@ -116,4 +120,11 @@ func (w *Watcher) countRestart(reason string) {
 	w.st.WatchRestarts[reason]++
 	w.mu.Unlock()
 	w.m.restarts.WithLabelValues(reason).Inc()
+}
+
+func (w *Watcher) countBehind() {
+	w.mu.Lock()
+	w.st.WatchBehind++
+	w.mu.Unlock()
+	w.m.behind.Inc()
 }
