@@ -20,7 +20,7 @@ import (
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
-// holdBackend answers "/hold" only when the request is canceled (after
+// cancelHoldBackend answers "/hold" only when the request is canceled (after
 // telling held), everything else at once.
 func cancelHoldBackend(t *testing.T, held chan<- struct{}) *backend {
 	return newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) {
