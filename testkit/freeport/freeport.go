@@ -9,13 +9,24 @@
 // use"). So Port draws from below that range, where only listeners that ask
 // for a port by number live, and never hands the same port out twice in
 // this process.
+//
+// Nor in two processes at once: go test runs several packages' test
+// binaries side by side, and one of them may probe a port free while
+// another's etcd is down for a restart on it. Each port handed out is
+// claimed with an exclusive flock on a file named after it in
+// os.TempDir()/sluice-freeport, held until the process exits (the kernel
+// drops the lock then, whatever the exit), and a port another live process
+// holds is skipped.
 package freeport
 
 import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 const (
@@ -27,7 +38,28 @@ const (
 var (
 	mu     sync.Mutex
 	handed = map[int]bool{}
+	claims []*os.File // the flocked claim files, open for the process's life
 )
+
+// claim takes port p for this process unless another live process holds
+// it. Where the claim directory cannot be used it claims nothing and says
+// yes (the in-process rule still holds).
+func claim(p int) bool {
+	dir := filepath.Join(os.TempDir(), "sluice-freeport")
+	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return true
+	}
+	f, err := os.OpenFile(filepath.Join(dir, fmt.Sprint(p)), os.O_CREATE|os.O_RDWR, 0o666)
+	if err != nil {
+		return true
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return false
+	}
+	claims = append(claims, f)
+	return true
+}
 
 // Port returns a loopback TCP port that was free a moment ago, drawn at
 // random from [Min, Max) and not returned before by this process; it falls
@@ -38,6 +70,10 @@ func Port() (int, error) {
 	for range 200 {
 		p := Min + rand.IntN(Max-Min)
 		if handed[p] {
+			continue
+		}
+		if !claim(p) {
+			handed[p] = true // another process's; never probe it again
 			continue
 		}
 		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
