@@ -190,6 +190,7 @@ type addrConn struct {
 	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
+	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {
