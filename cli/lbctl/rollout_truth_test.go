@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -318,4 +319,23 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("--wait took %v to give up on a failed publish", time.Since(start))
 	}
+	// Its last table says what rollout status says then: BLOCKED, not
+	// WAITING as well.
+	status, _, _ := h.run("", "rollout", "status")
+	if got, want := clusterLines(r.out), clusterLines(status); len(want) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("drain --wait's last table says %q, rollout status %q (want one BLOCKED line in both)\n%s\n%s", got, want, r.out, status)
+	}
+}
+
+// clusterLines are a rollout table's per-proxy-cluster lines (BLOCKED,
+// WAITING), spaces squeezed.
+func clusterLines(table string) []string {
+	var out []string
+	for _, l := range strings.Split(table, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && (strings.HasPrefix(f[1], "BLOCKED") || strings.HasPrefix(f[1], "WAITING")) {
+			out = append(out, strings.Join(f, " "))
+		}
+	}
+	return out
 }
