@@ -12,7 +12,6 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/api/snapshot"
-	"github.com/sluicelb/sluice/testkit/poll"
 )
 
 func (h *harness) staged(s rollout.Staged) {
@@ -92,17 +91,8 @@ func TestWaitEndsBlockedOnARollback(t *testing.T) {
 			"BFE1": {Result: result, Lineage: "L1", Version: 4, InputRevision: rev, Reason: why}}})
 	}
 	sched(rev0, report.PublishPublished, "")
-	type res struct {
-		out, errs string
-		code      int
-	}
-	done := make(chan res, 1)
-	go func() {
-		out, errs, code := h.run("", "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=0", "SC2=100", "--wait", "--wait-timeout", "30s")
-		done <- res{out, errs, code}
-	}()
-	var rev int64
-	poll.EventuallyTrue(t, 20*time.Second, "the write", func() bool { _, rev = h.desired(); return rev > rev0 })
+	done := h.runAsync("weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=0", "SC2=100", "--wait", "--wait-timeout", "30s")
+	rev := h.nextRevision(rev0)
 	// The candidate of that write failed its gate and was rolled back; the
 	// stable content is live again (v4 here).
 	rec := rollout.Staged{ID: "BFE1-v5", ProxyCluster: "BFE1", State: rollout.StageRolledBack, StableVersion: 4, CandidateVersion: 5,
