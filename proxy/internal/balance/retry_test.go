@@ -249,3 +249,13 @@ func TestRetriesBeyondFourTriedNeverRepeat(t *testing.T) {
 		s.Release()
 	}
 }
+
+// The zero Pick (what Next returns with an error) answers its accessors
+// without dereferencing a sub-cluster it does not have.
+func TestZeroPickAccessors(t *testing.T) {
+	var p Pick
+	if p.Endpoint() != nil || p.SubCluster() != "" || p.Algorithm() != "" || p.SetCookie() != nil || p.Cross() || p.Attempt() != 0 || p.Reason() != "hash" {
+		t.Fatalf("zero pick: %v %q %q %v %v %d %q", p.Endpoint(), p.SubCluster(), p.Algorithm(), p.SetCookie(), p.Cross(), p.Attempt(), p.Reason())
+	}
+	p.Done(Result{}) // no endpoint: nothing to report, no panic
+}
