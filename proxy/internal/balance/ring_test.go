@@ -235,3 +235,11 @@ func TestRingEmptyLookup(t *testing.T) {
 		t.Fatalf("empty ring lookup: member %d (ok called: %v), want -1 without a call", m, called)
 	}
 }
+
+// BFE's range pick over no ranges (no weighted sub-cluster, no blackhole)
+// chooses nothing: -1, never a sub-cluster index.
+func TestPickRangeEmpty(t *testing.T) {
+	if sub := pickRange(nil, 0x0123456789abcdef); sub != -1 {
+		t.Fatalf("pickRange of no ranges: %d, want -1", sub)
+	}
+}
