@@ -179,11 +179,15 @@ func TestStickyBoundedLoad(t *testing.T) {
 	}
 }
 
-// A weighted draw over a view with no weight (every member at weight 0 or
-// unavailable) draws nothing: -1.
+// A weighted draw and a map-based hash over a view with no weight (every
+// member at weight 0 or unavailable) choose nothing: -1.
 func TestDrawWeightedNoWeight(t *testing.T) {
 	var s Selection
-	if i := s.drawWeighted(&view{}, func(int) bool { return true }); i != -1 {
+	all := func(int) bool { return true }
+	if i := s.drawWeighted(&view{}, all); i != -1 {
 		t.Fatalf("draw over no weight: %d, want -1", i)
+	}
+	if i := mapBased(&view{}, 0x0123456789abcdef, all); i != -1 {
+		t.Fatalf("map-based hash over no weight: %d, want -1", i)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -331,5 +332,30 @@ func TestClusterWidePanic(t *testing.T) {
 				t.Fatal("A still in panic with a healthy instance in B")
 			}
 		})
+	}
+}
+
+// ClearOverride ends an override at once (the drained instance is
+// available again); clearing none is not an error; an address the registry
+// does not know is ErrUnknownAddress, naming it.
+func TestClearOverride(t *testing.T) {
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	if err := e.reg.SetOverride(inst(1, 0), Override{Drain: true}); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.cluster().subs[0].currentView(); v.avail[0] || v.nAvail != 1 {
+		t.Fatalf("drained: available %v (%d)", v.avail, v.nAvail)
+	}
+	for range 2 {
+		if err := e.reg.ClearOverride(inst(1, 0)); err != nil {
+			t.Fatalf("clear override: %v", err)
+		}
+	}
+	if v := e.cluster().subs[0].currentView(); !v.avail[0] || v.nAvail != 2 || len(e.reg.Overrides()) != 0 {
+		t.Fatalf("after clear: available %v (%d), overrides %v", v.avail, v.nAvail, e.reg.Overrides())
+	}
+	err := e.reg.ClearOverride(netip.MustParseAddrPort("1.2.3.4:5"))
+	if !errors.Is(err, ErrUnknownAddress) || !strings.Contains(err.Error(), "1.2.3.4:5") {
+		t.Fatalf("unknown address: %v", err)
 	}
 }
