@@ -359,3 +359,39 @@ func TestClearOverride(t *testing.T) {
 		t.Fatalf("unknown address: %v", err)
 	}
 }
+
+// An address a new table drops while a request to it is in flight stays
+// in the registry until that request is Done, then is swept (no leak of
+// dropped addresses, no endpoint freed under a request).
+func TestDroppedAddressSweptAfterLastRequest(t *testing.T) {
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	gone := inst(1, 1)
+	var held Pick
+	for k := 0; held.Endpoint() == nil; k++ {
+		if k == 100 {
+			t.Fatalf("100 picks never chose %s", gone)
+		}
+		s := e.cluster().NewSelection(nil, keyIP(k))
+		p, err := s.Next()
+		s.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Endpoint().Addr() == gone {
+			held = p
+		} else {
+			p.Done(Result{Status: 200})
+		}
+	}
+	e.apply(snap(2, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1}}))
+	if e.reg.Endpoint(gone) == nil {
+		t.Fatalf("%s swept with a request in flight", gone)
+	}
+	held.Done(Result{Status: 200})
+	if ep := e.reg.Endpoint(gone); ep != nil {
+		t.Fatalf("%s still in the registry after its last request (in flight %d)", gone, ep.InFlight())
+	}
+	if e.reg.Endpoint(inst(1, 0)) == nil {
+		t.Fatalf("%s, still in the table, swept", inst(1, 0))
+	}
+}
