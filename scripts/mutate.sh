@@ -6,7 +6,9 @@
 # Slow: every mutant is one `go test` of its package (api/validate ~12 min
 # on 2 cores, scheduler/plan ~10 s a mutant). MUTATE_WORKERS (default 1)
 # runs mutants in parallel; MUTATE_ARGS is passed to `gremlins unleash`,
-# e.g. MUTATE_ARGS="-E 'solve\.go$'" to leave files out. Not part of .ci/run.
+# split at spaces and not unquoted: MUTATE_ARGS='-E (solve|view)\.go$'
+# leaves files out, while MUTATE_ARGS="-E 'solve\.go$'" passes the quotes
+# into the regexp, which then matches nothing. Not part of .ci/run.
 set -uo pipefail
 gremlins=$1; shift
 pkgs=("$@")

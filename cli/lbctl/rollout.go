@@ -196,9 +196,16 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 		// ends the wait at once, even before the scheduler's status says
 		// so: the proxies moving to the republished stable content must
 		// not look like a converged rollout.
+		// It is BLOCKED, as rollout status says once the scheduler
+		// reports the rollback.
 		for _, s := range r.Staged {
 			if s.Holds(s.CandidateHash) && s.InputRevision >= q.revision {
-				r.Waiting[s.ProxyCluster] = fmt.Sprintf("rollout %s of input revision %d was %s: %s", s.ID, s.InputRevision, strings.ToLower(strings.ReplaceAll(s.State, "_", " ")), s.Reason)
+				if r.Blocked == nil {
+					r.Blocked = map[string]string{}
+				}
+				if r.Blocked[s.ProxyCluster] == "" {
+					r.Blocked[s.ProxyCluster] = fmt.Sprintf("rollout %s of input revision %d was %s: %s", s.ID, s.InputRevision, strings.ToLower(strings.ReplaceAll(s.State, "_", " ")), s.Reason)
+				}
 				r.final = true
 			}
 		}
@@ -211,7 +218,13 @@ func (e *env) rolloutOf(ctx context.Context, q rolloutQuery) (rolloutReport, err
 			r.Waiting[s.ProxyCluster] = w
 		}
 	}
-	r.Converged = res.Converged && len(r.Waiting) == 0
+	// A blocked proxy cluster is not also WAITING: rollout status (the
+	// same scheduler status, api/rollout) says BLOCKED, and so does the
+	// last table of a --wait that ends on it.
+	for pc := range r.Blocked {
+		delete(r.Waiting, pc)
+	}
+	r.Converged = res.Converged && len(r.Blocked) == 0 && len(r.Waiting) == 0
 	return r, nil
 }
 

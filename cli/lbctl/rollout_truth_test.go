@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -272,17 +273,8 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 	}
 	published(rev0, 4, report.PublishPublished)
 
-	type res struct {
-		out, errs string
-		code      int
-	}
-	done := make(chan res, 1)
-	go func() {
-		out, errs, code := h.run("", "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=70", "--wait", "--wait-timeout", "30s")
-		done <- res{out, errs, code}
-	}()
-	var rev int64
-	poll.EventuallyTrue(t, 20*time.Second, "the write", func() bool { _, rev = h.desired(); return rev > rev0 })
+	done := h.runAsync("weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=30", "SC2=70", "--wait", "--wait-timeout", "30s")
+	rev := h.nextRevision(rev0)
 	// Everything is converged on v4, but v4 was computed before the write.
 	if _, errs, code := h.run("", "rollout", "status", "--revision", fmt.Sprint(rev)); code != ExitNotConverged ||
 		!strings.Contains(errs, fmt.Sprintf("BFE1 WAITING (the scheduler has not published input revision %d yet (it last computed %d))", rev, rev0)) {
@@ -303,12 +295,8 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 	}
 
 	// A write the scheduler cannot publish: --wait gives up at once, exit 4.
-	go func() {
-		out, errs, code := h.run("", "drain", "--cluster", "demo-main", "--subcluster", "SC1", "--wait", "--wait-timeout", "30s")
-		done <- res{out, errs, code}
-	}()
-	rev1 := rev
-	poll.EventuallyTrue(t, 20*time.Second, "the drain", func() bool { _, rev = h.desired(); return rev > rev1 })
+	done = h.runAsync("drain", "--cluster", "demo-main", "--subcluster", "SC1", "--wait", "--wait-timeout", "30s")
+	rev = h.nextRevision(rev)
 	published(rev, 5, report.PublishFailed)
 	start := time.Now()
 	r = <-done
@@ -318,4 +306,49 @@ func TestWriteWaitWaitsForItsRevision(t *testing.T) {
 	if time.Since(start) > 10*time.Second {
 		t.Fatalf("--wait took %v to give up on a failed publish", time.Since(start))
 	}
+	// Its last table says what rollout status says then: BLOCKED, not
+	// WAITING as well.
+	status, _, _ := h.run("", "rollout", "status")
+	if got, want := clusterLines(r.out), clusterLines(status); len(want) != 1 || !slices.Equal(got, want) {
+		t.Fatalf("drain --wait's last table says %q, rollout status %q (want one BLOCKED line in both)\n%s\n%s", got, want, r.out, status)
+	}
+}
+
+// lbctlResult is one lbctl run's outcome.
+type lbctlResult struct {
+	out, errs string
+	code      int
+}
+
+// runAsync runs lbctl in the background (a --wait); the outcome comes on
+// the channel.
+func (h *harness) runAsync(args ...string) <-chan lbctlResult {
+	done := make(chan lbctlResult, 1)
+	go func() {
+		out, errs, code := h.run("", args...)
+		done <- lbctlResult{out, errs, code}
+	}()
+	return done
+}
+
+// nextRevision waits until the desired state's revision passes rev (a
+// write runAsync started landed) and returns it.
+func (h *harness) nextRevision(rev int64) int64 {
+	h.t.Helper()
+	var next int64
+	poll.EventuallyTrue(h.t, 20*time.Second, "the write", func() bool { _, next = h.desired(); return next > rev })
+	return next
+}
+
+// clusterLines are a rollout table's per-proxy-cluster lines (BLOCKED,
+// WAITING), spaces squeezed.
+func clusterLines(table string) []string {
+	var out []string
+	for _, l := range strings.Split(table, "\n") {
+		f := strings.Fields(l)
+		if len(f) > 1 && (strings.HasPrefix(f[1], "BLOCKED") || strings.HasPrefix(f[1], "WAITING")) {
+			out = append(out, strings.Join(f, " "))
+		}
+	}
+	return out
 }

@@ -3,6 +3,8 @@ package lbctl
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +73,44 @@ func TestStagedRolloutStatusAndRequests(t *testing.T) {
 	var op rollout.RolloutOp
 	if err := json.Unmarshal(r.Kvs[0].Value, &op); err != nil || op.Op != rollout.OpPromote || !op.All || op.Author != defaultAuthor() {
 		t.Fatalf("request %s (%v)", r.Kvs[0].Value, err)
+	}
+}
+
+// A --wait whose write a staged rollout rolled back ends at once (exit 4)
+// on a table that says BLOCKED — what rollout status says once the
+// scheduler reports the rollback —, not WAITING.
+func TestWaitEndsBlockedOnARollback(t *testing.T) {
+	h := newHarness(t)
+	h.applyDemo()
+	_, rev0 := h.desired()
+	now := time.Now().UTC()
+	h.publishIn("L1", demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false))
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now})
+	sched := func(rev int64, result, why string) {
+		h.schedStatus(report.SchedulerStatus{LeaderID: "S1", InputRevision: rev, ProxyClusters: map[string]report.PublishResult{
+			"BFE1": {Result: result, Lineage: "L1", Version: 4, InputRevision: rev, Reason: why}}})
+	}
+	sched(rev0, report.PublishPublished, "")
+	done := h.runAsync("weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "SC1=0", "SC2=100", "--wait", "--wait-timeout", "30s")
+	rev := h.nextRevision(rev0)
+	// The candidate of that write failed its gate and was rolled back; the
+	// stable content is live again (v4 here).
+	rec := rollout.Staged{ID: "BFE1-v5", ProxyCluster: "BFE1", State: rollout.StageRolledBack, StableVersion: 4, CandidateVersion: 5,
+		CandidateHash: "sha256:c5", InputRevision: rev, Reason: "gate 5xx failed", StartedAt: now, EndedAt: now}
+	h.staged(rec)
+	r := <-done
+	want := []string{fmt.Sprintf("BFE1 BLOCKED (rollout BFE1-v5 of input revision %d was rolled back: gate 5xx failed)", rev)}
+	if got := clusterLines(r.out); r.code != ExitNotConverged || !slices.Equal(got, want) {
+		t.Fatalf("weights set --wait ended on a rollback: exit %d, lines %q, want %q\n%s\n%s", r.code, got, want, r.out, r.errs)
+	}
+	// The scheduler reports it: rollout status and a second --wait say the
+	// same BLOCKED line.
+	why := "rollout BFE1-v5 was rolled back (gate 5xx failed); lbctl rollout retry or new inputs release it"
+	sched(rev, report.PublishRolledBack, why)
+	want = []string{fmt.Sprintf("BFE1 BLOCKED (input revision %d not published: %s)", rev, why)}
+	status, _, code := h.run("", "rollout", "status")
+	waited, _, wcode := h.run("", "rollout", "status", "--wait", "--wait-timeout", "30s", "--revision", fmt.Sprint(rev))
+	if got, wgot := clusterLines(status), clusterLines(waited); code != ExitNotConverged || wcode != ExitNotConverged || !slices.Equal(got, want) || !slices.Equal(wgot, want) {
+		t.Fatalf("after the scheduler's report: rollout status exit %d %q, --wait exit %d %q, want %q\n%s\n%s", code, got, wcode, wgot, want, status, waited)
 	}
 }

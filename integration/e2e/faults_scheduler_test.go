@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicelb/sluice/integration/fleet"
 	"github.com/sluicelb/sluice/testkit/faultproxy"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Catalogue B3: the leading scheduler is cut off from etcd (a fault proxy
@@ -45,6 +46,10 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 		}
 		return nil
 	})
+	cutID, cutKey, cutRev := electionLeader(ctx, t, f)
+	if cutID != "sched-cut" {
+		t.Fatalf("the leader key names sched-cut, the election %q", cutID)
+	}
 	// sched-cut publishes a change, so that it is known to be a working leader.
 	setRow(ctx, t, f, 40)
 	waitRow(ctx, t, f, 40, "sched-cut")
@@ -64,6 +69,7 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 		return nil
 	})
 	takeover := time.Since(cutAt)
+	since := takeoverRevision(ctx, t, f, cutKey, cutRev)
 	setRow(ctx, t, f, 60)
 	tv := waitRow(ctx, t, f, 60, "sched-1")
 	// Heal, then give the cut-off scheduler a reason to publish: an
@@ -76,19 +82,9 @@ func TestFaultsSchedulerCutOffFromEtcd(t *testing.T) {
 	recovered := time.Since(healed)
 	failed, sent, _, failures := l.end()
 
-	var authors []string
-	for v := tv; v <= last; v++ {
-		s, err := f.Snapshot(ctx, "BFE2", v)
-		if err != nil {
-			t.Fatalf("v%d: %v", v, err)
-		}
-		authors = append(authors, s.Meta.Author)
-		if !strings.HasSuffix(s.Meta.Author, "/sched-1") {
-			t.Errorf("I6: v%d authored by %q after sched-1 took over", v, s.Meta.Author)
-		}
-	}
-	t.Logf("B3 sched-cut blackholed from etcd at v%d: sched-1 led %.1f s later; v%d..v%d by %v; after the heal the proxies applied v%d in %.1f s; %d of %d requests failed",
-		before, takeover.Seconds(), tv, last, authors, last, recovered.Seconds(), failed, sent)
+	authors := checkOnePublisher(ctx, t, f, "BFE2", before, last, "sched-cut", "sched-1", since)
+	t.Logf("B3 sched-cut blackholed from etcd at v%d: sched-1 led %.1f s later (revision %d), published SC1=60 as v%d; v%d..v%d by %v; after the heal the proxies applied v%d in %.1f s; %d of %d requests failed",
+		before, takeover.Seconds(), since, tv, before+1, last, authors, last, recovered.Seconds(), failed, sent)
 	if failed != 0 {
 		t.Errorf("B3: %d of %d requests failed: %v", failed, sent, failures)
 	}
@@ -123,4 +119,102 @@ func waitRow(ctx context.Context, t *testing.T, f *fleet.Fleet, sc1 int, id stri
 		return nil
 	})
 	return v
+}
+
+// electionLeader reads the scheduler election: the leader's id and
+// election key (the key created first under the prefix; its create revision
+// is the term every publish of that leader is fenced on,
+// publish.Leadership.Fence) and the revision it read at.
+func electionLeader(ctx context.Context, t *testing.T, f *fleet.Fleet) (id, key string, rev int64) {
+	t.Helper()
+	r, err := f.Client.Get(ctx, f.Layout.Election()+"/", clientv3.WithFirstCreate()...)
+	if err != nil {
+		t.Fatalf("read the election: %v", err)
+	}
+	if len(r.Kvs) == 0 {
+		return "", "", r.Header.Revision
+	}
+	return string(r.Kvs[0].Value), string(r.Kvs[0].Key), r.Header.Revision
+}
+
+// takeoverRevision waits for the election key to be deleted (its leader's
+// session ended) at or after revision from and returns the revision of the
+// delete: from then on no publish fenced on that term can succeed.
+func takeoverRevision(ctx context.Context, t *testing.T, f *fleet.Fleet, key string, from int64) int64 {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	for wr := range f.Client.Watch(wctx, key, clientv3.WithRev(from)) {
+		if err := wr.Err(); err != nil {
+			t.Fatalf("watch %s from revision %d: %v", key, from, err)
+		}
+		for _, ev := range wr.Events {
+			if ev.Type == clientv3.EventTypeDelete {
+				return ev.Kv.ModRevision
+			}
+		}
+	}
+	t.Fatalf("election key %s still there 60 s after revision %d", key, from)
+	return 0
+}
+
+// manifestRevision is the etcd revision at which pc's version v was
+// published (its manifest key's create revision); 0 if there is no such
+// version.
+func manifestRevision(ctx context.Context, t *testing.T, f *fleet.Fleet, pc string, v uint64) int64 {
+	t.Helper()
+	k, err := f.Layout.Snapshot(pc, v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := f.Client.Get(ctx, k, clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatalf("read %s: %v", k, err)
+	}
+	if len(r.Kvs) == 0 {
+		return 0
+	}
+	return r.Kvs[0].CreateRevision
+}
+
+// checkOnePublisher checks I6 over pc's versions after..to, across the
+// takeover of scheduler newID from oldID, whose term ended at revision since
+// (takeoverRevision): every version exists (none skipped) and names the one
+// before as its parent; the ones written before since are oldID's, every
+// later one newID's — none of oldID's after the takeover, whatever it still
+// believes — and the last is newID's. It returns the authors in version
+// order, for the log.
+func checkOnePublisher(ctx context.Context, t *testing.T, f *fleet.Fleet, pc string, after, to uint64, oldID, newID string, since int64) []string {
+	t.Helper()
+	if after >= to || since == 0 {
+		t.Fatalf("I6: nothing to check: after v%d up to v%d, takeover at revision %d", after, to, since)
+	}
+	var authors []string
+	taken := false
+	for v := after + 1; v <= to; v++ {
+		s, err := f.Snapshot(ctx, pc, v)
+		if err != nil {
+			t.Fatalf("I6: v%d: %v", v, err)
+		}
+		authors = append(authors, s.Meta.Author)
+		if s.Meta.Version != v || s.Meta.Parent != v-1 {
+			t.Errorf("I6: v%d says version %d, parent %d", v, s.Meta.Version, s.Meta.Parent)
+		}
+		rev := manifestRevision(ctx, t, f, pc, v)
+		want := newID
+		if rev < since && !taken {
+			want = oldID
+		}
+		taken = want == newID
+		if !strings.HasSuffix(s.Meta.Author, "/"+want) {
+			t.Errorf("I6: v%d (revision %d; %s's term ended at %d) authored by %q, want %s", v, rev, oldID, since, s.Meta.Author, want)
+		}
+		if want == newID && rev <= since {
+			t.Errorf("I6: v%d by %s written at revision %d, before %s's term ended at %d", v, newID, rev, oldID, since)
+		}
+	}
+	if !taken {
+		t.Errorf("I6: no version after v%d up to v%d is %s's", after, to, newID)
+	}
+	return authors
 }

@@ -413,19 +413,37 @@ func TestInvalidSnapshotRejected(t *testing.T) {
 }
 
 // Scenario 8: with two schedulers, killing the leader hands over and the
-// next change publishes.
+// next change publishes. I6 as far as this scenario can see it: the old
+// leader is dead (SIGKILL), so a broken publish fence has no writer to let
+// through here (TestFaultsSchedulerCutOffFromEtcd is the scenario that
+// can); what it checks is that every version written after the kill is the
+// new leader's, written in its term, contiguous from the last one before,
+// and that the proxies apply the last.
 func TestSchedulerFailover(t *testing.T) {
 	f := startFleet(t, fleet.Options{Schedulers: 2})
 	waitInstances(t, f, "BFE2", "demo-main", demoMainFull)
 	v := waitApplied(t, f, "BFE2", 30*time.Second)
-	leader := leaderIndex(t, f)
-	f.Schedulers[leader].Kill()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	leader := leaderIndex(t, f)
+	oldID, newID := fmt.Sprintf("sched-%d", leader+1), fmt.Sprintf("sched-%d", 2-leader)
+	id, oldKey, read := electionLeader(ctx, t, f)
+	if id != oldID {
+		t.Fatalf("the leader key names %s, the election %q", oldID, id)
+	}
+	f.Schedulers[leader].Kill()
+	since := takeoverRevision(ctx, t, f, oldKey, read)
+	eventually(t, 60*time.Second, newID+" wins the election", func() error {
+		if id, _, _ := electionLeader(ctx, t, f); id != newID {
+			return fmt.Errorf("the election says %q leads", id)
+		}
+		return nil
+	})
 	out, code, err := f.Lbctl(ctx, "weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE2", "SC1=20", "SC2=80", "--reason", "failover", "--yes")
 	if err != nil || code != 0 {
 		t.Fatalf("lbctl weights set: exit %d %v\n%s", code, err, out)
 	}
+	var pin uint64
 	eventually(t, 60*time.Second, "the surviving scheduler publishes the pin", func() error {
 		s, err := liveSnapshot(ctx, f, "BFE2")
 		if err != nil {
@@ -435,9 +453,16 @@ func TestSchedulerFailover(t *testing.T) {
 		if s.Meta.Version <= v || row["SC1"] != 20 || row["SC2"] != 80 {
 			return fmt.Errorf("v%d row %v", s.Meta.Version, row)
 		}
+		pin = s.Meta.Version
 		return nil
 	})
-	waitApplied(t, f, "BFE2", 30*time.Second)
+	last := waitApplied(t, f, "BFE2", 30*time.Second)
+	if last < pin {
+		t.Fatalf("the proxies applied v%d, before the pin v%d", last, pin)
+	}
+	authors := checkOnePublisher(ctx, t, f, "BFE2", v, last, oldID, newID, since)
+	t.Logf("I6: %s killed after v%d; its term ended at revision %d; v%d..v%d by %v; the proxies applied v%d",
+		oldID, v, since, v+1, last, authors, last)
 }
 
 func leaderIndex(t *testing.T, f *fleet.Fleet) int {

@@ -29,6 +29,9 @@ func (s *syncBuffer) lines(t *testing.T) []map[string]any {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []map[string]any
+	if s.b.Len() == 0 {
+		return nil
+	}
 	for _, l := range strings.Split(strings.TrimSpace(s.b.String()), "\n") {
 		var m map[string]any
 		if err := json.Unmarshal([]byte(l), &m); err != nil {

@@ -193,6 +193,7 @@ type addrConn struct {
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
 	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
+	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {

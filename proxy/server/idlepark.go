@@ -34,11 +34,27 @@ const (
 // Read parks an idle connection instead of waiting in fasthttp's buffers.
 // fasthttp reads while idle only with an empty buffer (a pipelined request
 // already buffered is served without a read), so no byte is lost.
+//
+// A connection that ends before the first byte of its first request — a new
+// one, or a parked one handed back to fasthttp, which takes it for a new
+// one — reads io.EOF whatever the error (a reset, the read timeout):
+// fasthttp then closes it without an answer, as it does a keep-alive
+// connection that ends between two requests, and as the std front and nginx
+// do; otherwise it answers and logs a generated 400 or 408 that no client
+// asked for.
 func (c *addrConn) Read(p []byte) (int, error) {
 	if c.wait != nil && c.idle.Load() && !buffered(c.wait) && c.park.CompareAndSwap(connServing, connParking) {
 		return 0, io.EOF
 	}
-	return c.Conn.Read(p)
+	n, err := c.Conn.Read(p)
+	if !c.begun {
+		if n > 0 {
+			c.begun = true
+		} else if err != nil {
+			return 0, io.EOF
+		}
+	}
+	return n, err
 }
 
 // Close closes the connection, except the one fasthttp lets go while it
@@ -90,6 +106,7 @@ func (f *FastFront) parked(c *addrConn) {
 			return
 		}
 		c.idle.Store(false)
+		c.begun = false                                // fasthttp serves it as a new connection
 		c.park.CompareAndSwap(connParked, connServing) // Close may have closed it meanwhile: fasthttp then reads an error
 		_ = f.fs.ServeConn(c)
 		f.leave()

@@ -5,12 +5,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -35,12 +37,23 @@ func (l *connLog) count(st http.ConnState) int {
 
 func parkProxy(t *testing.T, fo FrontOptions) (*proxy, *connLog) {
 	t.Helper()
+	return parkProxyLog(t, fo, nil)
+}
+
+// parkProxyLog is parkProxy with its access log written to access (nil:
+// none).
+func parkProxyLog(t *testing.T, fo FrontOptions, access *syncBuffer) (*proxy, *connLog) {
+	t.Helper()
+	var al *slog.Logger
+	if access != nil {
+		al = slog.New(slog.NewJSONHandler(access, nil))
+	}
 	b := newBackend(t, "b1", frontBackend)
 	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil))
 	log := &connLog{states: map[http.ConnState]int{}}
 	p := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, front: fo, connState: log.hook,
-		opts: Options{UpstreamClient: UpstreamFast}})
+		opts: Options{UpstreamClient: UpstreamFast, AccessLog: al}})
 	return p, log
 }
 
@@ -167,4 +180,68 @@ func TestFastFrontShutdownClosesParked(t *testing.T) {
 		t.Fatalf("read on the parked connection after Shutdown: %v, want EOF", err)
 	}
 	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+}
+
+// TestFastFrontQuietCloseLogsNothing: a connection that ends before the
+// first byte of a request gets no answer and no access line, as an idle
+// keep-alive connection that ends does not with the std front or nginx: a
+// parked keep-alive connection the client closes (a FIN, or a reset:
+// SO_LINGER 0) or leaves to the idle timeout, and a new connection that
+// sends nothing before it is reset or its read timeout passes. Only the
+// requests made are logged. (Issue 19: a reset parked connection came back
+// to fasthttp as a new connection's first read, which fasthttp answers with
+// a generated 400, logged with no path.)
+func TestFastFrontQuietCloseLogsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		request bool // one GET before the end (the connection parks)
+		end     string
+		fo      FrontOptions
+	}{
+		{"parked fin", true, "fin", FrontOptions{}},
+		{"parked reset", true, "reset", FrontOptions{}},
+		{"parked idle timeout", true, "timeout", FrontOptions{IdleTimeout: 300 * time.Millisecond}},
+		{"new reset", false, "reset", FrontOptions{}},
+		{"new read timeout", false, "timeout", FrontOptions{ReadHeaderTimeout: 300 * time.Millisecond}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var access syncBuffer
+			p, log := parkProxyLog(t, tc.fo, &access)
+			f := p.hs.(*FastFront)
+			conn, br := dialFront(t, p.addr)
+			if tc.request {
+				io.WriteString(conn, smallGET)
+				readAnswers(t, br, len("small body\n"))
+				if tc.end != "timeout" {
+					poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+				}
+			} else {
+				poll.EventuallyTrue(t, 20*time.Second, "the connection accepted", func() bool { return log.count(http.StateNew) == 1 })
+			}
+			switch tc.end {
+			case "timeout":
+				if b, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+					t.Fatalf("read on the idle connection: %q %v, want EOF (closed by the timeout, no answer)", b, err)
+				}
+			case "reset":
+				conn.(*net.TCPConn).SetLinger(0)
+				conn.Close()
+			default:
+				conn.Close()
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+			want := 0
+			if tc.request {
+				want = 1
+			}
+			lines := access.lines(t)
+			if len(lines) != want || want == 1 && (lines[0]["path"] != "/small" || lines[0]["status"] != float64(200)) {
+				t.Fatalf("access log: %v, want %d lines (GET /small 200)", lines, want)
+			}
+			if n := testutil.ToFloat64(p.s.metrics.generated.WithLabelValues("", CodeBadRequest)) +
+				testutil.ToFloat64(p.s.metrics.generated.WithLabelValues("", CodeClientTimeout)); n != 0 {
+				t.Fatalf("%v generated 400/408 answers counted, want 0", n)
+			}
+		})
+	}
 }

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"net/http"
 	"net/netip"
@@ -158,4 +159,26 @@ func TestStickyCookie(t *testing.T) {
 		t.Fatalf("drained cookie target: %v %s %v", err, q.Endpoint().Addr(), q.SetCookie())
 	}
 	q.Done(Result{})
+}
+
+// A cluster with more sub-clusters than the consistent mode's slot table can
+// name (254, one value is the blackhole) is refused at build, naming the
+// count and the limit; 254 are accepted.
+func TestBuildRefusesTooManySubClusters(t *testing.T) {
+	subs := func(n int) []sc {
+		out := make([]sc, n)
+		for i := range out {
+			out[i] = sc{name: fmt.Sprintf("SC%03d", i), weights: []int{1}}
+		}
+		out[0].weight = 100
+		return out
+	}
+	reg := NewRegistry(RegistryOptions{Now: newClock().Now, Rand: seededRand(1)})
+	if _, err := build(snap(1, policy(nil), 0, subs(254)...), reg); err != nil {
+		t.Fatalf("254 sub-clusters: %v", err)
+	}
+	_, err := build(snap(2, policy(nil), 0, subs(255)...), reg)
+	if err == nil || !strings.Contains(err.Error(), "subclusters: 255, at most 254") {
+		t.Fatalf("255 sub-clusters: %v, want the count and the limit 254", err)
+	}
 }

@@ -2,6 +2,7 @@ package balance
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -111,5 +112,82 @@ func TestStickyOneOfTenDown(t *testing.T) {
 			}
 			t.Logf("%s: one of ten down moved %.2f %% of keys (all of them the down instance's)", mode, 100*float64(n)/nKeys)
 		})
+	}
+}
+
+// TestStickyBoundedLoad: sticky with bounded_load_percent p sends a key to
+// the first member along the ring from the key's hash whose in-flight
+// count is below ⌈p × (load+1) / n⌉ (load: the sub-cluster's in flight, the
+// new request counted in), and to the key's own member when none is. The
+// picks are held (never Done), so the load grows by one a pick; each pick
+// is checked against that rule computed here, over 24 picks of one key
+// (bounds 1, 1, 1, 2, 2, 2, 3, 3, …: the ceiling is exact at 16 in flight).
+func TestStickyBoundedLoad(t *testing.T) {
+	const n, percent = 4, 125
+	pol := policy(func(p *config.Policy) {
+		p.Balance.Instance, p.Balance.BoundedLoadPercent = config.InstanceSticky, percent
+	})
+	e := newEnv(t, snap(1, pol, 0, sc{name: "SC1", weight: 100, weights: []int{1, 1, 1, 1}}))
+	c := e.cluster()
+	g := c.subs[0]
+	ip := keyIP(7)
+	// The members in ring order from the key's hash.
+	s := c.NewSelection(nil, ip)
+	h, ok := s.key()
+	s.Release()
+	if !ok {
+		t.Fatal("no hash key for a client IP")
+	}
+	var order []int
+	g.ring.lookup(h, func(i int) bool {
+		if !slices.Contains(order, i) {
+			order = append(order, i)
+		}
+		return false
+	})
+	if len(order) != n {
+		t.Fatalf("ring order %v, want %d members", order, n)
+	}
+	counts := make([]int, n)
+	var held []Pick
+	defer func() {
+		for _, p := range held {
+			p.Done(Result{Status: 200})
+		}
+	}()
+	for k := range 24 {
+		bound := (percent*(k+1) + n*100 - 1) / (n * 100)
+		want := order[0]
+		for _, i := range order {
+			if counts[i] < bound {
+				want = i
+				break
+			}
+		}
+		s := c.NewSelection(nil, ip)
+		p, err := s.Next()
+		s.Release()
+		if err != nil {
+			t.Fatalf("pick %d: %v", k+1, err)
+		}
+		held = append(held, p)
+		gi := slices.IndexFunc(g.members, func(m member) bool { return m.ep == p.Endpoint() })
+		if gi != want {
+			t.Fatalf("pick %d (%d in flight, bound %d, counts %v, ring order %v): member %d, want %d", k+1, k, bound, counts, order, gi, want)
+		}
+		counts[gi]++
+	}
+}
+
+// A weighted draw and a map-based hash over a view with no weight (every
+// member at weight 0 or unavailable) choose nothing: -1.
+func TestDrawWeightedNoWeight(t *testing.T) {
+	var s Selection
+	all := func(int) bool { return true }
+	if i := s.drawWeighted(&view{}, all); i != -1 {
+		t.Fatalf("draw over no weight: %d, want -1", i)
+	}
+	if i := mapBased(&view{}, 0x0123456789abcdef, all); i != -1 {
+		t.Fatalf("map-based hash over no weight: %d, want -1", i)
 	}
 }

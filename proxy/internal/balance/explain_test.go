@@ -172,3 +172,51 @@ func TestExplainChangesNothing(t *testing.T) {
 		})
 	}
 }
+
+// With fail_fast, a sub-cluster with nothing available keeps its share
+// (answered 503), the others are not scaled up; without it the share
+// spreads over the available ones.
+func TestExplainSharesFailFast(t *testing.T) {
+	down := map[int]string{0: config.StateUnhealthy}
+	for _, ff := range []bool{true, false} {
+		pol := policy(func(p *config.Policy) {
+			p.Balance.SubclusterMode = config.SubclusterRequest
+			p.Balance.FailFast = ff
+		})
+		e := newEnv(t, snap(1, pol, 20, sc{name: "A", weight: 40, weights: []int{1, 1}}, sc{name: "B", weight: 40, weights: []int{1}, states: down}))
+		ex := e.cluster().Explain(nil, netip.MustParseAddr("192.0.2.1"))
+		want := map[string]float64{config.Blackhole: 20, "A": 80, "B": 0}
+		if ff {
+			want["A"] = 40
+		}
+		if fmt.Sprint(ex.Shares) != fmt.Sprint(want) {
+			t.Fatalf("fail_fast %v: shares %v, want %v", ff, ex.Shares, want)
+		}
+	}
+}
+
+// When no weighted sub-cluster has an available instance the request goes
+// straight to a cross retry: explain says so and lists the standby's
+// instances.
+func TestExplainSpillToStandby(t *testing.T) {
+	down := map[int]string{0: config.StateUnhealthy, 1: config.StateUnhealthy}
+	e := newEnv(t, snap(1, retryPolicy(), 0,
+		sc{name: "SC1", weight: 100, weights: []int{1, 1}, states: down},
+		sc{name: "SC2", weight: 0, weights: []int{1, 1}}))
+	ex := e.cluster().Explain(nil, keyIP(1))
+	if !ex.Cross || ex.Reason != "cross-retry" || ex.Error != "" || len(ex.Candidates) != 2 ||
+		ex.Candidates[0].SubCluster != "SC2" || ex.Candidates[1].SubCluster != "SC2" {
+		t.Fatalf("spill explained as %+v, want a cross retry over SC2's two instances", ex)
+	}
+}
+
+// One available instance takes the pick whatever the algorithm, and explain
+// says that is why (not "first", though first would choose it too).
+func TestExplainOnlyAvailable(t *testing.T) {
+	e := newEnv(t, snap(1, modePolicy(config.InstanceFirst), 0,
+		sc{name: "A", weight: 100, weights: []int{1, 1}, states: map[int]string{1: config.StateUnhealthy}}))
+	ex := e.cluster().Explain(nil, keyIP(1))
+	if !ex.Deterministic || ex.Instance != inst(1, 0).String() || ex.InstanceBy != "only-available" {
+		t.Fatalf("explained as %+v, want %s by only-available", ex, inst(1, 0))
+	}
+}

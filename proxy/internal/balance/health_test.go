@@ -3,9 +3,11 @@ package balance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -332,4 +334,107 @@ func TestClusterWidePanic(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ClearOverride ends an override at once (the drained instance is
+// available again); clearing none is not an error; an address the registry
+// does not know is ErrUnknownAddress, naming it.
+func TestClearOverride(t *testing.T) {
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	if err := e.reg.SetOverride(inst(1, 0), Override{Drain: true}); err != nil {
+		t.Fatal(err)
+	}
+	if v := e.cluster().subs[0].currentView(); v.avail[0] || v.nAvail != 1 {
+		t.Fatalf("drained: available %v (%d)", v.avail, v.nAvail)
+	}
+	for range 2 {
+		if err := e.reg.ClearOverride(inst(1, 0)); err != nil {
+			t.Fatalf("clear override: %v", err)
+		}
+	}
+	if v := e.cluster().subs[0].currentView(); !v.avail[0] || v.nAvail != 2 || len(e.reg.Overrides()) != 0 {
+		t.Fatalf("after clear: available %v (%d), overrides %v", v.avail, v.nAvail, e.reg.Overrides())
+	}
+	err := e.reg.ClearOverride(netip.MustParseAddrPort("1.2.3.4:5"))
+	if !errors.Is(err, ErrUnknownAddress) || !strings.Contains(err.Error(), "1.2.3.4:5") {
+		t.Fatalf("unknown address: %v", err)
+	}
+}
+
+// An address a new table drops while a request to it is in flight stays
+// in the registry until that request is Done, then is swept (no leak of
+// dropped addresses, no endpoint freed under a request).
+func TestDroppedAddressSweptAfterLastRequest(t *testing.T) {
+	e := newEnv(t, snap(1, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1, 1}}))
+	gone := inst(1, 1)
+	var held Pick
+	for k := 0; held.Endpoint() == nil; k++ {
+		if k == 100 {
+			t.Fatalf("100 picks never chose %s", gone)
+		}
+		s := e.cluster().NewSelection(nil, keyIP(k))
+		p, err := s.Next()
+		s.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Endpoint().Addr() == gone {
+			held = p
+		} else {
+			p.Done(Result{Status: 200})
+		}
+	}
+	e.apply(snap(2, policy(nil), 0, sc{name: "A", weight: 100, weights: []int{1}}))
+	if e.reg.Endpoint(gone) == nil {
+		t.Fatalf("%s swept with a request in flight", gone)
+	}
+	held.Done(Result{Status: 200})
+	if ep := e.reg.Endpoint(gone); ep != nil {
+		t.Fatalf("%s still in the registry after its last request (in flight %d)", gone, ep.InFlight())
+	}
+	if e.reg.Endpoint(inst(1, 0)) == nil {
+		t.Fatalf("%s, still in the table, swept", inst(1, 0))
+	}
+}
+
+// TestEffectiveWeightsDemoteAndRecover: with effective_weights, each
+// passive failure lowers an instance's weight by max(1, base/fail_num)
+// (never below 1) and each success raises it by one until it is the
+// configured weight again; the view's weight follows exactly.
+func TestEffectiveWeightsDemoteAndRecover(t *testing.T) {
+	pol := policy(func(p *config.Policy) {
+		p.Balance.EffectiveWeights = true
+		p.Health.FailNum = 3
+	})
+	e := newEnv(t, snap(1, pol, 0, sc{name: "A", weight: 100, weights: []int{30, 5}}))
+	ep, other := e.reg.Endpoint(inst(1, 0)), e.reg.Endpoint(inst(1, 1))
+	weight := func(i int) int64 { return int64(e.cluster().subs[0].currentView().weights[i]) }
+	step := func(what string, changed bool, want0, want1 int64) {
+		t.Helper()
+		if changed {
+			e.reg.bump()
+		}
+		if w0, w1 := weight(0), weight(1); w0 != want0 || w1 != want1 {
+			t.Fatalf("after %s: weights %d, %d; want %d, %d", what, w0, w1, want0, want1)
+		}
+	}
+	now := e.clock.Now()
+	// base 30, fail_num 3: a step of 10; two failures stay under fail_num.
+	step("failure 1", ep.reportFailure(now), 20, 5)
+	step("failure 2", ep.reportFailure(now), 10, 5)
+	for k := 1; k <= 20; k++ {
+		want := min(10+int64(k), 30)
+		step(fmt.Sprintf("success %d", k), ep.reportSuccess(&ep.load[0], e.reg), want, 5)
+	}
+	if ep.reportSuccess(&ep.load[0], e.reg) {
+		t.Fatal("a success at the configured weight reported a change")
+	}
+	// base 5: a step of max(1, 5/3) = 1, and never below 1.
+	step("other failure 1", other.reportFailure(now), 30, 4)
+	step("other failure 2", other.reportFailure(now), 30, 3)
+	other.endFailureRun() // a success between: the run starts again, not the weight
+	step("other failure 3", other.reportFailure(now), 30, 2)
+	step("other failure 4", other.reportFailure(now), 30, 1)
+	other.endFailureRun()
+	step("other failure 5", other.reportFailure(now), 30, 1)
 }

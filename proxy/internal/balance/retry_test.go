@@ -217,3 +217,45 @@ func TestPropertyRandomOperations(t *testing.T) {
 		}
 	})
 }
+
+// TestRetriesBeyondFourTriedNeverRepeat: a selection remembers its first
+// four tried instances inline and the rest in Selection.extra; a request
+// retried eight times in a sub-cluster of eight instances tries each
+// exactly once, then is exhausted (extra's lookup is what keeps attempts 6
+// to 8 off the fifth instance and after).
+func TestRetriesBeyondFourTriedNeverRepeat(t *testing.T) {
+	pol := policy(func(p *config.Policy) {
+		p.Retry.RetryMax, p.Retry.CrossRetry = 7, 0
+		p.Retry.BudgetPercent, p.Retry.BudgetMin = 100, 1000
+	})
+	e := newEnv(t, snap(1, pol, 0, sc{name: "SC1", weight: 100, weights: []int{1, 1, 1, 1, 1, 1, 1, 1}}))
+	for k := range 50 {
+		s := e.cluster().NewSelection(nil, keyIP(k))
+		seen := map[netip.AddrPort]int{}
+		for a := 1; a <= 8; a++ {
+			p, err := s.Next()
+			if err != nil {
+				t.Fatalf("key %d attempt %d: %v (tried %v)", k, a, err, seen)
+			}
+			seen[p.Endpoint().Addr()]++
+			p.Done(Result{Err: errors.New("client gone")})
+		}
+		if len(seen) != 8 {
+			t.Fatalf("key %d: 8 attempts tried %d instances: %v", k, len(seen), seen)
+		}
+		if _, err := s.Next(); !errors.Is(err, ErrAttemptsExhausted) {
+			t.Fatalf("key %d: 9th attempt: %v, want ErrAttemptsExhausted", k, err)
+		}
+		s.Release()
+	}
+}
+
+// The zero Pick (what Next returns with an error) answers its accessors
+// without dereferencing a sub-cluster it does not have.
+func TestZeroPickAccessors(t *testing.T) {
+	var p Pick
+	if p.Endpoint() != nil || p.SubCluster() != "" || p.Algorithm() != "" || p.SetCookie() != nil || p.Cross() || p.Attempt() != 0 || p.Reason() != "hash" {
+		t.Fatalf("zero pick: %v %q %q %v %v %d %q", p.Endpoint(), p.SubCluster(), p.Algorithm(), p.SetCookie(), p.Cross(), p.Attempt(), p.Reason())
+	}
+	p.Done(Result{}) // no endpoint: nothing to report, no panic
+}

@@ -225,3 +225,21 @@ func BenchmarkRingLookup(b *testing.B) {
 		})
 	}
 }
+
+// An empty ring (a consistent-hash sub-cluster with no members) finds no
+// member: -1, never an index its caller would dereference.
+func TestRingEmptyLookup(t *testing.T) {
+	var r ring
+	called := false
+	if m := r.lookup(0x0123456789abcdef, func(int) bool { called = true; return true }); m != -1 || called {
+		t.Fatalf("empty ring lookup: member %d (ok called: %v), want -1 without a call", m, called)
+	}
+}
+
+// BFE's range pick over no ranges (no weighted sub-cluster, no blackhole)
+// chooses nothing: -1, never a sub-cluster index.
+func TestPickRangeEmpty(t *testing.T) {
+	if sub := pickRange(nil, 0x0123456789abcdef); sub != -1 {
+		t.Fatalf("pickRange of no ranges: %d, want -1", sub)
+	}
+}
