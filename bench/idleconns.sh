@@ -8,8 +8,8 @@
 # collection, --pprof behind an admin token). Rows:
 #   lbproxy       defaults (fasthttp front): plain HTTP/1.1
 #   lbproxy-net   --front std (net/http): plain HTTP/1.1
-#   lbproxy-tls   HTTP/1.1 over TLS (ECDSA P-256), ALPN http/1.1 (--tls-front std, the default)
-#   lbproxy-tls-fast  the same on --tls-front fasthttp (parked while idle)
+#   lbproxy-tls   HTTP/1.1 over TLS (ECDSA P-256), ALPN http/1.1 on --tls-front std (net/http)
+#   lbproxy-tls-fast  the same on --tls-front fasthttp (the default; parked while idle)
 #   lbproxy-h2    HTTP/2 over TLS, ALPN h2: one GET, then no open stream
 #   nginx, nginx-tls, nginx-h2  the same three on nginx, one worker, when
 #                 nginx is installed (its worker's RSS)
@@ -134,7 +134,7 @@ lbproxy() { # $1: row name, $2: snapshot; the rest: more flags
   local name=$1 snap=$2; shift 2
   start "$name" "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$snap" \
     --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
-    --access-log off --trace-sample 0 "$@" "${LBFLAGS[@]}"
+    --access-log off --trace-sample 0 --max-client-conns 0 "$@" "${LBFLAGS[@]}"
 }
 nginx_conf() { # $1: listen directive, $2: worker connections, $3: upstream port, $4: upstream keepalive
   {
@@ -163,6 +163,7 @@ for n in $CONNS; do
         case $row in lbproxy-tls*|lbproxy-h2)
           extra=(--listen-tls 127.0.0.1:28384 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
           url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls) ;; esac
+        [ "$row" = lbproxy-tls ] && extra+=(--tls-front std)
         [ "$row" = lbproxy-tls-fast ] && extra+=(--tls-front fasthttp)
         [ "$row" = lbproxy-h2 ] && tls=(-h2)
         lbproxy "$row" "$WORK/snapshot.json" "${extra[@]}"
