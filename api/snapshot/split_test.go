@@ -18,7 +18,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
-func splitToStore(t *testing.T, s *snapshot.Snapshot) (snapshot.Manifest, store) {
+func splitToStore(t testing.TB, s *snapshot.Snapshot) (snapshot.Manifest, store) {
 	t.Helper()
 	m, parts, err := snapshot.EncodeSplit(s)
 	if err != nil {
@@ -59,7 +59,7 @@ func (st store) many(ds []string) ([][]byte, error) {
 	return out, nil
 }
 
-func gz(t *testing.T, v any) []byte {
+func gz(t testing.TB, v any) []byte {
 	t.Helper()
 	raw, err := json.Marshal(v)
 	if err != nil {
