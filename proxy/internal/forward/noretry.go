@@ -37,66 +37,41 @@ import (
 // that connection's background read, which may not have run yet when the
 // connection is taken for the next request (a loaded machine, a backend
 // restart). So GotConn peeks at a reused connection itself
-// (sockio.Conn.Gone), and when the backend is gone the request's body
-// answers ErrBackendGone to the Transport's first read, before one byte of
-// it is taken from the client and before the head is flushed: the attempt
-// fails Unsent with the body untouched, and the attempt loop may try again
-// even for a POST (the backend had closed before the request existed).
+// (sockio.Conn.Gone), and again at the request's first write, which the
+// Transport's write loop may make much later: the window left is that of
+// the fast client, one peek before one write. When the backend closed or
+// reset it, the connection writes nothing (countConn.refuse): not a byte
+// of the request leaves, so the attempt fails Unsent and the attempt loop
+// may try again even for a POST. A streamed body is untouched then:
+// net/http flushes the head before it reads a body it cannot see in
+// memory, and that flush is the refused write. (A buffered body may have
+// been read into the Transport's buffer first; it is replayable.)
 func transportRequest(req *http.Request) (*http.Request, *connTrace) {
 	ct := &connTrace{}
 	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: ct.gotConn})
 	r := req.WithContext(ctx)
 	r.GetBody = nil
 	if r.Body == nil || r.Body == http.NoBody {
-		r.Body, r.ContentLength = emptyBody{ct}, 0
+		r.Body, r.ContentLength = emptyBody{}, 0
 		r.TransferEncoding = []string{"identity"}
-	} else {
-		r.Body = &gatedBody{rc: r.Body, t: ct}
 	}
 	return r, ct
 }
 
-// ErrBackendGone is a request body's answer when the reused connection
-// the Transport took had already been closed by the backend.
+// ErrBackendGone is the write error of a reused connection the backend
+// had already closed when the Transport took it.
 var ErrBackendGone = errors.New("the backend closed the reused connection before the request was written")
 
-// gatedBody is a request body that gives nothing once its connection
-// turned out closed (connTrace.gone).
-type gatedBody struct {
-	rc io.ReadCloser
-	t  *connTrace
-}
-
-func (b *gatedBody) Read(p []byte) (int, error) {
-	if b.t.gone() {
-		return 0, ErrBackendGone
-	}
-	return b.rc.Read(p)
-}
-
-func (b *gatedBody) Close() error { return b.rc.Close() }
-
 // emptyBody is a request body with nothing in it that net/http does not
-// recognise as none (gated like gatedBody).
-type emptyBody struct{ t *connTrace }
+// recognise as none.
+type emptyBody struct{}
 
-func (b emptyBody) Read([]byte) (int, error) {
-	if b.t.gone() {
-		return 0, ErrBackendGone
-	}
-	return 0, io.EOF
-}
-
-func (emptyBody) Close() error { return nil }
+func (emptyBody) Read([]byte) (int, error) { return 0, io.EOF }
+func (emptyBody) Close() error             { return nil }
 
 // WriteTo keeps net/http's body copy from allocating a 32 KiB buffer for
 // nothing (io.Copy uses it before anything else).
-func (b emptyBody) WriteTo(io.Writer) (int64, error) {
-	if b.t.gone() {
-		return 0, ErrBackendGone
-	}
-	return 0, nil
-}
+func (emptyBody) WriteTo(io.Writer) (int64, error) { return 0, nil }
 
 // connTrace records the connection the Transport used for the request and
 // its byte counts when it was taken.
@@ -121,10 +96,6 @@ func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
 		c.verify.Store(true)
 	}
 }
-
-// gone: the backend had closed the reused connection before the request
-// was written.
-func (t *connTrace) gone() bool { return t.conn != nil && t.conn.refuse.Load() }
 
 // classify wraps a RoundTrip error on a reused connection that had not
 // received a byte of the answer in a StaleConnError (Unsent: not a byte of
