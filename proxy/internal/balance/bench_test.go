@@ -2,7 +2,9 @@ package balance
 
 import (
 	"fmt"
+	"net/http"
 	"net/netip"
+	"net/url"
 	"runtime"
 	"strings"
 	"sync"
@@ -29,10 +31,34 @@ func benchIPs() []netip.Addr {
 	return ips
 }
 
+// benchRequests are 1024 requests the pick loops cycle through, each with
+// its own path, X-User header and uid query parameter, so that the uri,
+// hdr(X-User) and url_param(uid) rows hash a real key on every pick (with
+// no request they fall back to the schedule). The other algorithms key on
+// the client address and do not read them.
+func benchRequests() []*http.Request {
+	reqs := make([]*http.Request, 1024)
+	for i := range reqs {
+		k := i * 7919
+		uri := fmt.Sprintf("/catalog/item/%d?uid=u%d&lang=en", k, k)
+		u, err := url.ParseRequestURI(uri)
+		if err != nil {
+			panic(err)
+		}
+		reqs[i] = &http.Request{Method: http.MethodGet, URL: u, RequestURI: uri, Host: "shop.example",
+			Header: http.Header{"X-User": {fmt.Sprintf("user-%d", k)}, "Accept": {"*/*"}}}
+	}
+	return reqs
+}
+
+// benchEnv is newEnv with the registry's production random source
+// (math/rand/v2's per-thread generator, RegistryOptions.Rand nil): the
+// tests' seeded source is deterministic behind a mutex, whose lock and
+// unlock cost more than the draw a random pick makes.
 func benchEnv(b *testing.B, mode string, n int) *env {
 	pol := modePolicy(mode)
 	half := n / 2
-	return newEnv(b, snap(1, pol, 10, sc{name: "SC1", weight: 45, weights: benchWeights(half)}, sc{name: "SC2", weight: 45, weights: benchWeights(n - half)}))
+	return newEnvRand(b, snap(1, pol, 10, sc{name: "SC1", weight: 45, weights: benchWeights(half)}, sc{name: "SC2", weight: 45, weights: benchWeights(n - half)}), nil)
 }
 
 // BenchmarkPick is one full two-level pick: sub-cluster (consistent, client
@@ -40,7 +66,8 @@ func benchEnv(b *testing.B, mode string, n int) *env {
 // owns — the server's path (the Selection lives in its per-request state).
 // It runs every instance algorithm (allInstanceModes, the table the
 // algorithm tests share; "random(2)" and "source/consistent" are named
-// random(2) and source-consistent here).
+// random(2) and source-consistent here). Every pick carries a request
+// (benchRequests) and a client address, both cycling over 1024 values.
 func BenchmarkPick(b *testing.B) {
 	for _, mode := range allInstanceModes {
 		name := strings.ReplaceAll(mode, "/", "-")
@@ -49,10 +76,11 @@ func BenchmarkPick(b *testing.B) {
 				e := benchEnv(b, mode, n)
 				c := e.cluster()
 				ips := benchIPs()
+				reqs := benchRequests()
 				var s Selection
 				// The first pick builds the view (and its alias table or
 				// index) outside the timed loop.
-				c.Start(&s, nil, ips[0], 0)
+				c.Start(&s, reqs[0], ips[0], 0)
 				if p, err := s.Next(); err == nil {
 					p.Done(Result{Status: 200})
 				}
@@ -65,7 +93,7 @@ func BenchmarkPick(b *testing.B) {
 				// A b.N loop, not b.Loop: b.Loop keeps calls in its body from
 				// being inlined, which the server's request path does inline.
 				for i := 0; i < b.N; i++ {
-					c.Start(&s, nil, ips[i&1023], 0)
+					c.Start(&s, reqs[i&1023], ips[i&1023], 0)
 					p, err := s.Next()
 					if err == nil {
 						p.Done(Result{Status: 200})
@@ -170,6 +198,48 @@ func BenchmarkBuild10000(b *testing.B) {
 		r.mu.Unlock()
 		if _, err := build(s, r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPick's request-hash rows hash a real key: every one of
+// benchRequests has a uri, hdr(X-User) and url_param(uid) key of its own,
+// and its pick depends on the request alone (two picks of one request from
+// different client addresses land on the same instance; the round-robin
+// fallback for a request without a key would move on).
+func TestBenchRequestsHashEveryKey(t *testing.T) {
+	reqs := benchRequests()
+	ips := benchIPs()
+	for _, mode := range []string{"uri", "uri whole/consistent", "hdr(X-User)", "url_param(uid)/consistent"} {
+		e := newEnv(t, snap(1, modePolicy(mode), 0, sc{name: "A", weight: 100, weights: benchWeights(1000)}))
+		c := e.cluster()
+		seen := map[uint64]bool{}
+		for i, req := range reqs {
+			h, ok := c.instKey.hash(req)
+			if !ok {
+				t.Fatalf("%s: request %d (%s) has no key", mode, i, req.RequestURI)
+			}
+			seen[h] = true
+		}
+		if len(seen) != len(reqs) {
+			t.Fatalf("%s: %d distinct key hashes over %d requests, want all distinct", mode, len(seen), len(reqs))
+		}
+		for i := range 200 {
+			var got [2]netip.AddrPort
+			for k := range got {
+				var s Selection
+				c.Start(&s, reqs[i], ips[(i+k*512)&1023], 0)
+				p, err := s.Next()
+				if err != nil {
+					t.Fatalf("%s: request %d: %v", mode, i, err)
+				}
+				got[k] = p.Endpoint().Addr()
+				p.Done(Result{Status: 200})
+				s.Release()
+			}
+			if got[0] != got[1] {
+				t.Fatalf("%s: request %d picked %s then %s: not hashed", mode, i, got[0], got[1])
+			}
 		}
 	}
 }

@@ -99,8 +99,15 @@ type env struct {
 
 func newEnv(t tb, s *snapshot.Snapshot) *env {
 	t.Helper()
+	return newEnvRand(t, s, seededRand(1))
+}
+
+// newEnvRand is newEnv with the registry's random source rnd (nil: the
+// production default).
+func newEnvRand(t tb, s *snapshot.Snapshot, rnd func() uint64) *env {
+	t.Helper()
 	c := newClock()
-	r := NewRegistry(RegistryOptions{Now: c.Now, Rand: seededRand(1), StickySecret: []byte("test-secret"),
+	r := NewRegistry(RegistryOptions{Now: c.Now, Rand: rnd, StickySecret: []byte("test-secret"),
 		Probe: func(ctx context.Context, a netip.AddrPort, p config.Probe, d time.Duration) error { return nil }})
 	e := &env{t: t, reg: r, h: &Holder{}, clock: c}
 	e.apply(s)
