@@ -156,7 +156,8 @@ func compileCluster(name string, sc snapshot.Cluster) (*Cluster, [][]netip.AddrP
 	c.picker = newPicker(c)
 	c.stickyCookie = c.algo == algoStickyCookie
 	c.latency = c.algo == algoP2C
-	c.fast = c.modeKind == modeConsistent && c.key.ipOnly && c.rowTotal > 0 && (c.algo == algoWRR || c.algo == algoRoundRobin)
+	c.fastSub = c.modeKind == modeConsistent && c.key.ipOnly && c.rowTotal > 0
+	c.fast = c.fastSub && (c.algo == algoWRR || c.algo == algoRoundRobin)
 	switch c.modeKind {
 	case modeConsistent:
 		c.slots = buildSlots(c)

@@ -60,7 +60,7 @@ func (smooth) pick(s *Selection, g *group, v *view) int {
 		// The view's schedule holds only available members.
 		return int(v.sched.next(s.stripe))
 	}
-	return s.fromSchedule(v.sched, func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) })
+	return s.fromSchedule(v.sched, g, v)
 }
 
 // staticRR is HAProxy's static-rr: the configured weights' schedule,
@@ -68,12 +68,14 @@ func (smooth) pick(s *Selection, g *group, v *view) int {
 type staticRR struct{}
 
 func (staticRR) pick(s *Selection, g *group, v *view) int {
-	return s.fromSchedule(g.base, func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) })
+	return s.fromSchedule(g.base, g, v)
 }
 
-func (s *Selection) fromSchedule(sc *schedule, ok func(int) bool) int {
+// fromSchedule is the first usable member (see usable) the schedule gives
+// on s's stripe, -1 after a whole cycle without one.
+func (s *Selection) fromSchedule(sc *schedule, g *group, v *view) int {
 	for range len(sc.order) {
-		if i := int(sc.next(s.stripe)); ok(i) {
+		if i := int(sc.next(s.stripe)); s.usable(g, v, i) {
 			return i
 		}
 	}
@@ -85,10 +87,9 @@ func (s *Selection) fromSchedule(sc *schedule, ok func(int) bool) int {
 type randomN struct{ n int }
 
 func (p randomN) pick(s *Selection, g *group, v *view) int {
-	ok := s.untried(g, v)
 	best := -1
 	for range p.n {
-		i := s.weighted(v, ok)
+		i := s.weightedIn(g, v)
 		if i < 0 {
 			return best
 		}
@@ -103,24 +104,25 @@ func (p randomN) pick(s *Selection, g *group, v *view) int {
 type p2c struct{}
 
 func (p2c) pick(s *Selection, g *group, v *view) int {
-	ok := s.untried(g, v)
-	a := s.weighted(v, ok)
-	b := s.weighted(v, ok)
+	a := s.weightedIn(g, v)
+	b := s.weightedIn(g, v)
 	if a < 0 || b < 0 || a == b {
 		return max(a, b)
 	}
-	cost := func(i int) float64 {
-		e := g.members[i].ep
-		l := float64(e.EWMALatency())
-		if l <= 0 {
-			l = 1
-		}
-		return l * float64(e.InFlight()+1) / float64(v.weights[i])
-	}
-	if cost(b) < cost(a) {
+	if p2cCost(g, v, b) < p2cCost(g, v, a) {
 		return b
 	}
 	return a
+}
+
+// p2cCost is member i's EWMA latency × (in-flight + 1) / weight.
+func p2cCost(g *group, v *view, i int) float64 {
+	e := g.members[i].ep
+	l := float64(e.EWMALatency())
+	if l <= 0 {
+		l = 1
+	}
+	return l * float64(e.InFlight()+1) / float64(v.weights[i])
 }
 
 // source is HAProxy's balance source: the client address hashed onto the
@@ -128,14 +130,27 @@ func (p2c) pick(s *Selection, g *group, v *view) int {
 type source struct{ consistent bool }
 
 func (p source) pick(s *Selection, g *group, v *view) int {
-	ok := s.untried(g, v)
 	h := uint64(0)
 	if s.ip.IsValid() {
 		h = hashAddr(s.ip)
 	} else {
 		h = s.c.reg.rand()
 	}
-	return hashedPick(g, v, h, ok, p.consistent)
+	return s.hashedIn(g, v, h, p.consistent)
+}
+
+// hashedIn is hashedPick over the usable members (see usable). The member
+// the hash lands on is checked first, without the filter's closure: it is
+// the answer unless it is unavailable or already tried.
+func (s *Selection) hashedIn(g *group, v *view, h uint64, consistent bool) int {
+	if consistent {
+		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
+			return i
+		}
+	} else if i := mapIndex(v, h); i >= 0 && i < len(v.prefix) && s.usable(g, v, i) {
+		return i
+	}
+	return hashedPick(g, v, h, s.untried(g, v), consistent)
 }
 
 // hashedPick maps a key hash onto the members as HAProxy's hash-type does:
@@ -161,7 +176,7 @@ func (p requestHash) pick(s *Selection, g *group, v *view) int {
 	if !ok {
 		return smooth{}.pick(s, g, v)
 	}
-	return hashedPick(g, v, h, s.untried(g, v), p.consistent)
+	return s.hashedIn(g, v, h, p.consistent)
 }
 
 // sticky is consistent hashing of the request key onto the ring, with
@@ -170,11 +185,16 @@ func (p requestHash) pick(s *Selection, g *group, v *view) int {
 type sticky struct{ boundPercent int }
 
 func (p sticky) pick(s *Selection, g *group, v *view) int {
-	ok := s.untried(g, v)
 	h, kok := s.key()
 	if !kok {
 		h = s.c.reg.rand()
 	}
+	if p.boundPercent <= 0 {
+		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
+			return i
+		}
+	}
+	ok := s.untried(g, v)
 	if p.boundPercent > 0 {
 		// ceil(c × (load+1) / n): the new request counted in.
 		bound := ((g.inFlightSum(v)+1)*int64(p.boundPercent) + int64(v.nAvail)*100 - 1) / (int64(v.nAvail) * 100)
@@ -185,9 +205,15 @@ func (p sticky) pick(s *Selection, g *group, v *view) int {
 	return g.ring.lookup(h, ok)
 }
 
-// untried is the filter of the pickers: available in v, not tried by s.
+// usable is the filter of the pickers: member i is available in v and not
+// tried by s (nothing is tried before the first pick).
+func (s *Selection) usable(g *group, v *view, i int) bool {
+	return v.avail[i] && (s.nTried == 0 || !s.isTried(g.members[i].ep))
+}
+
+// untried is usable as a function of the member, for the general paths.
 func (s *Selection) untried(g *group, v *view) func(int) bool {
-	return func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
+	return func(i int) bool { return s.usable(g, v, i) }
 }
 
 // drawsWeighted says whether the algorithm draws weighted random members
@@ -236,6 +262,20 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 	return -1
 }
 
+// weightedIn is weighted over the usable members (see usable): a draw
+// from the alias table that lands on one is taken without the filter's
+// closure — every draw on a first pick, as unavailable members have no
+// mass — else the scan re-draws among them.
+func (s *Selection) weightedIn(g *group, v *view) int {
+	if v.alias != nil && v.total > 0 {
+		if i := v.alias.draw(s.c.reg.rand(), v.total); s.usable(g, v, i) {
+			return i
+		}
+		return s.scanWeighted(v, s.untried(g, v))
+	}
+	return s.weighted(v, s.untried(g, v))
+}
+
 func (s *Selection) weighted(v *view, ok func(int) bool) int {
 	if i := s.drawWeighted(v, ok); i >= 0 {
 		return i
@@ -246,15 +286,9 @@ func (s *Selection) weighted(v *view, ok func(int) bool) int {
 // mapBased is HAProxy's map-based source hashing: hash modulo the total
 // weight of the available members (keys move whenever membership changes).
 func mapBased(v *view, h uint64, ok func(int) bool) int {
-	if v.total <= 0 {
+	i := mapIndex(v, h)
+	if i < 0 {
 		return -1
-	}
-	x := int64(h % uint64(v.total))
-	var i int
-	if v.pindex.start != nil {
-		i = v.pindex.find(v.prefix, x)
-	} else {
-		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
 	}
 	if i < len(v.prefix) && ok(i) {
 		return i
@@ -265,4 +299,17 @@ func mapBased(v *view, h uint64, ok func(int) bool) int {
 		}
 	}
 	return -1
+}
+
+// mapIndex is the member h maps to by weight, h modulo the view's total
+// weight, available or not; -1 when the view has no weight.
+func mapIndex(v *view, h uint64) int {
+	if v.total <= 0 {
+		return -1
+	}
+	x := int64(h % uint64(v.total))
+	if v.pindex.start != nil {
+		return v.pindex.find(v.prefix, x)
+	}
+	return sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
 }

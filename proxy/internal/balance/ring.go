@@ -145,13 +145,29 @@ func (r *ring) lookup(h uint64, ok func(int) bool) int {
 	if n == 0 {
 		return -1
 	}
-	h32 := uint32(h >> 32)
-	start := r.start(h32)
-	for k := 0; k < n; k++ {
-		m := int(r.points[(start+k)%n].member)
-		if ok(m) {
+	i := r.start(uint32(h >> 32))
+	for range n {
+		if i == n {
+			i = 0
+		}
+		if m := int(r.points[i].member); ok(m) {
 			return m
 		}
+		i++
 	}
 	return -1
+}
+
+// at is the member of the first point clockwise from h — lookup's answer
+// when ok accepts it — or -1 for an empty ring.
+func (r *ring) at(h uint64) int {
+	n := len(r.points)
+	if n == 0 {
+		return -1
+	}
+	i := r.start(uint32(h >> 32))
+	if i == n {
+		i = 0
+	}
+	return int(r.points[i].member)
 }

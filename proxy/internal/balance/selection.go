@@ -129,9 +129,12 @@ func (s *Selection) Next() (Pick, error) {
 		return Pick{}, s.stop
 	}
 	if s.attempt == 0 {
-		if s.c.fast {
-			if p, ok := s.fastFirst(); ok {
-				return p, nil
+		if s.c.fastSub {
+			if g, v := s.fastSub(); g != nil {
+				if s.c.fast && len(v.sched.order) > 0 {
+					return s.fastFirst(g, v), nil
+				}
+				return s.firstIn(g, v, reasonHash)
 			}
 		}
 		return s.first()
@@ -271,7 +274,6 @@ func (s *Selection) pickCross() *group {
 }
 
 func (s *Selection) first() (Pick, error) {
-	c := s.c
 	g, why, err := s.pickSub()
 	switch err {
 	case nil:
@@ -283,6 +285,13 @@ func (s *Selection) first() (Pick, error) {
 	default:
 		return Pick{}, err
 	}
+	return s.firstIn(g, g.currentView(), why)
+}
+
+// firstIn is the first pick once the primary sub-cluster g is chosen (v is
+// its current view): the sticky cookie's instance, else the algorithm's.
+func (s *Selection) firstIn(g *group, v *view, why reason) (Pick, error) {
+	c := s.c
 	if c.stickyCookie {
 		if g, i, ok := s.cookieTarget(); ok {
 			s.primary = g.idx
@@ -290,7 +299,7 @@ func (s *Selection) first() (Pick, error) {
 			return s.take(g, i, reasonCookie, false), nil
 		}
 	}
-	i := c.picker.pick(s, g, g.currentView())
+	i := c.picker.pick(s, g, v)
 	if i < 0 {
 		return Pick{}, ErrNoAvailable
 	}
@@ -322,36 +331,44 @@ func (s *Selection) spill() (Pick, error) {
 	return s.take(g, i, reasonCross, true), nil
 }
 
-// fastFirst is first() for the common case the table marked c.fast —
-// consistent sub-cluster mode keyed by client IP, a schedule-based instance
-// algorithm (wrr, roundrobin) — when the chosen sub-cluster's view is
-// current, has no timed change pending and has available members. It gives
-// the same answer as first(); anything else (blackhole, empty sub-cluster,
-// a view to rebuild) returns false and first() decides.
-func (s *Selection) fastFirst() (Pick, bool) {
+// fastSub is first()'s sub-cluster choice for the common case the table
+// marked c.fastSub — consistent sub-cluster mode keyed by client IP — when
+// the chosen sub-cluster's view is current, has no timed change pending and
+// has available members: the group and its view, the same first() would
+// choose (pickSub, subFor and currentView without their general cases).
+// Anything else (no client address, blackhole, an empty sub-cluster, a view
+// to rebuild) returns nil and first() decides.
+func (s *Selection) fastSub() (*group, *view) {
 	c := s.c
 	if !s.ip.IsValid() {
-		return Pick{}, false
+		return nil, nil
 	}
 	h := hashAddr(s.ip)
 	s.keyHash, s.keyOK, s.keyDone = h, true, true
 	gi := int(c.slots[h>>(64-slotBits)])
 	if gi == slotBlackhole {
-		return Pick{}, false
+		return nil, nil
 	}
 	g := c.subs[gi]
 	v := g.view.Load()
-	if v == nil || v.epoch != c.reg.epoch.Load() || v.timed || v.nAvail == 0 || len(v.sched.order) == 0 {
-		return Pick{}, false
+	if v == nil || v.epoch != c.reg.epoch.Load() || v.timed || v.nAvail == 0 {
+		return nil, nil
 	}
+	return g, v
+}
+
+// fastFirst is firstIn for a schedule-based instance algorithm (wrr,
+// roundrobin: c.fast) on fastSub's answer whose view has a schedule: the
+// schedule's next endpoint, read from the view without the picker's call.
+func (s *Selection) fastFirst(g *group, v *view) Pick {
 	e := v.order[v.sched.nextPos(s.stripe)]
 	if e.acquire(s.stripe) {
 		e.noteLoad()
 	}
 	s.triedArr[0] = e
 	s.nTried = 1
-	s.attempt, s.primary, s.primUsed = 1, gi, 1
-	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false, s.stripe)}, true
+	s.attempt, s.primary, s.primUsed = 1, g.idx, 1
+	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false, s.stripe)}
 }
 
 // take records the pick and builds it.

@@ -96,7 +96,8 @@ type Cluster struct {
 	rowTotal     int      // Σ weights > 0, blackhole included
 	mode         string
 	modeKind     subMode
-	fast         bool // Selection.fastFirst applies (see there)
+	fastSub      bool // Selection.fastSub applies (see there)
+	fast         bool // and Selection.fastFirst: a schedule-based algorithm
 	key          keySpec
 	slots        []uint8 // consistent mode: owner per slot (slotBlackhole = drop)
 	bfeRanges    []bfeRange
