@@ -157,16 +157,25 @@ func (k instKey) hash(req *http.Request) (uint64, bool) {
 
 // queryParam is the raw (not unescaped) value of the first name=value pair
 // of the query named name, as HAProxy's url_param reads it; "" when absent.
-// It does not allocate.
+// name is non-empty and has no "&" or "=" (api/policy checks url_param's
+// name), so a pair is name's exactly when it starts with name and "=": the
+// query is scanned once, pair by pair, without cutting each pair. It does
+// not allocate.
 func queryParam(q, name string) string {
-	for q != "" {
-		var pair string
-		pair, q, _ = strings.Cut(q, "&")
-		if k, v, ok := strings.Cut(pair, "="); ok && k == name {
+	for {
+		if len(q) > len(name) && q[len(name)] == '=' && q[:len(name)] == name {
+			v := q[len(name)+1:]
+			if i := strings.IndexByte(v, '&'); i >= 0 {
+				v = v[:i]
+			}
 			return v
 		}
+		i := strings.IndexByte(q, '&')
+		if i < 0 {
+			return ""
+		}
+		q = q[i+1:]
 	}
-	return ""
 }
 
 // unit maps a 64-bit hash to (0, 1).

@@ -183,3 +183,38 @@ func TestQueryParam(t *testing.T) {
 		t.Error("parameter names are case-sensitive")
 	}
 }
+
+// queryParam is the pair-by-pair reading (cut the query at "&", each pair
+// at its first "=") for every query over a small alphabet of names,
+// separators and values, and every valid name (no "&" or "=") of it.
+func TestQueryParamIsPairByPair(t *testing.T) {
+	ref := func(q, name string) string {
+		for q != "" {
+			var pair string
+			pair, q, _ = strings.Cut(q, "&")
+			if k, v, ok := strings.Cut(pair, "="); ok && k == name {
+				return v
+			}
+		}
+		return ""
+	}
+	const alphabet = "ui=&"
+	var queries []string
+	var grow func(q string)
+	grow = func(q string) {
+		queries = append(queries, q)
+		if len(q) < 7 {
+			for _, c := range alphabet {
+				grow(q + string(c))
+			}
+		}
+	}
+	grow("")
+	for _, name := range []string{"u", "i", "ui", "uu", "iu", "uiu"} {
+		for _, q := range queries {
+			if got, want := queryParam(q, name), ref(q, name); got != want {
+				t.Fatalf("queryParam(%q, %q) = %q, want %q", q, name, got, want)
+			}
+		}
+	}
+}
