@@ -298,6 +298,14 @@ func (s *Selection) firstIn(g *group, v *view, why reason) (Pick, error) {
 			s.primUsed++
 			return s.take(g, i, reasonCookie, false), nil
 		}
+		if len(v.sched.order) > 0 {
+			// The smooth pick (c.picker) read from the view's resolved
+			// schedule: its endpoint and its cookie, as for wrr.
+			pos := v.sched.nextPos(s.stripe)
+			p := s.takeFirst(g, v.order[pos], why)
+			p.cookie = v.cookies[pos]
+			return p, nil
+		}
 	}
 	i := c.picker.pick(s, g, v)
 	if i < 0 {
@@ -361,14 +369,19 @@ func (s *Selection) fastSub() (*group, *view) {
 // roundrobin: c.fast) on fastSub's answer whose view has a schedule: the
 // schedule's next endpoint, read from the view without the picker's call.
 func (s *Selection) fastFirst(g *group, v *view) Pick {
-	e := v.order[v.sched.nextPos(s.stripe)]
+	return s.takeFirst(g, v.order[v.sched.nextPos(s.stripe)], reasonHash)
+}
+
+// takeFirst is take for the first pick, of endpoint e of g, by a picker
+// that did not acquire it.
+func (s *Selection) takeFirst(g *group, e *Endpoint, why reason) Pick {
 	if e.acquire(s.stripe) {
 		e.noteLoad()
 	}
 	s.triedArr[0] = e
 	s.nTried = 1
 	s.attempt, s.primary, s.primUsed = 1, g.idx, 1
-	return Pick{ep: e, g: g, meta: newMeta(1, reasonHash, false, s.stripe)}
+	return Pick{ep: e, g: g, meta: newMeta(1, why, false, s.stripe)}
 }
 
 // take records the pick and builds it.

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"net/http"
 	"sort"
 	"time"
 )
@@ -17,9 +18,10 @@ type view struct {
 	alias   aliasTable  // random draws (random, random(N), p2c-ewma); nil for the other algorithms
 	pindex  prefixIndex // map-based hashing: where a hash falls in prefix (prefixindex.go)
 	sched   *schedule
-	full    bool        // every member available at its configured weight (sched is the base)
-	timed   bool        // until is set
-	order   []*Endpoint // sched.order resolved to endpoints: one load less per pick
+	full    bool           // every member available at its configured weight (sched is the base)
+	timed   bool           // until is set
+	order   []*Endpoint    // sched.order resolved to endpoints: one load less per pick
+	cookies []*http.Cookie // sticky-cookie: sched.order resolved to the members' cookies
 	panic   bool
 	states  []memberState
 }
@@ -171,6 +173,12 @@ func (g *group) rebuildView(epoch uint64) *view {
 	v.order = make([]*Endpoint, len(v.sched.order))
 	for k, i := range v.sched.order {
 		v.order[k] = g.members[i].ep
+	}
+	if g.cookies != nil {
+		v.cookies = make([]*http.Cookie, len(v.sched.order))
+		for k, i := range v.sched.order {
+			v.cookies[k] = g.cookies[i]
+		}
 	}
 	g.view.Store(v)
 	return v
