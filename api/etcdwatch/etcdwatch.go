@@ -221,7 +221,7 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 	}()
 	go func() {
 		defer wg.Done()
-		if err := checkStore(wctx, c, id); err != nil {
+		if err := checkStore(wctx, c, id, c.readIdentity); err != nil {
 			gone <- err
 		}
 	}()
@@ -319,10 +319,12 @@ func idle(ctx context.Context, c *Config, heard int64) bool {
 	return err == nil && r.Header.Revision <= heard
 }
 
-// checkStore reads the store identity every StoreCheckInterval until ctx is
-// done; it returns the reason when etcd is no longer the store listed. Its
-// read is linearizable, so it is its own confirmation (judge).
-func checkStore(ctx context.Context, c *Config, id *store) error {
+// checkStore reads the store identity with read (Config.readIdentity)
+// every StoreCheckInterval until ctx is done; it returns the reason when
+// etcd is no longer the store listed. Its read is linearizable, so it is
+// its own confirmation — against the revision seen before it began
+// (quorumSays): the watch loop raises the revision seen meanwhile.
+func checkStore(ctx context.Context, c *Config, id *store, read confirmer) error {
 	t := time.NewTicker(c.StoreCheckInterval)
 	defer t.Stop()
 	for {
@@ -331,20 +333,15 @@ func checkStore(ctx context.Context, c *Config, id *store) error {
 			return nil
 		case <-t.C:
 		}
-		r, err := c.readIdentity(ctx)
+		seen := id.seen.Load()
+		r, err := read(ctx)
 		if err != nil {
 			continue // unreachable: the watch's own error handling applies
 		}
-		self := func(context.Context) (reading, error) { return r, nil }
-		if j, err := id.judge(ctx, r.cluster, r.rev, time.Now(), 0, c.LineageKey != "", self); j == replaced {
+		if back, err := id.quorumSays(r, seen, c.LineageKey != ""); back {
+			return fmt.Errorf("etcd revision %d was seen, and a quorum read begun after it answered %d: another store (wiped, replaced or restored)", seen, r.rev)
+		} else if err != nil {
 			return err
 		}
-		if c.LineageKey != "" {
-			if err := id.lineageGone(r.lineage); err != nil {
-				return err
-			}
-			id.learnLineage(r.lineage)
-		}
-		id.raise(r.rev)
 	}
 }

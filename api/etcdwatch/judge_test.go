@@ -114,3 +114,58 @@ func errString(err error) string {
 	}
 	return err.Error()
 }
+
+// The store check's read is its own confirmation, against the revision
+// seen before it began. The watch loop raises that revision meanwhile
+// (here: a response at 105 arrives while the read is in flight); a reading
+// of the same store begun earlier (103) is then below it, and is no sign of
+// another store. The CI row-flap failure: "etcd revision went back from
+// 3298 to 3297, and a quorum read answered 3297: another store" — its own
+// reading judged against a revision seen after it. A store really back
+// (a reading below what was seen before the read) is still found.
+func TestStoreCheckJudgesAgainstTheRevisionSeenBeforeItsRead(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id := newStore(7, 100, "L1")
+	c := &Config{LineageKey: "/b/lineage", StoreCheckInterval: time.Millisecond}
+	calls := 0
+	read := func(context.Context) (reading, error) {
+		calls++
+		switch calls {
+		case 1:
+			id.raise(105) // the watch loop, during the read
+			return reading{cluster: 7, rev: 103, lineage: "L1"}, nil
+		case 2:
+			return reading{cluster: 7, rev: 106, lineage: "L1"}, nil
+		default:
+			return reading{cluster: 7, rev: 4, lineage: "L1"}, nil // wiped and refilled a little
+		}
+	}
+	err := checkStore(ctx, c, id, read)
+	const want = "etcd revision 106 was seen, and a quorum read begun after it answered 4: another store (wiped, replaced or restored)"
+	if got := errString(err); got != want || calls != 3 {
+		t.Fatalf("after %d reads: err %q\n want %q after 3", calls, got, want)
+	}
+	if s := id.seen.Load(); s != 106 {
+		t.Errorf("seen %d, want 106", s)
+	}
+}
+
+// judge's confirming read is judged against the revision seen before it,
+// too: the store check may raise it while the confirming read is in flight.
+func TestJudgeConfirmsAgainstTheRevisionSeenBeforeItsRead(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	id := newStore(7, 100, "")
+	confirm := func(context.Context) (reading, error) {
+		id.raise(110) // the store check, during the confirming read
+		return reading{cluster: 7, rev: 104}, nil
+	}
+	j, err := id.judge(context.Background(), 7, 98, t0, time.Second, false, confirm)
+	const want = "etcd revision went back from 100 to 98, and a quorum read answered 104: the same store, the response came from a member behind (or was queued before a newer read)"
+	if j != behind || errString(err) != want {
+		t.Fatalf("judgement %d, err %q\n want %d, %q", j, errString(err), behind, want)
+	}
+	if s := id.seen.Load(); s != 110 {
+		t.Errorf("seen %d, want 110", s)
+	}
+}

@@ -329,39 +329,63 @@ func (e *Env) setRow(ctx context.Context, sc1, sc2, bh int, reason string) error
 func (e *Env) trySetRow(ctx context.Context, sc1, sc2, bh int, reason string) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
-	{
-		r, err := e.Etcd.Get(ctx, e.Layout.Desired())
-		if err != nil {
-			return false, err
-		}
-		if len(r.Kvs) == 0 {
-			return false, errors.New("no desired state")
-		}
-		var st config.State
-		if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
-			return false, err
-		}
-		w := map[string]int{"SC1": sc1, "SC2": sc2, "GSLB_BLACKHOLE": bh}
-		i := slices.IndexFunc(st.Pins, func(p config.Pin) bool { return p.ProxyCluster == "BFE1" && p.Cluster == "demo-main" })
-		if i < 0 {
-			st.Pins = append(st.Pins, config.Pin{ProxyCluster: "BFE1", Cluster: "demo-main"})
-			i = len(st.Pins) - 1
-		}
-		st.Pins[i].Weights, st.Pins[i].Reason = w, reason
-		raw, err := json.Marshal(&st)
-		if err != nil {
-			return false, err
-		}
-		tr, err := e.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.Layout.Desired()), "=", r.Kvs[0].ModRevision)).
-			Then(clientv3.OpPut(e.Layout.Desired(), string(raw))).Commit()
-		if err != nil {
-			return false, err
-		}
-		if !tr.Succeeded {
-			return false, errors.New("desired state changed meanwhile (CAS)")
-		}
-		return true, nil
+	st, rev, err := e.desired(ctx)
+	if err != nil {
+		return false, err
 	}
+	w := map[string]int{"SC1": sc1, "SC2": sc2, "GSLB_BLACKHOLE": bh}
+	i := bfe1Pin(st)
+	if i < 0 {
+		st.Pins = append(st.Pins, config.Pin{ProxyCluster: "BFE1", Cluster: "demo-main"})
+		i = len(st.Pins) - 1
+	}
+	st.Pins[i].Weights, st.Pins[i].Reason = w, reason
+	raw, err := json.Marshal(&st)
+	if err != nil {
+		return false, err
+	}
+	tr, err := e.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(e.Layout.Desired()), "=", rev)).
+		Then(clientv3.OpPut(e.Layout.Desired(), string(raw))).Commit()
+	if err != nil {
+		return false, err
+	}
+	if !tr.Succeeded {
+		return false, errors.New("desired state changed meanwhile (CAS)")
+	}
+	return true, nil
+}
+
+// desired reads the desired state and its mod revision.
+func (e *Env) desired(ctx context.Context) (config.State, int64, error) {
+	var st config.State
+	r, err := e.Etcd.Get(ctx, e.Layout.Desired())
+	if err != nil {
+		return st, 0, err
+	}
+	if len(r.Kvs) == 0 {
+		return st, 0, errors.New("no desired state")
+	}
+	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
+		return st, 0, err
+	}
+	return st, r.Kvs[0].ModRevision, nil
+}
+
+// bfe1Pin is the index of BFE1's pin for demo-main in st (-1: none).
+func bfe1Pin(st config.State) int {
+	return slices.IndexFunc(st.Pins, func(p config.Pin) bool { return p.ProxyCluster == "BFE1" && p.Cluster == "demo-main" })
+}
+
+// pinned reads BFE1's pinned weights for demo-main (nil: no pin).
+func (e *Env) pinned(ctx context.Context) (map[string]int, error) {
+	st, _, err := e.desired(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if i := bfe1Pin(st); i >= 0 {
+		return st.Pins[i].Weights, nil
+	}
+	return nil, nil
 }
 
 // etcdLeader returns the container name of the etcd leader.

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -52,13 +53,22 @@ func (r *run) publish(sc1, sc2, bh int) uint64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var before uint64
-	eventually(r.t, "read BFE1's current version", 30*time.Second, func() error {
+	var pin map[string]int
+	eventually(r.t, "read BFE1's current version and pin", 30*time.Second, func() error {
 		c, cc := context.WithTimeout(ctx, 2*time.Second)
 		defer cc()
 		var err error
-		before, err = r.env.current(c, "BFE1")
+		if before, err = r.env.current(c, "BFE1"); err != nil {
+			return err
+		}
+		pin, err = r.env.pinned(c)
 		return err
 	})
+	// The pin's reason is in no snapshot: a row the pin already has changes
+	// nothing the scheduler publishes, and no new version would come.
+	if maps.Equal(pin, map[string]int{"SC1": sc1, "SC2": sc2, "GSLB_BLACKHOLE": bh}) {
+		r.t.Fatalf("publish(%d, %d, %d): BFE1's pin already has these weights, so no new version is due; a scenario must publish a row that differs", sc1, sc2, bh)
+	}
 	if err := r.env.setRow(ctx, sc1, sc2, bh, "chaos "+r.name); err != nil {
 		r.t.Fatal(err)
 	}
@@ -409,7 +419,11 @@ func rowFlap(r *run) {
 	end := time.Now().Add(60 * time.Second)
 	writes := 0
 	for i := 0; time.Now().Before(end); i++ {
-		sc1 := 20 + (i*7)%50
+		// SC1 takes every value of 31..69 in turn (7 and 39 are coprime),
+		// never the final row's 30: a flap that ended on the final row
+		// would leave its write nothing to publish (1 run in 50 did, when
+		// the flap's SC1 ran over 20..69).
+		sc1 := 31 + (i*7)%39
 		if err := r.env.setRow(ctx, sc1, 90-sc1, 10, "chaos: row flap"); err != nil {
 			r.t.Fatalf("set row: %v", err)
 		}
