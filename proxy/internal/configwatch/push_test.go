@@ -70,7 +70,9 @@ func TestPushedChangeReadsOnlyWhatIsNotPushed(t *testing.T) {
 			}
 		}
 	}
-	isBucket := func(d string, m snapshot.Manifest) bool { return d == m.Head || strings.Contains(strings.Join(m.Buckets, ","), d) }
+	isBucket := func(d string, m snapshot.Manifest) bool {
+		return d == m.Head || strings.Contains(strings.Join(m.Buckets, ","), d)
+	}
 	rows := map[int]int{} // each version changes one more cluster
 	for i, tc := range []struct {
 		name  string
