@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"
@@ -48,18 +50,26 @@ func publishPushed(t testing.TB, cli interface{ Endpoints() []string }, s *snaps
 	return pushed{ptr: ptr, written: written}
 }
 
-// With the manifest and the new parts on the pointer, a proxy that ran the
-// parent version makes no etcd request for a one-cluster change; with the
-// bucket pushed but not the cluster part, one (the part); with the
-// manifest alone, two (bucket, then cluster). Each applies the content
-// published, and a small whole-layout snapshot comes whole with the pointer.
-func TestPushedChangeReadsOnlyWhatIsNotPushed(t *testing.T) {
+// startPushed publishes v1 of 40 clusters with a push and starts a watcher
+// that applied it.
+func startPushed(t *testing.T) (*clientv3.Client, *Watcher, *recorder, map[string]bool) {
+	t.Helper()
 	_, cli := etcdtest.New(t)
 	written := map[string]bool{}
 	publishPushed(t, cli, manyClusters(1, 40, nil), written, nil)
 	rec := newRecorder()
 	w := start(t, Config{Client: cli, Apply: rec.apply, StoreCheckInterval: time.Hour})
 	waitApplied(t, w, rec, 1, 20*time.Second, "v1 applied")
+	return cli, w, rec, written
+}
+
+// With the manifest and the new parts on the pointer, a proxy that ran the
+// parent version makes no etcd request for a one-cluster change; with the
+// bucket pushed but not the cluster part, one (the part); with the
+// manifest alone, two (bucket, then cluster). Each applies the content
+// published, and a small whole-layout snapshot comes whole with the pointer.
+func TestPushedChangeReadsOnlyWhatIsNotPushed(t *testing.T) {
+	cli, w, rec, written := startPushed(t)
 
 	keepOnly := func(keep func(d string, m snapshot.Manifest) bool) func(*snapshot.Pointer) {
 		return func(p *snapshot.Pointer) {
@@ -122,12 +132,7 @@ func TestPushedChangeReadsOnlyWhatIsNotPushed(t *testing.T) {
 // what is wrong; the last good one stays, and the next good push applies
 // reading nothing.
 func TestTamperedPushRejected(t *testing.T) {
-	_, cli := etcdtest.New(t)
-	written := map[string]bool{}
-	publishPushed(t, cli, manyClusters(1, 40, nil), written, nil)
-	rec := newRecorder()
-	w := start(t, Config{Client: cli, Apply: rec.apply, StoreCheckInterval: time.Hour})
-	waitApplied(t, w, rec, 1, 20*time.Second, "v1 applied")
+	cli, w, rec, written := startPushed(t)
 
 	for i, tc := range []struct {
 		name string

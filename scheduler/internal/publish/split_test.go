@@ -75,9 +75,10 @@ func refsOf(t *testing.T, p *Publisher, v uint64) map[string]bool {
 	return out
 }
 
-// A one-cluster change writes two parts (the cluster and its bucket) and
-// rewrites none of the others.
-func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
+// publishOneClusterChange publishes 40 clusters, then a change of c7, as
+// leader S1 (l); before is the stored parts between the two publishes.
+func publishOneClusterChange(t *testing.T) (*clientv3.Client, *Leadership, *Publisher, map[string]int64, Result) {
+	t.Helper()
 	_, cli := etcdtest.New(t)
 	ctx := ctxT(t)
 	l := lead(t, cli, "S1")
@@ -86,13 +87,21 @@ func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := partRevs(t, cli)
-	if want := 1 + snapshot.BucketCount(40) + 40; len(before) != want {
-		t.Fatalf("%d parts after the first publish, want %d (head, buckets, clusters)", len(before), want)
-	}
 	r, err := p.Publish(ctx, l, multi(40, map[int]int{7: 60}), "one cluster")
 	if err != nil || r.Version != 2 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	return cli, l, p, before, r
+}
+
+// A one-cluster change writes two parts (the cluster and its bucket) and
+// rewrites none of the others.
+func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
+	cli, _, p, before, r := publishOneClusterChange(t)
+	if want := 1 + snapshot.BucketCount(40) + 40; len(before) != want {
+		t.Fatalf("%d parts after the first publish, want %d (head, buckets, clusters)", len(before), want)
+	}
+	ctx := ctxT(t)
 	after := partRevs(t, cli)
 	if len(after) != len(before)+2 {
 		t.Fatalf("%d parts after a one-cluster change, want %d", len(after), len(before)+2)
@@ -203,18 +212,8 @@ func rawPointer(t *testing.T, cli *clientv3.Client) snapshot.Pointer {
 // cluster and its bucket for a one-cluster change), each under its digest;
 // with NoPush it carries none (what proxies of the previous release read).
 func TestPublishPushesManifestAndNewParts(t *testing.T) {
-	_, cli := etcdtest.New(t)
+	cli, l, p, before, r := publishOneClusterChange(t)
 	ctx := ctxT(t)
-	l := lead(t, cli, "S1")
-	p := New(cli, layout, Options{Author: "lbscheduler/S1"})
-	if _, err := p.Publish(ctx, l, multi(40, nil), "first"); err != nil {
-		t.Fatal(err)
-	}
-	before := partRevs(t, cli)
-	r, err := p.Publish(ctx, l, multi(40, map[int]int{7: 60}), "one cluster")
-	if err != nil || r.Version != 2 {
-		t.Fatalf("%+v %v", r, err)
-	}
 	ptr := rawPointer(t, cli)
 	if ptr.Push == nil || ptr.Version != 2 || ptr.Hash != r.Hash {
 		t.Fatalf("pointer %+v: want v2 %s with a push", ptr, r.Hash)
