@@ -35,6 +35,17 @@ func (w *Watcher) fetch(ctx context.Context, p snapshot.Pointer, push *snapshot.
 	if errors.As(err, &ee) {
 		return validate.Checked{}, heldParts{}, ee
 	}
+	if errors.Is(err, snapshot.ErrMissingPart) {
+		// A pushed manifest is there even when history trimming removed
+		// the version (a pointer seen late, on a watch replay): its parts
+		// may be collected. Skip it, as a missing manifest, if the pointer
+		// has moved on.
+		if moved, serr := w.superseded(ctx, p); serr != nil {
+			return validate.Checked{}, heldParts{}, serr
+		} else if moved {
+			return validate.Checked{}, heldParts{}, errSuperseded
+		}
+	}
 	if err != nil {
 		return validate.Checked{}, heldParts{}, err
 	}
@@ -65,13 +76,10 @@ func (w *Watcher) manifest(ctx context.Context, p snapshot.Pointer, push *snapsh
 	if !found {
 		// History trimming may remove the manifest of a pointer we only see
 		// late (watch replay); skip it if the pointer has moved on.
-		if cur, found, err := w.get(ctx, w.currentKey); err != nil {
+		if moved, err := w.superseded(ctx, p); err != nil {
 			return snapshot.Manifest{}, "", err
-		} else if found {
-			var now snapshot.Pointer
-			if codec.UnmarshalJSON(cur, &now) == nil && now.For(w.cfg.ID) != p {
-				return snapshot.Manifest{}, "", errSuperseded
-			}
+		} else if moved {
+			return snapshot.Manifest{}, "", errSuperseded
 		}
 		return snapshot.Manifest{}, "", fmt.Errorf("manifest %s is missing", mkey)
 	}
@@ -79,6 +87,17 @@ func (w *Watcher) manifest(ctx context.Context, p snapshot.Pointer, push *snapsh
 		return snapshot.Manifest{}, "", fmt.Errorf("manifest %s: %w", mkey, err)
 	}
 	return m, mkey, nil
+}
+
+// superseded reports whether the pointer in etcd now names another
+// snapshot for this proxy than p.
+func (w *Watcher) superseded(ctx context.Context, p snapshot.Pointer) (bool, error) {
+	cur, found, err := w.get(ctx, w.currentKey)
+	if err != nil || !found {
+		return false, err
+	}
+	var now snapshot.Pointer
+	return codec.UnmarshalJSON(cur, &now) == nil && now.For(w.cfg.ID) != p, nil
 }
 
 // heldParts is what a watcher keeps of the applied snapshot so that the

@@ -2,7 +2,9 @@ package configwatch
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -212,5 +214,52 @@ func TestPushOfAnotherVersionNotUsed(t *testing.T) {
 	}
 	if !equal(rec.versions(), []uint64{1, 2}) {
 		t.Fatalf("applied %v, want [1 2]", rec.versions())
+	}
+}
+
+// A pointer seen late (a watch replay) whose pushed manifest names parts
+// history trimming already collected is skipped when the pointer has moved
+// on, as a missing manifest is; while it is still the pointer, it is an
+// error naming the part.
+func TestPushedVersionWithCollectedPartsSuperseded(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	written := map[string]bool{}
+	publishPushed(t, cli, manyClusters(1, 40, nil), written, nil)
+	v2 := publishPushed(t, cli, manyClusters(2, 40, map[int]int{3: 21}), written, func(p *snapshot.Pointer) { p.Push.Parts = nil })
+	// Collect one of v2's parts: its cluster part.
+	m := v2.ptr.Push.Manifest
+	_, parts, err := snapshot.EncodeStore(manyClusters(2, 40, map[int]int{3: 21}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, v1parts, _ := snapshot.EncodeStore(manyClusters(1, 40, nil))
+	old := map[string]bool{}
+	for _, p := range v1parts {
+		old[p.Digest] = true
+	}
+	gone := ""
+	for _, p := range parts {
+		if !old[p.Digest] && p.Digest != m.Head && !strings.Contains(strings.Join(m.Buckets, ","), p.Digest) {
+			gone = p.Digest
+		}
+	}
+	if gone == "" {
+		t.Fatal("v2's cluster part not found")
+	}
+	k, _ := layout.Part(gone)
+	if _, err := cli.Delete(context.Background(), k); err != nil {
+		t.Fatal(err)
+	}
+	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, _, err := w.fetch(ctx, v2.ptr.For(""), v2.ptr.Push); err == nil || errors.Is(err, errSuperseded) || !strings.Contains(err.Error(), "snapshot part missing") {
+		t.Fatalf("v2 still current: %v; want a missing part error", err)
+	}
+	publishPushed(t, cli, manyClusters(3, 40, map[int]int{3: 22}), written, nil)
+	if _, _, err := w.fetch(ctx, v2.ptr.For(""), v2.ptr.Push); !errors.Is(err, errSuperseded) {
+		t.Fatalf("v2 after v3 was published: %v; want errSuperseded", err)
 	}
 }
