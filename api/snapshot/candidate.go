@@ -40,8 +40,8 @@ func (c *Candidate) Selects(id string) bool {
 }
 
 // For is the snapshot proxy id runs: the candidate when its stage selects
-// the proxy, else the stable one. The result has no Candidate (it compares
-// with ==).
+// the proxy, else the stable one. The result has no Candidate and no Push
+// (it compares with ==).
 func (p Pointer) For(id string) Pointer {
 	if p.Candidate.Selects(id) {
 		return Pointer{Lineage: p.Lineage, Version: p.Candidate.Version, Hash: p.Candidate.Hash}

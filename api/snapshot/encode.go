@@ -63,6 +63,11 @@ type Pointer struct {
 	Version   uint64     `json:"version"`
 	Hash      string     `json:"hash"`
 	Candidate *Candidate `json:"candidate,omitempty"`
+	// Push is the manifest (and what fits of the new parts) of the version
+	// this write introduced (push.go); nil in pointers of earlier releases
+	// and when the manifest is too large. A proxy of an earlier release
+	// refuses a pointer with a push (strict decoding) and keeps its snapshot.
+	Push *Push `json:"push,omitempty"`
 }
 
 // Encode turns s into a manifest and the parts that must be stored before it.

@@ -69,6 +69,9 @@ type Config struct {
 	PartGrace  time.Duration
 	// StallTimeout for the inventory's watches (default 30s).
 	StallTimeout time.Duration
+	// NoPointerPush writes pointers without a snapshot.Push (publish.Options.NoPush):
+	// for fleets where proxies of a release before the push still watch.
+	NoPointerPush bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 	// Logger defaults to slog.Default().
@@ -195,7 +198,7 @@ func Start(ctx context.Context, cfg Config) (*Scheduler, error) {
 	}
 	s.m = newMetrics(cfg.Registry)
 	s.inv = inventory.New(s.cli, layout, inventory.Options{Now: cfg.Now, StallTimeout: cfg.StallTimeout, Logger: s.log, Registerer: cfg.Registry})
-	s.pub = publish.New(s.cli, layout, publish.Options{Author: "lbscheduler/" + cfg.ID, Now: cfg.Now, Logger: s.log, Registerer: cfg.Registry})
+	s.pub = publish.New(s.cli, layout, publish.Options{Author: "lbscheduler/" + cfg.ID, Now: cfg.Now, Logger: s.log, Registerer: cfg.Registry, NoPush: cfg.NoPointerPush})
 	s.staged = rollout.New(s.cli, layout, s.pub, rollout.Options{Logger: s.log, Now: cfg.Now})
 	s.elector = publish.NewElector(s.cli, layout, cfg.ID, cfg.SessionTTL)
 	cfg.Registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{

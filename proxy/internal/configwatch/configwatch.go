@@ -116,6 +116,9 @@ type Watcher struct {
 	rnd        *rand.Rand
 	running    atomic.Bool
 	partsRead  atomic.Uint64
+	// Status.SnapshotReads and ManifestsPushed.
+	snapshotReads   atomic.Uint64
+	manifestsPushed atomic.Uint64
 
 	// held is what the watcher keeps of the applied snapshot (Run's
 	// goroutine only): a fetch reads from etcd only the parts not here.
@@ -286,6 +289,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 		return nil
 	}
 	w.noteStage(p)
+	push := p.Push
 	p = p.For(w.cfg.ID) // the snapshot this proxy runs
 	switch w.notePointer(p) {
 	case verdictOlder:
@@ -300,7 +304,7 @@ func (w *Watcher) handlePointer(ctx context.Context, raw []byte) error {
 	case verdictRejected:
 		return nil
 	}
-	s, held, err := w.fetch(ctx, p)
+	s, held, err := w.fetch(ctx, p, push)
 	var ee etcdError
 	switch {
 	case errors.Is(err, errSuperseded):

@@ -90,26 +90,29 @@ func fanoutSnapshot(version uint64, clusters, perSub int, w map[int]int) *snapsh
 // Run: go test -run '^$' -bench FanoutBytes -benchtime 40x ./internal/configwatch/
 func BenchmarkFanoutBytes(b *testing.B) {
 	for _, perSub := range []int{5, 25} {
-		for _, layout := range []string{"whole", "split"} {
-			b.Run(fmt.Sprintf("instances=%d/layout=%s", 2*perSub, layout), func(b *testing.B) { benchFanout(b, layout == "split", 200, perSub) })
+		for _, layout := range []string{"whole", "split", "push"} {
+			b.Run(fmt.Sprintf("instances=%d/layout=%s", 2*perSub, layout), func(b *testing.B) { benchFanout(b, layout, 200, perSub) })
 		}
 	}
 }
 
 // fanoutPublisher publishes under lay as the scheduler does: the parts
 // etcd lacks (it remembers what it wrote), then the manifest and the
-// pointer in one transaction; split picks the layout.
+// pointer in one transaction. layout is "whole" (snapshot.Encode), "split"
+// (snapshot.EncodeStore, the pointer without a push: the previous release)
+// or "push" (EncodeStore and the pointer carries snapshot.NewPush of the
+// parts written).
 type fanoutPublisher struct {
 	cli     *clientv3.Client
 	lay     keys.Layout
-	split   bool
+	layout  string
 	written map[string]bool
 }
 
 // publish returns the pointer's size and when the pointer transaction began.
 func (f *fanoutPublisher) publish(b *testing.B, s *snapshot.Snapshot) (int, time.Time) {
 	enc := snapshot.Encode
-	if f.split {
+	if f.layout != "whole" {
 		enc = snapshot.EncodeStore
 	}
 	m, parts, err := enc(s)
@@ -120,9 +123,11 @@ func (f *fanoutPublisher) publish(b *testing.B, s *snapshot.Snapshot) (int, time
 		f.written = map[string]bool{}
 	}
 	ctx := context.Background()
+	var fresh []snapshot.Part
 	for _, p := range parts {
 		if !f.written[p.Digest] {
 			f.written[p.Digest] = true
+			fresh = append(fresh, p)
 			k, _ := f.lay.Part(p.Digest)
 			if _, err := f.cli.Put(ctx, k, string(p.Data)); err != nil {
 				b.Fatal(err)
@@ -130,7 +135,13 @@ func (f *fanoutPublisher) publish(b *testing.B, s *snapshot.Snapshot) (int, time
 		}
 	}
 	mraw, _ := json.Marshal(m)
-	praw, _ := json.Marshal(pointerOf(s))
+	ptr := pointerOf(s)
+	if f.layout == "push" {
+		if ptr.Push, err = snapshot.NewPush(m, fresh); err != nil {
+			b.Fatal(err)
+		}
+	}
+	praw, _ := json.Marshal(ptr)
 	mk, _ := f.lay.Snapshot(pc, s.Meta.Version)
 	ck, _ := f.lay.Current(pc)
 	t0 := time.Now()
@@ -140,9 +151,9 @@ func (f *fanoutPublisher) publish(b *testing.B, s *snapshot.Snapshot) (int, time
 	return len(praw), t0
 }
 
-func benchFanout(b *testing.B, split bool, clusters, perSub int) {
+func benchFanout(b *testing.B, lay string, clusters, perSub int) {
 	_, cli := etcdtest.New(b)
-	f := &fanoutPublisher{cli: cli, lay: layout, split: split}
+	f := &fanoutPublisher{cli: cli, lay: layout, layout: lay}
 	pub := func(s *snapshot.Snapshot) int { n, _ := f.publish(b, s); return n }
 	weights := map[int]int{}
 	pub(fanoutSnapshot(1, clusters, perSub, weights))
@@ -151,7 +162,7 @@ func benchFanout(b *testing.B, split bool, clusters, perSub int) {
 	wcli.KV = kv
 	rec := newRecorder()
 	rec.notify = make(chan uint64, 1)
-	start(b, Config{Client: wcli, Apply: rec.apply, StoreCheckInterval: time.Hour})
+	w := start(b, Config{Client: wcli, Apply: rec.apply, StoreCheckInterval: time.Hour})
 	wait := func(v uint64) {
 		for {
 			select {
@@ -166,6 +177,7 @@ func benchFanout(b *testing.B, split bool, clusters, perSub int) {
 	}
 	wait(1)
 	var total int64
+	reads := w.Status().SnapshotReads
 	b.ResetTimer()
 	for i := range b.N {
 		v := uint64(i + 2)
@@ -177,6 +189,7 @@ func benchFanout(b *testing.B, split bool, clusters, perSub int) {
 	}
 	b.StopTimer()
 	per := float64(total) / float64(b.N)
+	b.ReportMetric(float64(w.Status().SnapshotReads-reads)/float64(b.N), "reads/change")
 	b.ReportMetric(per, "B/proxy")
 	b.ReportMetric(per*100/1024, "KiB/100proxies")
 	b.ReportMetric(per*5000/(1<<20), "MiB/5000proxies")

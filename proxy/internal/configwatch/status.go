@@ -46,6 +46,12 @@ type Status struct {
 	// PartsRead counts the snapshot parts read from etcd; parts the applied
 	// snapshot shares with the next one are not read again.
 	PartsRead uint64
+	// SnapshotReads counts the etcd requests snapshot fetches made
+	// (manifest gets, part transactions); ManifestsPushed the fetches whose
+	// manifest came with the pointer (snapshot.Push) instead. A proxy that
+	// ran the parent version makes none for a change the push carries whole.
+	SnapshotReads   uint64
+	ManifestsPushed uint64
 	// WatchBehind counts watch responses whose revision went back while a
 	// quorum read showed the same store (a member catching up): not
 	// restarts, the watch went on (api/etcdwatch ReasonLaggingMember).
@@ -73,6 +79,8 @@ func (w *Watcher) Status() Status {
 	defer w.mu.Unlock()
 	s := w.st
 	s.PartsRead = w.partsRead.Load()
+	s.SnapshotReads = w.snapshotReads.Load()
+	s.ManifestsPushed = w.manifestsPushed.Load()
 	s.WatchRestarts = make(map[string]uint64, len(w.st.WatchRestarts))
 	for k, v := range w.st.WatchRestarts {
 		s.WatchRestarts[k] = v

@@ -48,6 +48,7 @@ func newApp(out io.Writer) *cli.App {
 			&cli.StringFlag{Name: "api-token", Usage: "bearer token required by the HTTP API", EnvVars: []string{"SLUICE_SCHEDULER_API_TOKEN"}},
 			&cli.DurationFlag{Name: "session-ttl", Usage: "leader lease TTL", Value: 5 * time.Second, EnvVars: []string{"SLUICE_SESSION_TTL"}},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error", Value: "info", EnvVars: []string{"SLUICE_LOG_LEVEL"}},
+			&cli.BoolFlag{Name: "no-pointer-push", Usage: "write snapshot pointers without the new version's manifest and parts (while proxies of a release before the push still watch: they refuse such pointers)", EnvVars: []string{"SLUICE_NO_POINTER_PUSH"}},
 		}, etcdclient.Flags("http://127.0.0.1:2379")...),
 		Action: runScheduler,
 		Commands: []*cli.Command{
@@ -115,17 +116,18 @@ func runScheduler(c *cli.Context) error {
 	ctx, stop := signal.NotifyContext(c.Context, syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	cfg := lbscheduler.Config{
-		ID:          c.String("id"),
-		Endpoints:   ec.Endpoints,
-		TLS:         tlsCfg,
-		Username:    ec.Username,
-		Password:    ec.Password,
-		DialTimeout: ec.DialTimeout,
-		Prefix:      c.String("prefix"),
-		APIAddr:     c.String("api"),
-		APIToken:    c.String("api-token"),
-		SessionTTL:  c.Duration("session-ttl"),
-		Logger:      log,
+		ID:            c.String("id"),
+		Endpoints:     ec.Endpoints,
+		TLS:           tlsCfg,
+		Username:      ec.Username,
+		Password:      ec.Password,
+		DialTimeout:   ec.DialTimeout,
+		Prefix:        c.String("prefix"),
+		APIAddr:       c.String("api"),
+		APIToken:      c.String("api-token"),
+		SessionTTL:    c.Duration("session-ttl"),
+		NoPointerPush: c.Bool("no-pointer-push"),
+		Logger:        log,
 	}
 	// Run resigns leadership and revokes the session when ctx ends (SIGTERM).
 	err = lbscheduler.Run(ctx, cfg)

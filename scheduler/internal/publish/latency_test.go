@@ -16,8 +16,9 @@ import (
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
-// applier is a minimal proxy: it watches current/BFE1, fetches the manifest,
-// decodes and validates the snapshot and reports the applied version.
+// applier is a minimal proxy: it watches current/BFE1, takes the manifest
+// the pointer carries or fetches it, decodes and validates the snapshot
+// and reports the applied version.
 func applier(ctx context.Context, b *testing.B, cli *clientv3.Client, applied chan<- uint64, ready *sync.WaitGroup) {
 	ck, _ := layout.Current("BFE1")
 	wch := cli.Watch(ctx, ck)
@@ -29,18 +30,22 @@ func applier(ctx context.Context, b *testing.B, cli *clientv3.Client, applied ch
 				b.Error(err)
 				return
 			}
-			mk, _ := layout.Snapshot("BFE1", ptr.Version)
-			r, err := cli.Get(ctx, mk)
-			if err != nil || len(r.Kvs) == 0 {
-				if ctx.Err() == nil {
-					b.Errorf("manifest v%d: %v", ptr.Version, err)
+			// The manifest comes with the pointer (snapshot.Push), as
+			// configwatch takes it; else it is read.
+			m, ok := ptr.Push.ManifestFor(ptr)
+			if !ok {
+				mk, _ := layout.Snapshot("BFE1", ptr.Version)
+				r, err := cli.Get(ctx, mk)
+				if err != nil || len(r.Kvs) == 0 {
+					if ctx.Err() == nil {
+						b.Errorf("manifest v%d: %v", ptr.Version, err)
+					}
+					return
 				}
-				return
-			}
-			var m snapshot.Manifest
-			if err := codec.UnmarshalJSON(r.Kvs[0].Value, &m); err != nil {
-				b.Error(err)
-				return
+				if err := codec.UnmarshalJSON(r.Kvs[0].Value, &m); err != nil {
+					b.Error(err)
+					return
+				}
 			}
 			s, err := snapshot.Decode(m, func(string) ([]byte, error) { return nil, snapshot.ErrMissingPart })
 			if err == nil {

@@ -78,6 +78,11 @@ type Options struct {
 	Logger *slog.Logger
 	// Registerer receives sluice_scheduler_publishes_total; nil: none.
 	Registerer prometheus.Registerer
+	// NoPush writes pointers without a snapshot.Push (the manifest and new
+	// parts the watch event carries to every proxy). Proxies of releases
+	// before the push refuse a pointer with one and keep their snapshot;
+	// set it while such proxies still watch. Default false: push.
+	NoPush bool
 }
 
 // Publisher publishes snapshots and maintains history.
@@ -88,6 +93,7 @@ type Publisher struct {
 	now    func() time.Time
 	log    *slog.Logger
 	m      *prometheus.CounterVec
+	noPush bool
 
 	orphans map[string]time.Time // part digest → first seen unreferenced
 	refs    map[string][]string  // manifest key@mod revision → parts it references
@@ -111,7 +117,7 @@ func New(cli *clientv3.Client, layout keys.Layout, o Options) *Publisher {
 	if o.Registerer != nil {
 		o.Registerer.MustRegister(m)
 	}
-	return &Publisher{cli: cli, layout: layout, author: o.Author, now: o.Now, log: o.Logger, m: m, orphans: map[string]time.Time{}, refs: map[string][]string{}}
+	return &Publisher{cli: cli, layout: layout, author: o.Author, now: o.Now, log: o.Logger, m: m, noPush: o.NoPush, orphans: map[string]time.Time{}, refs: map[string][]string{}}
 }
 
 // Count returns how many publishes ended with result (for tests and logs).
@@ -248,7 +254,8 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		if err != nil {
 			return Result{}, fmt.Errorf("publish %s: %w: %w", pc, ErrInvalid, err)
 		}
-		if err := p.WriteParts(ctx, lead, parts); err != nil {
+		fresh, err := p.writeParts(ctx, lead, parts)
+		if err != nil {
 			return Result{}, fmt.Errorf("publish %s v%d: %w", pc, snap.Meta.Version, err)
 		}
 		manKey, err := p.layout.Snapshot(pc, snap.Meta.Version)
@@ -260,11 +267,21 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 			return Result{}, fmt.Errorf("publish: encode manifest: %w", err)
 		}
 		next := w.pointer(ptr, lineage, snap.Meta.Version, hash)
-		ptrRaw, _ := json.Marshal(next)
-		ops := []clientv3.Op{clientv3.OpPut(manKey, string(manRaw)), clientv3.OpPut(curKey, string(ptrRaw))}
+		var ops []clientv3.Op
 		if w.extra != nil {
-			ops = append(ops, w.extra(ptr, next)...)
+			ops = w.extra(ptr, next)
 		}
+		written := next
+		if !p.noPush {
+			// The new version's manifest and parts ride on the pointer
+			// (snapshot.Push): the manifest key is still written, for
+			// history and for whoever reads it.
+			if written.Push, err = snapshot.NewPush(m, fresh); err != nil {
+				return Result{}, fmt.Errorf("publish %s: %w: %w", pc, ErrInvalid, err)
+			}
+		}
+		ptrRaw, _ := json.Marshal(written)
+		ops = append([]clientv3.Op{clientv3.OpPut(manKey, string(manRaw)), clientv3.OpPut(curKey, string(ptrRaw))}, ops...)
 		r, err := p.cli.Txn(ctx).If(
 			lead.Fence(),
 			clientv3.Compare(clientv3.CreateRevision(manKey), "=", 0),
@@ -328,10 +345,17 @@ func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer
 // against part collection: only a leader collects, fenced on its term, and
 // a publish's manifest commits only within the term that checked.
 func (p *Publisher) WriteParts(ctx context.Context, lead *Leadership, parts []snapshot.Part) error {
+	_, err := p.writeParts(ctx, lead, parts)
+	return err
+}
+
+// writeParts is WriteParts; it returns the parts it wrote.
+func (p *Publisher) writeParts(ctx context.Context, lead *Leadership, parts []snapshot.Part) ([]snapshot.Part, error) {
 	missing, err := p.missingParts(ctx, parts)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	fresh := missing
 	for len(missing) > 0 {
 		n, size := 0, 0
 		for n < len(missing) && n < maxOpsPerTxn && (n == 0 || size+len(missing[n].Data) <= maxTxnBytes) {
@@ -344,19 +368,19 @@ func (p *Publisher) WriteParts(ctx context.Context, lead *Leadership, parts []sn
 		for _, part := range batch {
 			k, err := p.layout.Part(part.Digest)
 			if err != nil {
-				return fmt.Errorf("write part: %w", err)
+				return nil, fmt.Errorf("write part: %w", err)
 			}
 			ops = append(ops, clientv3.OpPut(k, string(part.Data)))
 		}
 		r, err := p.cli.Txn(ctx).If(lead.Fence()).Then(ops...).Commit()
 		if err != nil {
-			return fmt.Errorf("write part %s (+%d more): %w", batch[0].Digest, len(batch)-1, err)
+			return nil, fmt.Errorf("write part %s (+%d more): %w", batch[0].Digest, len(batch)-1, err)
 		}
 		if !r.Succeeded {
-			return fmt.Errorf("write part %s: %w", batch[0].Digest, ErrFenced)
+			return nil, fmt.Errorf("write part %s: %w", batch[0].Digest, ErrFenced)
 		}
 	}
-	return nil
+	return fresh, nil
 }
 
 // maxTxnBytes keeps a batch of parts below etcd's default 1.5 MiB request limit.

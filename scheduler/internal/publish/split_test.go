@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -74,9 +75,10 @@ func refsOf(t *testing.T, p *Publisher, v uint64) map[string]bool {
 	return out
 }
 
-// A one-cluster change writes two parts (the cluster and its bucket) and
-// rewrites none of the others.
-func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
+// publishOneClusterChange publishes 40 clusters, then a change of c7, as
+// leader S1 (l); before is the stored parts between the two publishes.
+func publishOneClusterChange(t *testing.T) (*clientv3.Client, *Leadership, *Publisher, map[string]int64, Result) {
+	t.Helper()
 	_, cli := etcdtest.New(t)
 	ctx := ctxT(t)
 	l := lead(t, cli, "S1")
@@ -85,13 +87,21 @@ func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := partRevs(t, cli)
-	if want := 1 + snapshot.BucketCount(40) + 40; len(before) != want {
-		t.Fatalf("%d parts after the first publish, want %d (head, buckets, clusters)", len(before), want)
-	}
 	r, err := p.Publish(ctx, l, multi(40, map[int]int{7: 60}), "one cluster")
 	if err != nil || r.Version != 2 {
 		t.Fatalf("%+v %v", r, err)
 	}
+	return cli, l, p, before, r
+}
+
+// A one-cluster change writes two parts (the cluster and its bucket) and
+// rewrites none of the others.
+func TestSplitPublishWritesOnlyNewParts(t *testing.T) {
+	cli, _, p, before, r := publishOneClusterChange(t)
+	if want := 1 + snapshot.BucketCount(40) + 40; len(before) != want {
+		t.Fatalf("%d parts after the first publish, want %d (head, buckets, clusters)", len(before), want)
+	}
+	ctx := ctxT(t)
 	after := partRevs(t, cli)
 	if len(after) != len(before)+2 {
 		t.Fatalf("%d parts after a one-cluster change, want %d", len(after), len(before)+2)
@@ -179,5 +189,58 @@ func TestCollectKeepsSharedSplitParts(t *testing.T) {
 	}
 	if n := count(t, cli, orphan); n != 1 {
 		t.Fatal("the orphan part was deleted although a bucket was unreadable")
+	}
+}
+
+// rawPointer reads current/BFE1 strictly.
+func rawPointer(t *testing.T, cli *clientv3.Client) snapshot.Pointer {
+	t.Helper()
+	k, _ := layout.Current("BFE1")
+	r, err := cli.Get(ctxT(t), k)
+	if err != nil || len(r.Kvs) != 1 {
+		t.Fatalf("read %s: %v", k, err)
+	}
+	var p snapshot.Pointer
+	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &p); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The pointer a publish writes carries the new version's manifest — the
+// very one stored under snapshots/ — and the parts the publish wrote (the
+// cluster and its bucket for a one-cluster change), each under its digest;
+// with NoPush it carries none (what proxies of the previous release read).
+func TestPublishPushesManifestAndNewParts(t *testing.T) {
+	cli, l, p, before, r := publishOneClusterChange(t)
+	ctx := ctxT(t)
+	ptr := rawPointer(t, cli)
+	if ptr.Push == nil || ptr.Version != 2 || ptr.Hash != r.Hash {
+		t.Fatalf("pointer %+v: want v2 %s with a push", ptr, r.Hash)
+	}
+	stored, err := p.Manifest(ctx, "BFE1", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mustJSON(t, ptr.Push.Manifest), mustJSON(t, stored); string(got) != string(want) {
+		t.Fatalf("pushed manifest\n%s\nis not the stored one\n%s", got, want)
+	}
+	after := partRevs(t, cli)
+	if len(ptr.Push.Parts) != 2 {
+		t.Fatalf("%d parts pushed, want 2 (c7 and its bucket)", len(ptr.Push.Parts))
+	}
+	for d, b := range ptr.Push.Parts {
+		sum := sha256.Sum256(b)
+		if hex.EncodeToString(sum[:]) != d || before[d] != 0 || after[d] == 0 {
+			t.Fatalf("pushed part %s: digest %x, stored before %v, stored now %v; want its digest, written by this publish", d, sum, before[d] != 0, after[d] != 0)
+		}
+	}
+
+	q := New(cli, layout, Options{Author: "lbscheduler/S1", NoPush: true})
+	if r, err := q.Publish(ctx, l, multi(40, map[int]int{8: 61}), "no push"); err != nil || r.Version != 3 {
+		t.Fatalf("%+v %v", r, err)
+	}
+	if ptr := rawPointer(t, cli); ptr.Push != nil || ptr.Version != 3 {
+		t.Fatalf("NoPush: pointer %+v, want v3 without a push", ptr)
 	}
 }

@@ -252,6 +252,9 @@ func TestGoodChangePromotedThroughStages(t *testing.T) {
 	if p := h.pointer(); p.Version != 2 || p.Candidate != nil {
 		t.Fatalf("pointer %+v, want plain v2", p)
 	}
+	if m, ok := h.pointer().Push.ManifestFor(h.pointer()); !ok || m.Meta.Hash != h.pointer().Hash {
+		t.Fatalf("promoted pointer's push: ok %v, manifest hash %s; want v2's", ok, m.Meta.Hash)
+	}
 }
 
 // A change whose canary answers 5xx while the stable proxies do not is
@@ -464,6 +467,11 @@ func TestPromoteAll(t *testing.T) {
 	}
 	if p := h.pointer(); p.Candidate != nil || p.Version != 2 {
 		t.Fatalf("pointer %+v, want plain v2", p)
+	}
+	// The candidate's push rides on to the promotion: the proxies outside
+	// the stage read little or nothing.
+	if m, ok := h.pointer().Push.ManifestFor(h.pointer()); !ok || m.Meta.Hash != h.pointer().Hash {
+		t.Fatalf("promoted pointer's push: ok %v, manifest hash %s; want v2's", ok, m.Meta.Hash)
 	}
 }
 

@@ -125,10 +125,19 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 	return rec, true, c.pub.Fenced(ctx, lead, append(del, c.put(rec))...)
 }
 
+// promoted is the plain pointer to ptr's candidate. It keeps the
+// candidate's push (snapshot.Push, written by PublishCandidate): its parts
+// are the ones the candidate added, which the proxies outside the stage
+// lack, so they read little or nothing at the promotion either; a proxy
+// uses a push only for the version it names.
+func promoted(ptr snapshot.Pointer) snapshot.Pointer {
+	return snapshot.Pointer{Lineage: ptr.Lineage, Version: ptr.Candidate.Version, Hash: ptr.Candidate.Hash, Push: ptr.Push}
+}
+
 // promoteAll makes the candidate every proxy's snapshot now (URGENT).
 func (c *Controller) promoteAll(ctx context.Context, lead *publish.Leadership, rec rs.Staged, ptr snapshot.Pointer, ptrRev int64,
 	now time.Time, del []clientv3.Op, why string) (rs.Staged, bool, error) {
-	next := snapshot.Pointer{Lineage: ptr.Lineage, Version: ptr.Candidate.Version, Hash: ptr.Candidate.Hash}
+	next := promoted(ptr)
 	rec.State, rec.Reason, rec.EndedAt, rec.PausedState = rs.StageUrgent, why, now, ""
 	if err := c.pub.MovePointer(ctx, lead, rec.ProxyCluster, ptrRev, next, append(del, c.put(rec))...); err != nil {
 		return rec, true, err
@@ -141,7 +150,7 @@ func (c *Controller) promoteAll(ctx context.Context, lead *publish.Leadership, r
 func (c *Controller) advance(ctx context.Context, lead *publish.Leadership, rec rs.Staged, ptr snapshot.Pointer, ptrRev int64,
 	pol *config.RolloutPolicy, now time.Time, del []clientv3.Op, why string) (rs.Staged, bool, error) {
 	if rec.Stage+1 >= len(pol.Stages) {
-		next := snapshot.Pointer{Lineage: ptr.Lineage, Version: ptr.Candidate.Version, Hash: ptr.Candidate.Hash}
+		next := promoted(ptr)
 		rec.State, rec.Reason, rec.EndedAt, rec.Selected = rs.StageDone, why+": promoted to every proxy", now, nil
 		if err := c.pub.MovePointer(ctx, lead, rec.ProxyCluster, ptrRev, next, append(del, c.put(rec))...); err != nil {
 			return rec, true, err
