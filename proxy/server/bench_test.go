@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -61,7 +60,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			defer pools.Close()
 			o := Options{Registry: reg, Pools: pools, UpstreamClient: client}
 			if v.access {
-				o.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+				o.AccessLogWriter = io.Discard // as lbproxy writes it
 			}
 			if v.full {
 				fullOptions(b, &o)
@@ -99,7 +98,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 // lbproxy-full, less the file): the JSON access line, to io.Discard, and
 // parent-based 1 % trace sampling with a no-op exporter.
 func fullOptions(b *testing.B, o *Options) {
-	o.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+	o.AccessLogWriter = io.Discard
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
 		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
 	b.Cleanup(func() { tp.Shutdown(context.Background()) })
