@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -113,5 +114,21 @@ func TestAccessLogWriterLines(t *testing.T) {
 	_, err := New(Options{Registry: p.s.reg, AccessLog: slog.Default(), AccessLogWriter: &buf})
 	if err == nil || !strings.Contains(err.Error(), "Options.AccessLog and Options.AccessLogWriter") {
 		t.Fatalf("both access logs: %v, want an error naming both", err)
+	}
+}
+
+// TestTraceCarriersAgreeWithHeaderCarrier: the request carrier reads what
+// propagation.HeaderCarrier reads, for the keys propagators ask for and any
+// other; traceHeaderKey is http.CanonicalHeaderKey.
+func TestTraceCarriersAgreeWithHeaderCarrier(t *testing.T) {
+	h := http.Header{"Traceparent": {"00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "second"},
+		"Tracestate": {"a=1"}, "Baggage": {"k=v"}, "X-Other": {"o"}}
+	for _, k := range []string{"traceparent", "tracestate", "baggage", "x-other", "X-Other", "Traceparent", "missing", ""} {
+		if got, want := requestCarrier(h).Get(k), propagation.HeaderCarrier(h).Get(k); got != want {
+			t.Errorf("Get(%q) = %q, HeaderCarrier's %q", k, got, want)
+		}
+		if got, want := traceHeaderKey(k), http.CanonicalHeaderKey(k); got != want {
+			t.Errorf("traceHeaderKey(%q) = %q, want %q", k, got, want)
+		}
 	}
 }

@@ -15,7 +15,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -134,8 +133,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st.ctx = r.Context()
 	if s.tracing {
-		ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", trace.WithSpanKind(trace.SpanKindServer))
+		ctx := s.prop.Extract(r.Context(), requestCarrier(r.Header))
+		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", serverSpan...)
 		// Attributes only for sampled requests: building them is most of a
 		// span's cost, and 99 % of requests are not sampled.
 		if st.recording = st.span.IsRecording(); st.recording {
