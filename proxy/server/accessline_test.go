@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -131,4 +132,32 @@ func TestTraceCarriersAgreeWithHeaderCarrier(t *testing.T) {
 			t.Errorf("traceHeaderKey(%q) = %q, want %q", k, got, want)
 		}
 	}
+}
+
+// BenchmarkAccessLine is one access line to io.Discard: slog.JSONHandler
+// (Options.AccessLog) against the server's own encoder
+// (Options.AccessLogWriter), for a typical proxied GET.
+func BenchmarkAccessLine(b *testing.B) {
+	st := &reqState{rt: &runtime{version: 42}, res: route.Result{Product: "demo", RuleName: "all", Cluster: "main"},
+		subcluster: "SC1", instance: "10.0.0.7:8080", algorithm: "wrr", reason: "hash", attempts: 1, status: 200,
+		clientIP: netip.MustParseAddr("10.1.2.3"), bytesOut: 100, upstreamTime: 402113}
+	r := &http.Request{Method: "GET", Host: "demo.test", URL: &url.URL{Path: "/index.html", RawQuery: "q=1"}}
+	b.Run("slog", func(b *testing.B) {
+		h := slog.NewJSONHandler(io.Discard, nil)
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			_ = h.Handle(context.Background(), st.accessRecord(r, time.Now(), 812345))
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	})
+	b.Run("accessline", func(b *testing.B) {
+		w := &accessWriter{w: io.Discard}
+		b.ReportAllocs()
+		cpu0 := processCPU(b)
+		for b.Loop() {
+			w.write(st, r, time.Now(), 812345)
+		}
+		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+	})
 }
