@@ -28,8 +28,10 @@
 # of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
 # lbproxy-full is to be compared with.
 #
-# ALT=path/to/lbproxy adds the row lbproxy-alt (that build, lean flags; put
-# it in NAMES) for an A/B of two builds in one run.
+# ALT=path/to/lbproxy adds the rows lbproxy-alt (that build, lean flags) and
+# lbproxy-alt-full (that build, full flags; put them in NAMES) for an A/B
+# of two builds in one run; the script then prints the ratios of this
+# build to that one.
 #
 # Ports: a block of 1 040 consecutive loopback ports free at start (benchtool
 # ports, below the ephemeral range), or PORT_BASE=N to choose it.
@@ -59,7 +61,7 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
-# Port layout: P+0..P+8 proxies, P+10..P+18 their admin listeners, P+20..P+23
+# Port layout: P+0..P+9 proxies, P+10..P+19 their admin listeners, P+20..P+23
 # the 4 backends, P+30 the trace sink, P+40..P+1035 the 996 more instances.
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
 echo "ports $P-$((P + 1039))" >&2
@@ -136,15 +138,20 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --conf
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
   --listen 127.0.0.1:$((P + 5)) --admin 127.0.0.1:$((P + 15)) --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
 ALT_PID=0
-if [ -n "${ALT:-}" ]; then # another lbproxy build, lean flags: an A/B in one run
+ALTFULL_PID=0
+if [ -n "${ALT:-}" ]; then # another lbproxy build, lean and full flags: an A/B in one run
   GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id alt --config "$WORK/snapshot.json" \
     --listen 127.0.0.1:$((P + 8)) --admin 127.0.0.1:$((P + 18)) --access-log off --trace-sample 0 2>"$WORK/alt.log" & PIDS+=($!); ALT_PID=$!
+  OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$((P + 30)) \
+  GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id altfull --config "$WORK/snapshot.json" \
+    --listen 127.0.0.1:$((P + 9)) --admin 127.0.0.1:$((P + 19)) --access-log "$WORK/access-alt.log" --access-log-buffer 65536 --trace-exporter otlp \
+    --trace-sample 0.01 2>"$WORK/altfull.log" >/dev/null & PIDS+=($!); ALTFULL_PID=$!
 fi
 
 declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
-  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [direct]=http://${B[0]}/)
+  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
-  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [direct]=0)
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [direct]=0)
 NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
@@ -203,5 +210,13 @@ if [[ " ${NAMES[*]} " == *" lbproxy-full "* && " ${NAMES[*]} " == *" nginx-log "
     -v c="$(median <<<"${CPUF[lbproxy-full]}")" -v d="$(median <<<"${CPUF[nginx-log]}")" \
     'BEGIN{ printf "lbproxy-full ÷ nginx-log (both with an access log): %.2f closed loop, %.2f at the fixed rate\n", a/b, c/d }'
 fi
+for pair in "lbproxy lbproxy-alt" "lbproxy-full lbproxy-alt-full"; do
+  set -- $pair
+  if [[ " ${NAMES[*]} " == *" $1 "* && " ${NAMES[*]} " == *" $2 "* ]]; then
+    awk -v n="$1" -v m="$2" -v a="$(median <<<"${CPU[$1]}")" -v b="$(median <<<"${CPU[$2]}")" \
+      -v c="$(median <<<"${CPUF[$1]}")" -v d="$(median <<<"${CPUF[$2]}")" \
+      'BEGIN{ printf "%s ÷ %s (this build ÷ ALT): %.2f closed loop, %.2f at the fixed rate\n", n, m, a/b, c/d }'
+  fi
+done
 echo "load after: $(uptime)"
 echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"

@@ -193,23 +193,22 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 	if p.certs, err = loadCerts(cfg.Certs); err != nil {
 		return err
 	}
-	var accessLog *slog.Logger
+	var accessLog io.Writer // the JSON lines of slog.NewJSONHandler, written by server (accessline.go)
 	if cfg.AccessLog != nil {
-		w := cfg.AccessLog
+		accessLog = cfg.AccessLog
 		if cfg.AccessLogBuffer > 0 {
-			p.accessBuf = logbuf.New(w, cfg.AccessLogBuffer)
+			p.accessBuf = logbuf.New(cfg.AccessLog, cfg.AccessLogBuffer)
 			p.defers(func() { p.accessBuf.Flush() }) // when Run fails before its flusher starts
-			w = p.accessBuf
+			accessLog = p.accessBuf
 		}
-		accessLog = slog.New(slog.NewJSONHandler(w, nil))
 	}
 	p.reg = balance.NewRegistry(balance.RegistryOptions{Now: cfg.Now, Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	p.defers(pools.Close)
 	p.srv, err = server.New(server.Options{
 		Registry: p.reg, Pools: pools, TrustedProxies: trusted, MaxBodyBytes: cfg.MaxBodyBytes,
-		UpstreamClient: cfg.UpstreamClient,
-		AccessLog:      accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
+		UpstreamClient:  cfg.UpstreamClient,
+		AccessLogWriter: accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
 		Metrics: p.promReg,
 	})
 	if err != nil {

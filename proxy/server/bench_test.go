@@ -3,12 +3,15 @@ package server
 import (
 	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+
+	"go.opentelemetry.io/otel/propagation"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
@@ -44,7 +47,9 @@ func BenchmarkServeHTTP(b *testing.B) {
 	for _, v := range []struct {
 		name, client string
 		access       bool // a JSON access line per request (to io.Discard), as lbproxy writes it
-	}{{UpstreamFast, UpstreamFast, false}, {UpstreamStd, UpstreamStd, false}, {"fast-accesslog", UpstreamFast, true}} {
+		full         bool // the access line and 1 % trace sampling (fullOptions)
+	}{{UpstreamFast, UpstreamFast, false, false}, {UpstreamStd, UpstreamStd, false, false},
+		{"fast-accesslog", UpstreamFast, true, false}, {"fast-full", UpstreamFast, false, true}} {
 		client := v.client
 		b.Run(v.name, func(b *testing.B) {
 			snap := benchSnapshot(b)
@@ -55,7 +60,10 @@ func BenchmarkServeHTTP(b *testing.B) {
 			defer pools.Close()
 			o := Options{Registry: reg, Pools: pools, UpstreamClient: client}
 			if v.access {
-				o.AccessLog = slog.New(slog.NewJSONHandler(io.Discard, nil))
+				o.AccessLogWriter = io.Discard // as lbproxy writes it
+			}
+			if v.full {
+				fullOptions(b, &o)
 			}
 			s, err := New(o)
 			if err != nil {
@@ -71,6 +79,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 			w := &discardWriter{h: make(http.Header)}
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu0 := processCPU(b)
 			for i := 0; i < b.N; i++ {
 				clear(w.h)
 				w.status, w.n = 0, 0
@@ -80,8 +89,21 @@ func BenchmarkServeHTTP(b *testing.B) {
 					b.Fatalf("status %d, %d bytes", w.status, w.n)
 				}
 			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+}
+
+// fullOptions sets o up as lbproxy's full configuration (bench/run.sh's
+// lbproxy-full, less the file): the JSON access line, to io.Discard, and
+// parent-based 1 % trace sampling with a no-op exporter.
+func fullOptions(b *testing.B, o *Options) {
+	o.AccessLogWriter = io.Discard
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
+		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
+	b.Cleanup(func() { tp.Shutdown(context.Background()) })
+	o.TracerProvider = tp
+	o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
 }
 
 // benchSnapshot is one cluster of 4 real loopback backends (weights

@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/proxy/internal/balance"
@@ -363,7 +364,7 @@ func (b *handedBody) Close() error {
 type extraCarrier struct{ r *forward.Request }
 
 func (c extraCarrier) Get(key string) string {
-	k := http.CanonicalHeaderKey(key)
+	k := traceHeaderKey(key)
 	for _, f := range c.r.Extra {
 		if f.Name == k {
 			return f.Value
@@ -373,7 +374,7 @@ func (c extraCarrier) Get(key string) string {
 }
 
 func (c extraCarrier) Set(key, value string) {
-	k := http.CanonicalHeaderKey(key)
+	k := traceHeaderKey(key)
 	for i, f := range c.r.Extra {
 		if f.Name == k {
 			c.r.Extra[i].Value = value
@@ -389,4 +390,39 @@ func (c extraCarrier) Keys() []string {
 		out[i] = f.Name
 	}
 	return out
+}
+
+// serverSpan are the server span's start options, made once: a variadic
+// option built per request is an allocation per request, sampled or not.
+var serverSpan = []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindServer)}
+
+// requestCarrier is propagation.HeaderCarrier over a request's header
+// without the allocation of http.CanonicalHeaderKey for the keys that
+// propagators ask for in lower case on every request (traceparent,
+// tracestate, baggage).
+type requestCarrier http.Header
+
+func (c requestCarrier) Get(key string) string {
+	if v := c[traceHeaderKey(key)]; len(v) > 0 {
+		return v[0]
+	}
+	return ""
+}
+
+func (c requestCarrier) Set(key, value string) { propagation.HeaderCarrier(c).Set(key, value) }
+
+func (c requestCarrier) Keys() []string { return propagation.HeaderCarrier(c).Keys() }
+
+// traceHeaderKey is http.CanonicalHeaderKey(key), without an allocation for
+// the W3C trace-context and baggage keys.
+func traceHeaderKey(key string) string {
+	switch key {
+	case "traceparent":
+		return "Traceparent"
+	case "tracestate":
+		return "Tracestate"
+	case "baggage":
+		return "Baggage"
+	}
+	return http.CanonicalHeaderKey(key)
 }

@@ -115,8 +115,12 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 			if s.overBodyLimit(h) {
 				return fasthttp.RequestConfig{} // no body read: ServeHTTP answers 413 at once
 			}
-			if h.ContentLength() == 0 {
-				return fasthttp.RequestConfig{} // nothing more to read
+			if n := h.ContentLength(); n == 0 || n == -2 {
+				// Nothing more to read: -2 is neither Content-Length nor
+				// Transfer-Encoding, a request without a body (RFC 9112
+				// 6.3; fasthttp reads none). No body deadline either: it
+				// was a timer update per GET.
+				return fasthttp.RequestConfig{}
 			}
 			// The header arrived within ReadHeaderTimeout; the body gets
 			// ReadTimeout (none: policy read_client bounds it per request).
@@ -194,22 +198,49 @@ type addrConn struct {
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
 	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
+	wclear  bool                 // a write-deadline clear left undone until the next Write (SetWriteDeadline)
 }
 
 func (c *addrConn) SetReadDeadline(t time.Time) error {
 	if deadline.Skip(c.rdl, t) {
 		return nil
 	}
+	if c.willPark() {
+		// fasthttp's idle deadline, set just before the Read that parks:
+		// the parked wait sets its own (waitReadable), if it needs to.
+		return nil
+	}
 	c.rdl = t
 	return c.Conn.SetReadDeadline(t)
 }
 
+// SetWriteDeadline leaves a clear undone until a Write would run under the
+// deadline: fasthttp clears the handler's write deadline (policy
+// write_client) after every answer and the next request's handler sets it
+// again, a timer deletion and addition per request; left armed, the next
+// one only moves it a little (deadline.Skip).
 func (c *addrConn) SetWriteDeadline(t time.Time) error {
+	if t.IsZero() && !c.wdl.IsZero() {
+		c.wclear = true
+		return nil
+	}
+	c.wclear = false
 	if deadline.Skip(c.wdl, t) {
 		return nil
 	}
 	c.wdl = t
 	return c.Conn.SetWriteDeadline(t)
+}
+
+// Write writes p, with no write deadline if the last one set was a clear.
+func (c *addrConn) Write(p []byte) (int, error) {
+	if c.wclear {
+		c.wclear, c.wdl = false, time.Time{}
+		if err := c.Conn.SetWriteDeadline(time.Time{}); err != nil {
+			return 0, err
+		}
+	}
+	return c.Conn.Write(p)
 }
 
 func (c *addrConn) SetDeadline(t time.Time) error {

@@ -191,12 +191,24 @@ func TestFastFrontPipelinedAnswersInOrder(t *testing.T) {
 }
 
 // BenchmarkFront is one keep-alive GET through each front to 4 loopback
-// backends (100-byte bodies), client, proxy and backends in this process.
+// backends (100-byte bodies), client, proxy and backends in this process;
+// cpu-ns/op is the process's CPU time per GET. fasthttp-full is lbproxy's
+// full configuration on the fasthttp front: the JSON access line (to
+// io.Discard) and 1 % parent-based trace sampling (spans to a no-op
+// exporter), as bench/run.sh's lbproxy-full row.
 func BenchmarkFront(b *testing.B) {
-	for _, kind := range []string{FrontStd, FrontFastHTTP} {
-		b.Run(kind, func(b *testing.B) {
+	for _, v := range []struct {
+		name, kind string
+		full       bool
+	}{{FrontStd, FrontStd, false}, {FrontFastHTTP, FrontFastHTTP, false}, {"fasthttp-full", FrontFastHTTP, true}} {
+		kind := v.kind
+		b.Run(v.name, func(b *testing.B) {
 			snap := benchSnapshot(b)
-			p := newProxy(b, snap, proxyOpts{frontKind: kind, opts: Options{UpstreamClient: UpstreamFast}})
+			o := Options{UpstreamClient: UpstreamFast}
+			if v.full {
+				fullOptions(b, &o)
+			}
+			p := newProxy(b, snap, proxyOpts{frontKind: kind, opts: o})
 			conn, err := net.Dial("tcp", p.addr)
 			if err != nil {
 				b.Fatal(err)
@@ -213,6 +225,8 @@ func benchGETs(b *testing.B, conn net.Conn) {
 	req := []byte("GET /index.html?q=1 HTTP/1.1\r\nHost: demo.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
+	defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
 	for i := 0; i < b.N; i++ {
 		if _, err := conn.Write(req); err != nil {
 			b.Fatal(err)

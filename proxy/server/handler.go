@@ -15,7 +15,6 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -134,8 +133,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st.ctx = r.Context()
 	if s.tracing {
-		ctx := s.prop.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
-		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", trace.WithSpanKind(trace.SpanKindServer))
+		ctx := s.prop.Extract(r.Context(), requestCarrier(r.Header))
+		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", serverSpan...)
 		// Attributes only for sampled requests: building them is most of a
 		// span's cost, and 99 % of requests are not sampled.
 		if st.recording = st.span.IsRecording(); st.recording {
@@ -441,30 +440,11 @@ func (st *reqState) finish(r *http.Request) {
 	if st.span != nil {
 		st.span.End()
 	}
-	if s.access != nil && s.access.Handler().Enabled(context.Background(), slog.LevelInfo) {
-		var version uint64
-		if st.rt != nil {
-			version = st.rt.version
-		}
-		// A record handed to the handler directly: Logger.LogAttrs would also
-		// walk the stack for the caller's PC (runtime.Callers, ~0.6 µs), which
-		// an access line never prints.
-		rec := slog.NewRecord(time.Now(), slog.LevelInfo, "request", 0)
-		rec.AddAttrs(
-			slog.String("method", r.Method), slog.String("host", r.Host), slog.String("path", r.URL.Path),
-			slog.String("client_ip", st.clientIP.String()),
-			slog.Uint64("version", version),
-			slog.String("product", st.res.Product), slog.String("rule", st.res.RuleName),
-			slog.String("cluster", st.res.Cluster), slog.String("subcluster", st.subcluster),
-			slog.String("instance", st.instance), slog.String("algorithm", st.algorithm),
-			slog.String("pick_reason", st.reason), slog.Int("attempts", st.attempts),
-			slog.Int("status", st.status), slog.String("error_code", st.code),
-			slog.Duration("duration", took),
-			slog.String("query", r.URL.RawQuery), slog.Int64("bytes_in", st.bytesIn()),
-			slog.Int64("bytes_out", st.bytesOut), slog.Duration("upstream_header_time", st.upstreamTime),
-			slog.Duration("upstream_connect_time", st.upstreamConnect),
-			slog.String("trace_id", st.traceID()))
-		_ = s.access.Handler().Handle(context.Background(), rec)
+	switch {
+	case s.accessW != nil:
+		s.accessW.write(st, r, time.Now(), took)
+	case s.access != nil && s.access.Handler().Enabled(context.Background(), slog.LevelInfo):
+		_ = s.access.Handler().Handle(context.Background(), st.accessRecord(r, time.Now(), took))
 	}
 }
 
@@ -505,12 +485,8 @@ func classOf(status int) string {
 }
 
 func (st *reqState) attrs() []attribute.KeyValue {
-	var v uint64
-	if st.rt != nil {
-		v = st.rt.version
-	}
 	return []attribute.KeyValue{
-		attribute.Int64("sluice.snapshot.version", int64(v)),
+		attribute.Int64("sluice.snapshot.version", int64(st.version())),
 		attribute.String("sluice.route", st.res.Product+"/"+st.res.RuleName),
 		attribute.String("sluice.cluster", st.res.Cluster),
 		attribute.String("sluice.subcluster", st.subcluster),

@@ -1,8 +1,10 @@
 package server
 
 import (
+	"errors"
 	"io"
 	"net"
+	"os"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -43,8 +45,12 @@ const (
 // do; otherwise it answers and logs a generated 400 or 408 that no client
 // asked for.
 func (c *addrConn) Read(p []byte) (int, error) {
-	if c.wait != nil && c.idle.Load() && !buffered(c.wait) && c.park.CompareAndSwap(connServing, connParking) {
-		return 0, io.EOF
+	if c.willPark() {
+		if c.park.CompareAndSwap(connServing, connParking) {
+			return 0, io.EOF
+		}
+		// Closed meanwhile: the read below reports it (its deadline
+		// does not matter).
 	}
 	n, err := c.Conn.Read(p)
 	if !c.begun {
@@ -55,6 +61,13 @@ func (c *addrConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// willPark reports whether c's next Read parks it: it is idle between two
+// requests with nothing buffered. fasthttp sets the idle deadline just
+// before that Read; SetReadDeadline leaves it to the parked wait.
+func (c *addrConn) willPark() bool {
+	return c.wait != nil && c.idle.Load() && c.park.Load() == connServing && !buffered(c.wait)
 }
 
 // Close closes the connection, except the one fasthttp lets go while it
@@ -183,11 +196,34 @@ func buffered(w readableWaiter) bool {
 
 // waitReadable waits until c has something to read (a byte, its end, an
 // error) or idle passes.
+//
+// A read deadline already armed that ends sooner than the idle one is left
+// where it is, and the idle deadline set only if that one passes first: on
+// a busy keep-alive connection it is the last request's header timeout
+// (ReadHeaderTimeout, armed by fasthttp when it took the connection; the
+// idle deadline fasthttp sets before the Read that parks is not applied,
+// addrConn.SetReadDeadline), which the next request's own then moves only a
+// little (deadline.Skip): a request and the wait after it arm no timer.
+// Moving it to the idle deadline and back to the header timeout at the next
+// request were two runtime timer updates per request.
 func waitReadable(c *addrConn, idle time.Duration) error {
-	if idle > 0 {
-		if err := c.SetReadDeadline(time.Now().Add(idle)); err != nil {
+	if idle <= 0 {
+		return c.wait.AwaitReadable()
+	}
+	end := time.Now().Add(idle)
+	if c.rdl.IsZero() || c.rdl.After(end) {
+		if err := c.SetReadDeadline(end); err != nil {
 			return err
 		}
 	}
-	return c.wait.AwaitReadable()
+	for {
+		err := c.wait.AwaitReadable()
+		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !c.rdl.Before(end) {
+			return err
+		}
+		// The earlier deadline passed: wait on until the idle one.
+		if err := c.SetReadDeadline(end); err != nil {
+			return err
+		}
+	}
 }

@@ -245,3 +245,99 @@ func TestFastFrontQuietCloseLogsNothing(t *testing.T) {
 		})
 	}
 }
+
+// TestFastFrontParkedOutlivesTheHeaderTimeout: a parked connection waits
+// for its idle timeout, not for the shorter header timeout left armed from
+// its last request: a request after the header timeout is served on it, and
+// it closes only once the idle timeout passed.
+func TestFastFrontParkedOutlivesTheHeaderTimeout(t *testing.T) {
+	const header, idle = 100 * time.Millisecond, 1500 * time.Millisecond
+	p, _ := parkProxy(t, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle})
+	f := p.hs.(*FastFront)
+	conn, br := dialFront(t, p.addr)
+	io.WriteString(conn, smallGET)
+	readAnswers(t, br, len("small body\n"))
+	poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+	time.Sleep(4 * header) // the header timeout passes (time that must pass, not a state to wait for)
+	io.WriteString(conn, smallGET)
+	readAnswers(t, br, len("small body\n"))
+	last := time.Now()
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("read on the idle connection: %v, want EOF (closed by the idle timeout)", err)
+	}
+	if d := time.Since(last); d < idle-idle/16 {
+		t.Fatalf("closed %v after the last answer, want the idle timeout %v", d, idle)
+	}
+}
+
+// TestFastFrontGETArmsOnlyTheHeaderDeadline: between two GETs a parked
+// connection's read deadline is the header timeout fasthttp armed for the
+// last one — neither a body deadline (a GET has no body) nor the idle one
+// (set only if the header deadline passes first): no timer moves per
+// request beyond that one, which deadline.Skip mostly skips.
+func TestFastFrontGETArmsOnlyTheHeaderDeadline(t *testing.T) {
+	const header, idle = 5 * time.Second, 60 * time.Second
+	p, _ := parkProxy(t, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle})
+	f := p.hs.(*FastFront)
+	conn, br := dialFront(t, p.addr)
+	for i := range 3 {
+		sent := time.Now()
+		io.WriteString(conn, smallGET)
+		readAnswers(t, br, len("small body\n"))
+		poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+		f.mu.Lock()
+		for c := range f.conns {
+			if ac, ok := c.(*addrConn); ok {
+				// The parked goroutine writes rdl only once the header
+				// deadline passed; park's atomic orders the earlier writes.
+				if left := ac.rdl.Sub(sent); ac.rdl.IsZero() || left > header {
+					t.Errorf("GET %d: read deadline %v after the request was sent, want the header timeout's %v at most", i, left, header)
+				}
+			}
+		}
+		f.mu.Unlock()
+	}
+}
+
+// TestFastFrontWriteDeadlineClearWaitsForAWrite: the write deadline a
+// routed request's handler set (write_client) stays armed after its answer
+// — the next request's moves it only a little — but no write runs under it
+// once fasthttp cleared it: an answer the handler sets no deadline for (a
+// generated 404) is written without one.
+func TestFastFrontWriteDeadlineClearWaitsForAWrite(t *testing.T) {
+	b := newBackend(t, "b1", frontBackend)
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100}, nil))
+	snap.DefaultProduct = "" // other hosts: no route, a generated 404
+	snap.Meta.Hash = snapshotHash(snap)
+	p := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: Options{UpstreamClient: UpstreamFast}})
+	f := p.hs.(*FastFront)
+	conn, br := dialFront(t, p.addr)
+	parkedWDL := func() (time.Time, bool) {
+		poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for c := range f.conns {
+			if ac, ok := c.(*addrConn); ok {
+				return ac.wdl, ac.wclear
+			}
+		}
+		t.Fatal("no connection")
+		return time.Time{}, false
+	}
+	io.WriteString(conn, smallGET)
+	readAnswers(t, br, len("small body\n"))
+	if wdl, clear := parkedWDL(); wdl.IsZero() || !clear {
+		t.Fatalf("after a routed GET: write deadline %v, clear pending %v; want it armed, its clear pending", wdl, clear)
+	}
+	io.WriteString(conn, "GET /x HTTP/1.1\r\nHost: no-such-product.test\r\n\r\n")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil || res.StatusCode != http.StatusNotFound {
+		t.Fatalf("unrouted GET: %v %v, want 404", res, err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if wdl, clear := parkedWDL(); !wdl.IsZero() || clear {
+		t.Fatalf("after a generated answer: write deadline %v, clear pending %v; want none (cleared before its write)", wdl, clear)
+	}
+}

@@ -19,6 +19,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http/httputil"
 	"net/netip"
@@ -53,6 +54,12 @@ type Options struct {
 	MaxBodyBytes int64
 	// AccessLog receives one JSON line per request; nil disables it.
 	AccessLog *slog.Logger
+	// AccessLogWriter, instead of AccessLog, receives the same JSON lines,
+	// byte for byte what slog.NewJSONHandler(AccessLogWriter, nil) would
+	// write, formatted by the server itself (accessline.go: a tenth of the
+	// CPU, no allocation). One Write per line, serialised. Setting both is
+	// an error.
+	AccessLogWriter io.Writer
 	// Logger is for everything else; nil means slog.Default().
 	Logger *slog.Logger
 	// TracerProvider creates the spans; nil means no tracing.
@@ -77,6 +84,7 @@ type Server struct {
 	trusted []netip.Prefix
 	maxBody int64
 	access  *slog.Logger
+	accessW *accessWriter // Options.AccessLogWriter
 	log     *slog.Logger
 	tracer  trace.Tracer
 	tracing bool
@@ -131,6 +139,9 @@ func New(o Options) (*Server, error) {
 	if o.Registry == nil {
 		return nil, fmt.Errorf("server: Options.Registry is required")
 	}
+	if o.AccessLog != nil && o.AccessLogWriter != nil {
+		return nil, fmt.Errorf("server: Options.AccessLog and Options.AccessLogWriter are both set: want one access log")
+	}
 	s := &Server{
 		reg: o.Registry, pools: o.Pools, trusted: o.TrustedProxies, maxBody: o.MaxBodyBytes,
 		access: o.AccessLog, log: o.Logger, prop: o.Propagator, now: o.Now,
@@ -144,6 +155,9 @@ func New(o Options) (*Server, error) {
 	}
 	if s.pools == nil {
 		s.pools = forward.NewPools(forward.Options{})
+	}
+	if o.AccessLogWriter != nil {
+		s.accessW = &accessWriter{w: o.AccessLogWriter}
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -112,3 +112,52 @@ func TestTraceOfCrossSubclusterRetry(t *testing.T) {
 		t.Fatalf("backend traceparent %q: want trace %s span %s", tp2, root.SpanContext().TraceID(), fwd2.SpanContext().SpanID())
 	}
 }
+
+// A client's sampled traceparent is continued (parent-based sampling):
+// the server span is in the client's trace, its child, and the backend
+// gets that trace; a request without one and not sampled still carries a
+// new trace id, unsampled, to the backend and into the access line.
+func TestTraceContinuesTheClientsTrace(t *testing.T) {
+	exp := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+	t.Cleanup(func() { tp.Shutdown(t.Context()) })
+	b := newBackend(t, "b", nil)
+	var buf syncBuffer
+	p := newProxy(t, testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100}, nil)), proxyOpts{opts: Options{TracerProvider: tp, AccessLogWriter: &buf,
+		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}})
+	const clientTrace, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+	if res, _ := get(t, client(t), p.url+"/in-trace", map[string]string{"Traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}); res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	poll.EventuallyTrue(t, 20e9, "server span exported", func() bool { return len(exp.GetSpans()) >= 2 })
+	var root sdktrace.ReadOnlySpan
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() == "sluice.request" {
+			root = s
+		}
+	}
+	if root == nil || root.SpanContext().TraceID().String() != clientTrace || root.Parent().SpanID().String() != clientSpan {
+		t.Fatalf("server span %v: want trace %s, parent %s", root, clientTrace, clientSpan)
+	}
+	backendTrace := func() (trace.SpanContext, string) {
+		tp := b.last().Header.Get("Traceparent")
+		return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(),
+			propagation.HeaderCarrier(http.Header{"Traceparent": {tp}}))), tp
+	}
+	if sc, raw := backendTrace(); sc.TraceID().String() != clientTrace || !sc.IsSampled() {
+		t.Fatalf("backend traceparent %q: want the client's trace %s, sampled", raw, clientTrace)
+	}
+
+	if res, _ := get(t, client(t), p.url+"/untraced", nil); res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	sc, raw := backendTrace()
+	if !sc.IsValid() || sc.IsSampled() || sc.TraceID().String() == clientTrace {
+		t.Fatalf("backend traceparent %q: want a new trace, not sampled", raw)
+	}
+	lines := buf.lines(t)
+	if len(lines) != 2 || lines[0]["trace_id"] != clientTrace || lines[1]["trace_id"] != sc.TraceID().String() {
+		t.Fatalf("access lines %v: want trace ids %s and %s", lines, clientTrace, sc.TraceID())
+	}
+}

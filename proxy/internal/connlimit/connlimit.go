@@ -17,9 +17,13 @@
 // connections would let one client churn them. A refused connection is
 // closed right after its accept, without an answer.
 //
-// Cost: one mutex per accept and close; with a total limit, one per idle
-// and busy transition too (twice per request); no allocation but the
-// accepted connection's wrapper.
+// Cost: one mutex per accept and close. With a total limit the idle and
+// busy transitions (twice per request) take no shared lock: the idle list
+// is striped — each connection belongs to one of `stripes` lists, dealt
+// round-robin at accept, each with its own mutex — and an idle connection
+// carries a stamp from one atomic counter, so the oldest idle one overall is
+// the oldest of the stripes' heads (an eviction, at the limit only, looks at
+// every stripe). No allocation but the accepted connection's wrapper.
 package connlimit
 
 import (
@@ -58,11 +62,24 @@ type Limiter struct {
 	rejMax, rejPerIP atomic.Uint64
 	evicted          atomic.Uint64
 
+	mu    sync.Mutex // open, ips, deal; taken before any stripe's
+	open  int
+	ips   map[netip.Addr]int // only with a per-IP limit
+	deal  uint32             // the stripe of the next admitted connection
+	stamp atomic.Uint64      // the last idle stamp handed out
+	st    [stripes]stripe
+}
+
+// stripes is the number of idle lists: a transition locks one, so
+// connections served on different cores rarely wait for each other.
+const stripes = 16
+
+// stripe is one idle list, ordered by when its connections went idle.
+type stripe struct {
 	mu   sync.Mutex
-	open int
-	nIdl int                // in the idle list
-	ips  map[netip.Addr]int // only with a per-IP limit
-	idle Conn               // the idle list's sentinel: idle.next is the oldest
+	n    int  // in the list
+	idle Conn // the sentinel: idle.next is the oldest
+	_    [64]byte
 }
 
 // New returns a Limiter with the limits of o.
@@ -77,7 +94,10 @@ func New(o Options) *Limiter {
 	if l.perIP > 0 {
 		l.ips = make(map[netip.Addr]int)
 	}
-	l.idle.prev, l.idle.next = &l.idle, &l.idle
+	for i := range l.st {
+		st := &l.st[i]
+		st.idle.prev, st.idle.next = &st.idle, &st.idle
+	}
 	if o.Logger != nil {
 		l.log = slog.New(logrepeat.New(o.Logger.Handler(), o.LogWindow))
 	}
@@ -99,9 +119,14 @@ func (l *Limiter) Open() int {
 
 // IdleConns is the number of open client connections idle now.
 func (l *Limiter) IdleConns() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.nIdl
+	n := 0
+	for i := range l.st {
+		st := &l.st[i]
+		st.mu.Lock()
+		n += st.n
+		st.mu.Unlock()
+	}
+	return n
 }
 
 // Reasons of a refusal (the metric's reason label).
@@ -167,21 +192,23 @@ func (l *Limiter) admit(c net.Conn) net.Conn {
 	}
 	var victim *Conn
 	if l.max > 0 && l.open >= l.max {
-		if victim = l.idle.next; victim == &l.idle {
+		if victim = l.takeOldestIdleLocked(); victim == nil {
 			l.mu.Unlock()
 			c.Close()
 			l.warn("client connection refused: "+l.maxFlag+" reached and no connection is idle", l.maxFlag, l.max)
 			l.rejMax.Add(1)
 			return nil
 		}
-		l.releaseLocked(victim)
+		l.uncountLocked(victim)
 	}
 	l.open++
 	if l.perIP > 0 {
 		l.ips[lc.ip]++
 	}
-	l.pushLocked(lc) // waiting for its first request
+	lc.st = &l.st[l.deal%stripes]
+	l.deal++
 	l.mu.Unlock()
+	lc.Idle() // waiting for its first request
 	if victim != nil {
 		victim.Conn.Close()
 		l.warn("idle client connection closed: "+l.maxFlag+" reached", l.maxFlag, l.max)
@@ -190,16 +217,38 @@ func (l *Limiter) admit(c net.Conn) net.Conn {
 	return out
 }
 
+// takeOldestIdleLocked takes the connection idle the longest out of its
+// list and marks it gone (l.mu held): the oldest of the stripes' heads,
+// looked at with every stripe locked, so that none moves meanwhile. nil:
+// none is idle.
+func (l *Limiter) takeOldestIdleLocked() *Conn {
+	for i := range l.st {
+		l.st[i].mu.Lock()
+	}
+	var victim *Conn
+	for i := range l.st {
+		if h := l.st[i].idle.next; h != &l.st[i].idle && (victim == nil || h.since < victim.since) {
+			victim = h
+		}
+	}
+	if victim != nil {
+		victim.gone = true
+		victim.st.unlinkLocked(victim)
+	}
+	for i := range l.st {
+		l.st[i].mu.Unlock()
+	}
+	return victim
+}
+
 func (l *Limiter) warn(msg, flag string, limit int) {
 	if l.log != nil {
 		l.log.Warn(msg, "flag", flag, "limit", limit)
 	}
 }
 
-// releaseLocked uncounts c (closed, or chosen to be).
-func (l *Limiter) releaseLocked(c *Conn) {
-	c.gone = true
-	l.unlinkLocked(c)
+// uncountLocked takes c, gone already, out of the counts (l.mu held).
+func (l *Limiter) uncountLocked(c *Conn) {
 	l.open--
 	if l.perIP > 0 {
 		if n := l.ips[c.ip] - 1; n > 0 {
@@ -210,23 +259,24 @@ func (l *Limiter) releaseLocked(c *Conn) {
 	}
 }
 
-// pushLocked puts c at the idle list's end (the newest idle).
-func (l *Limiter) pushLocked(c *Conn) {
-	if c.gone || c.next != nil || l.max == 0 {
+// pushLocked puts c at the list's end (the newest idle), stamped now.
+func (st *stripe) pushLocked(c *Conn) {
+	if c.gone || c.next != nil {
 		return
 	}
-	c.prev, c.next = l.idle.prev, &l.idle
-	c.prev.next, l.idle.prev = c, c
-	l.nIdl++
+	c.since = c.l.stamp.Add(1)
+	c.prev, c.next = st.idle.prev, &st.idle
+	c.prev.next, st.idle.prev = c, c
+	st.n++
 }
 
-func (l *Limiter) unlinkLocked(c *Conn) {
+func (st *stripe) unlinkLocked(c *Conn) {
 	if c.next == nil {
 		return
 	}
 	c.prev.next, c.next.prev = c.next, c.prev
 	c.prev, c.next = nil, nil
-	l.nIdl--
+	st.n--
 }
 
 func peerIP(c net.Conn) netip.Addr {
@@ -241,8 +291,10 @@ type Conn struct {
 	net.Conn
 	l          *Limiter
 	ip         netip.Addr
-	prev, next *Conn // in l's idle list (l.mu); nil: not idle
-	gone       bool  // uncounted: closed, or evicted (l.mu)
+	st         *stripe // its idle list, for its life
+	prev, next *Conn   // in st's list (st.mu); nil: not idle
+	since      uint64  // when it went idle: l.stamp's value then (st.mu)
+	gone       bool    // uncounted: closed, or evicted (st.mu)
 }
 
 // Idle tells that c waits for its next request: it becomes the newest idle
@@ -251,9 +303,9 @@ func (c *Conn) Idle() {
 	if c == nil || c.l.max == 0 {
 		return
 	}
-	c.l.mu.Lock()
-	c.l.pushLocked(c)
-	c.l.mu.Unlock()
+	c.st.mu.Lock()
+	c.st.pushLocked(c)
+	c.st.mu.Unlock()
 }
 
 // Busy tells that c serves a request: it is not evicted until Idle.
@@ -261,16 +313,21 @@ func (c *Conn) Busy() {
 	if c == nil || c.l.max == 0 {
 		return
 	}
-	c.l.mu.Lock()
-	c.l.unlinkLocked(c)
-	c.l.mu.Unlock()
+	c.st.mu.Lock()
+	c.st.unlinkLocked(c)
+	c.st.mu.Unlock()
 }
 
 // Close uncounts c and closes it.
 func (c *Conn) Close() error {
 	c.l.mu.Lock()
-	if !c.gone {
-		c.l.releaseLocked(c)
+	c.st.mu.Lock()
+	counted := !c.gone
+	c.gone = true
+	c.st.unlinkLocked(c)
+	c.st.mu.Unlock()
+	if counted {
+		c.l.uncountLocked(c)
 	}
 	c.l.mu.Unlock()
 	return c.Conn.Close()
