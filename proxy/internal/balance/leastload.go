@@ -37,6 +37,12 @@ type loadTree struct {
 	w      []int64    // weight per member in v; 0: not available
 	sum    int64      // Σ n over available members
 	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
+	// pend is 1 + the member whose leaf an acquire changed without fixing
+	// the path above it (0: none). Its release usually comes before the
+	// next pick: the leaf then returns to what the path was computed from
+	// and the fix-up stops at the first node. Every other node equals the
+	// combination of its children; sync fixes the pending path first.
+	pend int32
 }
 
 // loadTreeMin is the smallest group that gets a loadTree: below it a scan
@@ -129,14 +135,39 @@ func (t *loadTree) leaf(i int32) loadNode {
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
 func (t *loadTree) setLoad(i int) {
+	t.setLeaf(i)
+	if t.pend == int32(i)+1 {
+		t.pend = 0 // this fix-up is also the pending one's
+	}
+	t.fixUp(i)
+}
+
+// setLeaf re-reads member i's in-flight count into its leaf alone (t.mu held).
+func (t *loadTree) setLeaf(i int) {
 	n := t.eps[i].InFlight()
 	if t.w[i] > 0 {
 		t.sum += n - t.n[i]
 	}
 	t.n[i] = n
+	t.node[t.size+i] = t.leaf(int32(i))
+}
+
+// flush fixes the pending path, if any (t.mu held).
+func (t *loadTree) flush() {
+	if p := t.pend; p > 0 {
+		t.pend = 0
+		t.fixUp(int(p) - 1)
+	}
+}
+
+// fixUp recomputes the nodes above member i's leaf, up to the first that
+// does not change (t.mu held). With the pending path (pend) the only one
+// not fixed, this leaves every node off that path equal to the
+// combination of its children: a node that does not change leaves its
+// ancestors as they were computed.
+func (t *loadTree) fixUp(i int) {
 	k := t.size + i
 	nodes := t.node
-	nodes[k] = t.leaf(int32(i))
 	for k >>= 1; k >= 1; k >>= 1 {
 		l, r := &nodes[2*k], &nodes[2*k+1]
 		nd := *l
@@ -153,16 +184,18 @@ func (t *loadTree) setLoad(i int) {
 	}
 }
 
-// sync makes the tree hold v's weights and the current in-flight counts (t.mu held).
+// sync makes the tree hold v's weights and the current in-flight counts,
+// every path fixed (t.mu held).
 func (t *loadTree) sync(v *view) {
 	if t.resync.Load() {
 		t.resync.Store(false)
 		t.v = nil
 	}
 	if t.v == v {
+		t.flush()
 		return
 	}
-	t.v, t.sum = v, 0
+	t.v, t.sum, t.pend = v, 0, 0
 	for i, e := range t.eps {
 		w := int64(0)
 		if v.avail[i] && v.weights[i] > 0 {
@@ -493,7 +526,11 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 	// at new trees either shows here or re-reads the count itself.
 	ts := e.trees.Load()
 	if ts != nil && len(*ts) == 1 && (*ts)[0].t == t {
-		t.setLoad(i)
+		// The leaf now, its path later (pend): by this pick's release,
+		// which then undoes the leaf's change, or by the next sync.
+		t.flush() // none after a sync; kept so that one path at most is pending
+		t.setLeaf(i)
+		t.pend = int32(i) + 1
 		t.mu.Unlock()
 		return i
 	}
