@@ -316,6 +316,9 @@ func (t *loadTree) leastOK(k int, ok func(int) bool) int32 {
 // firstBelow is the first member (in member order) with fewer than limit in
 // flight for which ok holds (nil: any); -1 if none. For unit trees only.
 func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
+	if ok == nil {
+		return t.firstBelowAny(limit)
+	}
 	nd := t.node[k]
 	b := nd.best
 	if b < 0 || int64(nd.n) >= limit {
@@ -331,6 +334,24 @@ func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
 		return i
 	}
 	return t.firstBelow(2*k+1, limit, ok)
+}
+
+// firstBelowAny is firstBelow(1, limit, nil), iteratively: a range holds a
+// member below limit iff its least loaded one is, so the walk goes left
+// whenever the left half holds one.
+func (t *loadTree) firstBelowAny(limit int64) int {
+	nodes := t.node
+	if nd := nodes[1]; nd.best < 0 || int64(nd.n) >= limit {
+		return -1
+	}
+	k := 1
+	for k < t.size {
+		k *= 2
+		if l := nodes[k]; l.best < 0 || int64(l.n) >= limit {
+			k++
+		}
+	}
+	return k - t.size
 }
 
 // tieRule is how the least-loaded pickers choose among equally loaded members.
@@ -377,7 +398,11 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 		case root.ties == 1:
 			return int(root.best)
 		case p.tie == tieRandom:
-			return t.kthTie(int(s.c.reg.rand() % uint64(root.ties)))
+			k := int(s.c.reg.rand() % uint64(root.ties))
+			if int(root.ties) == len(t.eps) {
+				return k // every member tied (an idle group): the k-th is member k
+			}
+			return t.kthTie(k)
 		case p.tie == tieRotate:
 			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
 		}
