@@ -55,3 +55,42 @@ func BenchmarkPickHeld(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkLoadTreeSetLoad is one tree path fix-up alone (setLoad under
+// the tree's lock, with the count change before it: an atomic add): a
+// member's count goes up by one, or back, members taken in a scattered
+// order over idle ones, so that every fix-up runs to the root (the ties
+// counted in each node change).
+func BenchmarkLoadTreeSetLoad(b *testing.B) {
+	for _, n := range []int{512, 5000} {
+		b.Run(fmt.Sprintf("members=%d", n), func(b *testing.B) {
+			e := newEnv(b, snap(1, leastLoadPolicy(config.InstanceWLC), 0, sc{name: "A", weight: 100, weights: benchWeights(n)}))
+			g := e.cluster().subs[0]
+			t := g.load
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			t.sync(g.currentView())
+			order := make([]int, 1024) // scattered, computed outside the loop
+			for k := range order {
+				order[k] = k * 7919 % n
+			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ResetTimer()
+			cpu0, cpuOK := threadCPU()
+			for k := 0; k < b.N; k++ {
+				i := order[(k>>1)&1023]
+				c := &t.eps[i].load[0].n
+				if k&1 == 0 {
+					c.Add(1)
+				} else {
+					c.Add(-1)
+				}
+				t.setLoad(i)
+			}
+			if cpu1, ok := threadCPU(); ok && cpuOK {
+				b.ReportMetric(float64(cpu1-cpu0)/float64(b.N), "cpu-ns/op")
+			}
+		})
+	}
+}
