@@ -17,7 +17,9 @@ import (
 // members of the range share that load. Every change of an address's in-flight count
 // (Endpoint.acquire and release, from any cluster) re-reads the count and
 // fixes the path to the root, under the tree's own mutex: a config update
-// never holds it. The weights are those of the view the tree last synced
+// never holds it. (The one exception, the tree's own acquire, writes the
+// leaf and leaves its path to the release or the next sync: pend.) The
+// weights are those of the view the tree last synced
 // with; a pick first syncs the tree with the view it uses (O(n), only when
 // the view changed). Loads are compared by cross-multiplying, as the scan
 // did: the order is exact.
