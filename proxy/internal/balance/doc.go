@@ -50,7 +50,10 @@
 // in-flight / weight that Endpoint.acquire and release update (under the
 // tree's own mutex, which no config update takes) for every cluster
 // referencing the address; a least-loaded pick acquires its instance under
-// the lock it picked under (loadTree.acquire). Sticky cookies are signed
+// the lock it picked under (loadTree.acquire), writing only the
+// instance's leaf: the path above it is fixed by the release if that
+// comes first (it then stops at the first node, the leaf being back where
+// the path was computed from), else by the next pick's sync. Sticky cookies are signed
 // once per table (cookie.go): a pick allocates nothing. A table's trees serve from its Holder.Store
 // until the next; a selection still on a replaced table scans (the same
 // answers, tested pick for pick). Groups under loadTreeMin members scan.

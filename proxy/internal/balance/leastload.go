@@ -17,7 +17,9 @@ import (
 // members of the range share that load. Every change of an address's in-flight count
 // (Endpoint.acquire and release, from any cluster) re-reads the count and
 // fixes the path to the root, under the tree's own mutex: a config update
-// never holds it. The weights are those of the view the tree last synced
+// never holds it. (The one exception, the tree's own acquire, writes the
+// leaf and leaves its path to the release or the next sync: pend.) The
+// weights are those of the view the tree last synced
 // with; a pick first syncs the tree with the view it uses (O(n), only when
 // the view changed). Loads are compared by cross-multiplying, as the scan
 // did: the order is exact.
@@ -37,6 +39,12 @@ type loadTree struct {
 	w      []int64    // weight per member in v; 0: not available
 	sum    int64      // Σ n over available members
 	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
+	// pend is 1 + the member whose leaf an acquire changed without fixing
+	// the path above it (0: none). Its release usually comes before the
+	// next pick: the leaf then returns to what the path was computed from
+	// and the fix-up stops at the first node. Every other node equals the
+	// combination of its children; sync fixes the pending path first.
+	pend int32
 }
 
 // loadTreeMin is the smallest group that gets a loadTree: below it a scan
@@ -129,14 +137,39 @@ func (t *loadTree) leaf(i int32) loadNode {
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
 func (t *loadTree) setLoad(i int) {
+	t.setLeaf(i)
+	if t.pend == int32(i)+1 {
+		t.pend = 0 // this fix-up is also the pending one's
+	}
+	t.fixUp(i)
+}
+
+// setLeaf re-reads member i's in-flight count into its leaf alone (t.mu held).
+func (t *loadTree) setLeaf(i int) {
 	n := t.eps[i].InFlight()
 	if t.w[i] > 0 {
 		t.sum += n - t.n[i]
 	}
 	t.n[i] = n
+	t.node[t.size+i] = t.leaf(int32(i))
+}
+
+// flush fixes the pending path, if any (t.mu held).
+func (t *loadTree) flush() {
+	if p := t.pend; p > 0 {
+		t.pend = 0
+		t.fixUp(int(p) - 1)
+	}
+}
+
+// fixUp recomputes the nodes above member i's leaf, up to the first that
+// does not change (t.mu held). With the pending path (pend) the only one
+// not fixed, this leaves every node off that path equal to the
+// combination of its children: a node that does not change leaves its
+// ancestors as they were computed.
+func (t *loadTree) fixUp(i int) {
 	k := t.size + i
 	nodes := t.node
-	nodes[k] = t.leaf(int32(i))
 	for k >>= 1; k >= 1; k >>= 1 {
 		l, r := &nodes[2*k], &nodes[2*k+1]
 		nd := *l
@@ -153,16 +186,18 @@ func (t *loadTree) setLoad(i int) {
 	}
 }
 
-// sync makes the tree hold v's weights and the current in-flight counts (t.mu held).
+// sync makes the tree hold v's weights and the current in-flight counts,
+// every path fixed (t.mu held).
 func (t *loadTree) sync(v *view) {
 	if t.resync.Load() {
 		t.resync.Store(false)
 		t.v = nil
 	}
 	if t.v == v {
+		t.flush()
 		return
 	}
-	t.v, t.sum = v, 0
+	t.v, t.sum, t.pend = v, 0, 0
 	for i, e := range t.eps {
 		w := int64(0)
 		if v.avail[i] && v.weights[i] > 0 {
@@ -283,6 +318,9 @@ func (t *loadTree) leastOK(k int, ok func(int) bool) int32 {
 // firstBelow is the first member (in member order) with fewer than limit in
 // flight for which ok holds (nil: any); -1 if none. For unit trees only.
 func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
+	if ok == nil {
+		return t.firstBelowAny(limit)
+	}
 	nd := t.node[k]
 	b := nd.best
 	if b < 0 || int64(nd.n) >= limit {
@@ -298,6 +336,24 @@ func (t *loadTree) firstBelow(k int, limit int64, ok func(int) bool) int {
 		return i
 	}
 	return t.firstBelow(2*k+1, limit, ok)
+}
+
+// firstBelowAny is firstBelow(1, limit, nil), iteratively: a range holds a
+// member below limit iff its least loaded one is, so the walk goes left
+// whenever the left half holds one.
+func (t *loadTree) firstBelowAny(limit int64) int {
+	nodes := t.node
+	if nd := nodes[1]; nd.best < 0 || int64(nd.n) >= limit {
+		return -1
+	}
+	k := 1
+	for k < t.size {
+		k *= 2
+		if l := nodes[k]; l.best < 0 || int64(l.n) >= limit {
+			k++
+		}
+	}
+	return k - t.size
 }
 
 // tieRule is how the least-loaded pickers choose among equally loaded members.
@@ -344,7 +400,11 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 		case root.ties == 1:
 			return int(root.best)
 		case p.tie == tieRandom:
-			return t.kthTie(int(s.c.reg.rand() % uint64(root.ties)))
+			k := int(s.c.reg.rand() % uint64(root.ties))
+			if int(root.ties) == len(t.eps) {
+				return k // every member tied (an idle group): the k-th is member k
+			}
+			return t.kthTie(k)
 		case p.tie == tieRotate:
 			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
 		}
@@ -493,7 +553,11 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 	// at new trees either shows here or re-reads the count itself.
 	ts := e.trees.Load()
 	if ts != nil && len(*ts) == 1 && (*ts)[0].t == t {
-		t.setLoad(i)
+		// The leaf now, its path later (pend): by this pick's release,
+		// which then undoes the leaf's change, or by the next sync.
+		t.flush() // none after a sync; kept so that one path at most is pending
+		t.setLeaf(i)
+		t.pend = int32(i) + 1
 		t.mu.Unlock()
 		return i
 	}
