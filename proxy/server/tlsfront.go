@@ -22,6 +22,7 @@ type TLSFront struct {
 	cfg       *tls.Config
 	handshake time.Duration // bounds each handshake (ReadHeaderTimeout)
 	std       *http.Server
+	h2s       *h2Server // --h2-server sluice: serves h2 instead of std
 	fast      *FastFront // nil: std serves HTTP/1.1 too
 	h2, h1    *connQueue // the handshaken connections for std and fast
 
@@ -56,6 +57,13 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 		std.Handler, std.ConnContext = g, g.connContext
 	}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
+	switch o.H2Server {
+	case "", H2ServerXNet:
+	case H2ServerSluice:
+		t.h2s = newH2Server(std, std.ReadHeaderTimeout)
+	default:
+		return nil, fmt.Errorf("server: H2Server %q: want %q or %q", o.H2Server, H2ServerXNet, H2ServerSluice)
+	}
 	switch kind {
 	case "", FrontStd:
 	case FrontFastHTTP:
@@ -122,7 +130,15 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		return
 	}
 	releaseTLSBuffers(tc, 0) // the handshake's capacity (ClientHello): no Read runs yet, whichever server reads next
-	if t.fast == nil || tc.ConnectionState().NegotiatedProtocol == "h2" {
+	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
+	if t.h2s != nil && h2 {
+		if rec != nil {
+			rec.free = true // the whole socket read at once: crypto/tls's buffer tells what is left
+		}
+		t.h2s.serve(tc)
+		return
+	}
+	if t.fast == nil || h2 {
 		if rec != nil {
 			rec.free = true // net/http is never parked: no cutting
 		}
@@ -143,6 +159,11 @@ func (t *TLSFront) Shutdown(ctx context.Context) error {
 	if serr := t.std.Shutdown(ctx); err == nil {
 		err = serr
 	}
+	if t.h2s != nil {
+		if serr := t.h2s.shutdown(ctx); err == nil {
+			err = serr
+		}
+	}
 	t.wg.Wait()
 	return err
 }
@@ -157,7 +178,10 @@ func (t *TLSFront) Close() error {
 	if serr := t.std.Close(); err == nil {
 		err = serr
 	}
-	t.wg.Wait()
+	t.wg.Wait() // no handshake hands a connection on after this
+	if t.h2s != nil {
+		t.h2s.closeAll()
+	}
 	return err
 }
 

@@ -85,6 +85,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
+			&cli.StringFlag{Name: "h2-server", Value: server.H2ServerXNet, Usage: "server of HTTP/2 (ALPN h2) on --listen-tls: xnet (net/http's, the default) or sluice (our own: one goroutine per connection, no frame buffer held by an idle connection; docs/ARCHITECTURE.md)", EnvVars: env("H2_SERVER")},
 			&cli.IntFlag{Name: "h2-max-premature-resets", Value: 100, Usage: "close an HTTP/2 connection (GOAWAY) whose client reset more streams than this before their answers, and more than half its streams, within 10 s (rapid reset); 0: no limit", EnvVars: env("H2_MAX_PREMATURE_RESETS")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
@@ -134,6 +135,9 @@ func run(c *cli.Context) error {
 	if n := c.Int("max-instances"); n < 0 {
 		return fmt.Errorf("--max-instances %d: want 0 (no limit) or a positive count", n)
 	}
+	if v := c.String("h2-server"); v != server.H2ServerXNet && v != server.H2ServerSluice {
+		return fmt.Errorf("--h2-server %q: want %q or %q", v, server.H2ServerXNet, server.H2ServerSluice)
+	}
 	if n := c.Int("h2-max-premature-resets"); n < 0 {
 		return fmt.Errorf("--h2-max-premature-resets %d: want 0 (no limit) or a positive count", n)
 	}
@@ -156,6 +160,7 @@ func run(c *cli.Context) error {
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
 			MaxHeaderBytes: c.Int("max-header-bytes"), H2MaxPrematureResets: c.Int("h2-max-premature-resets"),
+			H2Server: c.String("h2-server"),
 		},
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
 		StallTimeout:   c.Duration("watch-stall-timeout"),
