@@ -45,13 +45,13 @@ const (
 )
 
 const (
-	h2MaxStreams     = 250       // SETTINGS_MAX_CONCURRENT_STREAMS, as net/http's
-	h2StreamWindow   = 1 << 20   // our initial stream receive window, as net/http's
-	h2ConnWindow     = 1 << 20   // our connection receive window
-	h2MaxReadFrame   = 1 << 20   // SETTINGS_MAX_FRAME_SIZE we accept
-	h2WriteHigh      = 64 << 10  // a handler waits while the write buffer is above this
-	h2WriteMax       = 4 << 20   // control frames queued beyond this: the peer does not read
-	h2BodyChunk      = 16 << 10  // a response body is buffered up to this before it is sent
+	h2MaxStreams     = 250      // SETTINGS_MAX_CONCURRENT_STREAMS, as net/http's
+	h2StreamWindow   = 1 << 20  // our initial stream receive window, as net/http's
+	h2ConnWindow     = 1 << 20  // our connection receive window
+	h2MaxReadFrame   = 1 << 20  // SETTINGS_MAX_FRAME_SIZE we accept
+	h2WriteHigh      = 64 << 10 // a handler waits while the write buffer is above this
+	h2WriteMax       = 4 << 20  // control frames queued beyond this: the peer does not read
+	h2BodyChunk      = 16 << 10 // a response body is buffered up to this before it is sent
 	h2GoAwayLinger   = time.Second
 	h2MaxHandlersMul = 4 // handlers still running (reset streams) beyond 4×MaxStreams: ENHANCE_YOUR_CALM
 )
@@ -99,19 +99,20 @@ type h2Reader struct {
 	src h2Source
 }
 
-// h2Source is the Framer's reader: the byte the idle wait read, then the
-// connection.
+// h2Source is the Framer's reader: the frame header the connection's
+// goroutine read (without a Framer), then the connection.
 type h2Source struct {
-	c *h2conn
+	c   *h2conn
+	off int // of c.hdr given
 }
 
 func (s *h2Source) Read(p []byte) (int, error) {
-	c := s.c
-	if c.hasPre && len(p) > 0 {
-		p[0], c.hasPre = c.pre[0], false
-		return 1, nil
+	if s.off < len(s.c.hdr) {
+		n := copy(p, s.c.hdr[s.off:])
+		s.off += n
+		return n, nil
 	}
-	return c.tc.Read(p)
+	return s.c.tc.Read(p)
 }
 
 var h2ReaderPool = sync.Pool{New: func() any {
@@ -152,13 +153,10 @@ type h2conn struct {
 	cancel context.CancelFunc
 
 	// the connection goroutine's own
-	rd          *h2Reader
-	pre         [1]byte
-	hasPre      bool
+	hdr         [9]byte // the next frame's header
 	dec         *hpack.Decoder
 	maxClientID uint32
 	sawSettings bool
-	active      bool // ConnState: StateActive told
 	handlers    sync.WaitGroup
 
 	mu         sync.Mutex
@@ -178,6 +176,7 @@ type h2conn struct {
 	goAway     bool // GOAWAY sent: no new stream
 	goAwayID   uint32
 	lastWriteD time.Time // the write deadline last set
+	active     bool      // ConnState: StateActive told (StateIdle when the last stream ends)
 }
 
 // serve runs the connection on its own goroutine until it ends.
@@ -244,7 +243,6 @@ func (c *h2conn) run() error {
 	if string(p[:]) != http2.ClientPreface {
 		return errors.New("http2: bad client preface")
 	}
-	_ = c.tc.SetReadDeadline(time.Time{})
 	c.dec = hpack.NewDecoder(4096, nil)
 	c.dec.SetMaxStringLength(int(c.srv.maxHeader))
 	c.mu.Lock()
@@ -256,12 +254,25 @@ func (c *h2conn) run() error {
 	c.wbuf = appendWindowUpdate(c.wbuf, 0, h2ConnWindow-65535)
 	c.recvWin = h2ConnWindow
 	c.flushLocked()
+	c.idleDeadlineLocked()
 	c.mu.Unlock()
 	for {
 		if err := c.awaitFrame(); err != nil {
 			return err
 		}
-		f, err := c.rd.fr.ReadFrame()
+		rd := h2ReaderPool.Get().(*h2Reader)
+		rd.src.c, rd.src.off = c, 0
+		rd.fr.ReadMetaHeaders = c.dec
+		rd.fr.MaxHeaderListSize = c.srv.maxHeader + 10*32 // as net/http: MaxHeaderBytes and 32 bytes for each of 10 fields
+		f, err := rd.fr.ReadFrame()
+		if err == nil {
+			err = c.process(f)
+		}
+		if ce := (http2.ConnectionError)(0); err == nil || !errors.As(err, &ce) {
+			// between two frames: the Framer holds nothing of this connection
+			rd.src.c, rd.fr.ReadMetaHeaders = nil, nil
+			h2ReaderPool.Put(rd)
+		}
 		if err != nil {
 			var se http2.StreamError
 			if errors.As(err, &se) { // a malformed HEADERS: the stream alone
@@ -275,70 +286,46 @@ func (c *h2conn) run() error {
 			}
 			return err
 		}
-		if err := c.process(f); err != nil {
-			var se http2.StreamError
-			if errors.As(err, &se) {
-				if err := c.streamError(se.StreamID, se.Code); err != nil {
-					return err
-				}
-				continue
-			}
-			return err
-		}
 	}
 }
 
-// awaitFrame makes sure a frame reader is held. A connection with no open
-// stream gives its reader back and waits for the next frame's first byte
-// (at most the idle timeout; a GOAWAY'd connection ends there).
-func (c *h2conn) awaitFrame() error {
-	if c.rd != nil {
-		c.mu.Lock()
-		quiet := len(c.streams) == 0
-		goAway := c.goAway
-		c.mu.Unlock()
-		if !quiet {
-			return nil
-		}
-		if c.active {
-			c.active = false
-			c.state(http.StateIdle)
-		}
-		if goAway {
-			return errGoneAway
-		}
-		c.rd.src.c = nil
-		c.rd.fr.ReadMetaHeaders = nil
-		h2ReaderPool.Put(c.rd)
-		c.rd = nil
-		releaseTLSBuffers(c.tc, parkKeep)
-	}
-	if c.srv.idle > 0 {
+// idleDeadlineLocked: a connection with no open stream ends after the idle
+// timeout (GOAWAY'd: now); with streams, reads have no deadline.
+func (c *h2conn) idleDeadlineLocked() {
+	switch {
+	case len(c.streams) > 0:
+		_ = c.tc.SetReadDeadline(time.Time{})
+	case c.goAway:
+		_ = c.tc.SetReadDeadline(time.Now())
+	case c.srv.idle > 0:
 		_ = c.tc.SetReadDeadline(time.Now().Add(c.srv.idle))
 	}
-	_, err := io.ReadFull(c.tc, c.pre[:])
-	if err != nil {
+}
+
+// awaitFrame reads the next frame's header, without a Framer: a
+// connection waiting for its client holds no frame buffer. No open stream:
+// crypto/tls's read buffers are released first, and the read ends at the
+// idle timeout (then GOAWAY) or at the GOAWAY of a shutdown.
+func (c *h2conn) awaitFrame() error {
+	c.mu.Lock()
+	quiet := len(c.streams) == 0
+	c.mu.Unlock()
+	if quiet {
+		releaseTLSBuffers(c.tc, parkKeep)
+	}
+	if _, err := io.ReadFull(c.tc, c.hdr[:]); err != nil {
 		c.mu.Lock()
-		goAway := c.goAway
-		c.mu.Unlock()
+		defer c.mu.Unlock()
 		var ne net.Error
-		if !goAway && errors.As(err, &ne) && ne.Timeout() {
-			// The idle timeout: GOAWAY, then close.
-			c.mu.Lock()
-			c.sendGoAwayLocked(http2.ErrCodeNo)
-			c.mu.Unlock()
+		if !c.goAway && len(c.streams) == 0 && errors.As(err, &ne) && ne.Timeout() {
+			c.sendGoAwayLocked(http2.ErrCodeNo) // the idle timeout
+			return errGoneAway
+		}
+		if c.goAway && len(c.streams) == 0 {
 			return errGoneAway
 		}
 		return err
 	}
-	if c.srv.idle > 0 {
-		_ = c.tc.SetReadDeadline(time.Time{})
-	}
-	c.hasPre = true
-	c.rd = h2ReaderPool.Get().(*h2Reader)
-	c.rd.src.c = c
-	c.rd.fr.ReadMetaHeaders = c.dec
-	c.rd.fr.MaxHeaderListSize = c.srv.maxHeader + 10*32 // as net/http: MaxHeaderBytes and 32 bytes for each of 10 fields
 	return nil
 }
 
@@ -367,7 +354,6 @@ func (c *h2conn) close(err error) {
 	c.wcond.Broadcast()
 	c.mu.Unlock()
 	c.cancel()
-	c.rd = nil // not pooled: an error may have left it in a header block
 	if linger {
 		// Closing with unread bytes would reset the connection and could
 		// destroy the GOAWAY before the client read it: read and drop what
@@ -640,9 +626,7 @@ func (c *h2conn) sendGoAwayLocked(code http2.ErrCode) {
 	c.wbuf = appendFrameHeader(c.wbuf, 8, http2.FrameGoAway, 0, 0)
 	c.wbuf = append(c.wbuf, b[:]...)
 	c.flushLocked()
-	if len(c.streams) == 0 {
-		_ = c.tc.SetReadDeadline(time.Now()) // wakes the idle wait: the connection ends
-	}
+	c.idleDeadlineLocked() // no stream: the connection ends now
 }
 
 // startGracefulShutdown: GOAWAY; the connection ends once its streams did.

@@ -106,12 +106,14 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	st.recvWin = h2StreamWindow
 	c.streams[id] = st
 	c.running++
-	first := len(c.streams) == 1
-	c.mu.Unlock()
-	if first && !c.active {
-		c.active = true
-		c.state(http.StateActive)
+	if len(c.streams) == 1 {
+		c.idleDeadlineLocked()
+		if !c.active {
+			c.active = true
+			c.state(http.StateActive)
+		}
 	}
+	c.mu.Unlock()
 	w := &h2writer{st: st, req: req, head: req.Method == http.MethodHead}
 	if d := c.srv.readTimeout; d > 0 && !st.remoteDone {
 		_ = w.SetReadDeadline(time.Now().Add(d))
@@ -267,8 +269,12 @@ func (st *h2stream) closeLocked(err error) {
 		c.flushLocked()
 	}
 	st.cond.Broadcast()
-	if len(c.streams) == 0 && c.goAway {
-		_ = c.tc.SetReadDeadline(time.Now()) // the connection ends now
+	if len(c.streams) == 0 && !c.dead {
+		c.idleDeadlineLocked()
+		if c.active {
+			c.active = false
+			c.state(http.StateIdle)
+		}
 	}
 }
 
@@ -746,6 +752,11 @@ func (w *h2writer) run(handler http.HandlerFunc) {
 	c.mu.Lock()
 	answered := st.endSent || st.closed
 	c.mu.Unlock()
+	if answered && !w.sentHeader && w.h != nil && len(w.h["Connection"]) > 0 && w.h["Connection"][0] == "close" {
+		// a reset stream's answer is not sent, its "Connection: close"
+		// still holds (as net/http: the rapid-reset guard's)
+		c.startGracefulShutdown()
+	}
 	if !answered {
 		_ = w.send(nil, true)
 	}

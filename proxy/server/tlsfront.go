@@ -22,7 +22,7 @@ type TLSFront struct {
 	cfg       *tls.Config
 	handshake time.Duration // bounds each handshake (ReadHeaderTimeout)
 	std       *http.Server
-	h2s       *h2Server // --h2-server sluice: serves h2 instead of std
+	h2s       *h2Server  // --h2-server sluice: serves h2 instead of std
 	fast      *FastFront // nil: std serves HTTP/1.1 too
 	h2, h1    *connQueue // the handshaken connections for std and fast
 
