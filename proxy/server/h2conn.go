@@ -69,6 +69,9 @@ type h2Server struct {
 	idle         time.Duration
 	readTimeout  time.Duration
 	writeTimeout time.Duration
+	maxStreams   int   // SETTINGS_MAX_CONCURRENT_STREAMS
+	streamWin    int64 // our initial stream receive window
+	connWin      int64 // our connection receive window
 
 	mu      sync.Mutex
 	conns   map[*h2conn]struct{}
@@ -81,6 +84,7 @@ func newH2Server(hs *http.Server, preface time.Duration) *h2Server {
 		handler: hs.Handler, connContext: hs.ConnContext, connState: hs.ConnState, errorLog: hs.ErrorLog,
 		maxHeader: uint32(hs.MaxHeaderBytes), preface: preface, idle: hs.IdleTimeout,
 		readTimeout: hs.ReadTimeout, writeTimeout: hs.WriteTimeout,
+		maxStreams: h2MaxStreams, streamWin: h2StreamWindow, connWin: h2ConnWindow,
 		conns: make(map[*h2conn]struct{}),
 	}
 	if s.maxHeader == 0 {
@@ -247,12 +251,14 @@ func (c *h2conn) run() error {
 	c.dec.SetMaxStringLength(int(c.srv.maxHeader))
 	c.mu.Lock()
 	c.wbuf = appendSettings(c.wbuf,
-		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: h2MaxStreams},
-		http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2StreamWindow},
+		http2.Setting{ID: http2.SettingMaxConcurrentStreams, Val: uint32(c.srv.maxStreams)},
+		http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(c.srv.streamWin)},
 		http2.Setting{ID: http2.SettingMaxFrameSize, Val: h2MaxReadFrame},
 		http2.Setting{ID: http2.SettingMaxHeaderListSize, Val: c.srv.maxHeader + 10*32})
-	c.wbuf = appendWindowUpdate(c.wbuf, 0, h2ConnWindow-65535)
-	c.recvWin = h2ConnWindow
+	if c.srv.connWin > 65535 {
+		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.srv.connWin-65535))
+		c.recvWin = c.srv.connWin
+	}
 	c.flushLocked()
 	c.idleDeadlineLocked()
 	c.mu.Unlock()
@@ -268,7 +274,7 @@ func (c *h2conn) run() error {
 		if err == nil {
 			err = c.process(f)
 		}
-		if ce := (http2.ConnectionError)(0); err == nil || !errors.As(err, &ce) {
+		if se := (http2.StreamError{}); err == nil || errors.As(err, &se) {
 			// between two frames: the Framer holds nothing of this connection
 			rd.src.c, rd.fr.ReadMetaHeaders = nil, nil
 			h2ReaderPool.Put(rd)
@@ -597,14 +603,14 @@ func (c *h2conn) processData(f *http2.DataFrame) error {
 // st's, and queues WINDOW_UPDATEs once half a window is due.
 func (c *h2conn) giveBackLocked(n int64, st *h2stream, k int64) {
 	c.recvUnack += n
-	if c.recvUnack >= h2ConnWindow/2 {
+	if c.recvUnack >= c.srv.connWin/2 {
 		c.wbuf = appendWindowUpdate(c.wbuf, 0, uint32(c.recvUnack))
 		c.recvWin += c.recvUnack
 		c.recvUnack = 0
 	}
 	if st != nil && !st.remoteDone && !st.closed {
 		st.recvUnack += k
-		if st.recvUnack >= h2StreamWindow/2 {
+		if st.recvUnack >= c.srv.streamWin/2 {
 			c.wbuf = appendWindowUpdate(c.wbuf, st.id, uint32(st.recvUnack))
 			st.recvWin += st.recvUnack
 			st.recvUnack = 0
@@ -681,7 +687,7 @@ func (c *h2conn) flushLocked() {
 		}
 	}
 	c.flushing = false
-	if len(c.streams) == 0 && cap(c.wbuf) > 0 {
+	if len(c.streams) == 0 {
 		c.wbuf, c.spare = nil, nil // idle: no write buffer held
 	}
 	c.wcond.Broadcast()

@@ -69,10 +69,10 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.maxClientID = id
 	open, running := len(c.streams), c.running
 	c.mu.Unlock()
-	if open >= h2MaxStreams {
+	if open >= c.srv.maxStreams {
 		return http2.StreamError{StreamID: id, Code: http2.ErrCodeProtocol}
 	}
-	if running >= h2MaxHandlersMul*h2MaxStreams {
+	if running >= h2MaxHandlersMul*c.srv.maxStreams {
 		return http2.ConnectionError(http2.ErrCodeEnhanceYourCalm)
 	}
 	req, err := c.newRequest(f)
@@ -103,7 +103,7 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	req = req.WithContext(ctx)
 	c.mu.Lock()
 	st.sendWin = int64(c.peerWin)
-	st.recvWin = h2StreamWindow
+	st.recvWin = c.srv.streamWin
 	c.streams[id] = st
 	c.running++
 	if len(c.streams) == 1 {
@@ -579,7 +579,10 @@ func (w *h2writer) sendFrames(status int, h http.Header, a []byte, end, info boo
 					break
 				}
 				if st.sendWin <= 0 || c.sendWin <= 0 {
-					c.flushLocked() // what is queued goes out while we wait
+					if len(c.wbuf) > 0 && !c.flushing {
+						c.flushLocked() // what is queued goes out while we wait (c.mu released: look again)
+						continue
+					}
 					st.cond.Wait()
 				} else {
 					c.wcond.Wait()

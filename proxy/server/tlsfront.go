@@ -61,6 +61,9 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	case "", H2ServerXNet:
 	case H2ServerSluice:
 		t.h2s = newH2Server(std, std.ReadHeaderTimeout)
+		if h2TestTune != nil {
+			h2TestTune(t.h2s)
+		}
 	default:
 		return nil, fmt.Errorf("server: H2Server %q: want %q or %q", o.H2Server, H2ServerXNet, H2ServerSluice)
 	}
@@ -197,6 +200,10 @@ func (t *TLSFront) stop() {
 	t.h2.Close()
 	t.h1.Close()
 }
+
+// h2TestTune, set by tests only, changes the sluice HTTP/2 server's limits
+// before it serves.
+var h2TestTune func(*h2Server)
 
 // connQueue is the listener an inner server accepts handshaken connections
 // from.
