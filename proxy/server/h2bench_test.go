@@ -43,20 +43,22 @@ func BenchmarkH2Front(b *testing.B) {
 	for _, v := range []struct {
 		name string
 		tune func(*http.Server)
+		fo   FrontOptions
 	}{
-		{"as-built", nil},
-		{"encoder-table-4k", cfg(func(c *http.HTTP2Config) { c.MaxEncoderHeaderTableSize = 4096 })},
-		{"read-frame-1m", cfg(func(c *http.HTTP2Config) { c.MaxReadFrameSize = 1 << 20 })},
+		{"as-built", nil, FrontOptions{}},
+		{"sluice", nil, FrontOptions{H2Server: H2ServerSluice}}, // --h2-server sluice (h2conn.go)
+		{"encoder-table-4k", cfg(func(c *http.HTTP2Config) { c.MaxEncoderHeaderTableSize = 4096 }), FrontOptions{}},
+		{"read-frame-1m", cfg(func(c *http.HTTP2Config) { c.MaxReadFrameSize = 1 << 20 }), FrontOptions{}},
 		{"windows-64k", cfg(func(c *http.HTTP2Config) {
 			c.MaxReceiveBufferPerConnection, c.MaxReceiveBufferPerStream = 64<<10, 64<<10
-		})},
-		{"count-error", cfg(func(c *http.HTTP2Config) { c.CountError = func(string) {} })},
-		{"xnet-roundrobin", xnet(nil)},
-		{"xnet-random", xnet(http2.NewRandomWriteScheduler)},
-		{"xnet-priority", xnet(func() http2.WriteScheduler { return http2.NewPriorityWriteScheduler(nil) })},
+		}), FrontOptions{}},
+		{"count-error", cfg(func(c *http.HTTP2Config) { c.CountError = func(string) {} }), FrontOptions{}},
+		{"xnet-roundrobin", xnet(nil), FrontOptions{}},
+		{"xnet-random", xnet(http2.NewRandomWriteScheduler), FrontOptions{}},
+		{"xnet-priority", xnet(func() http2.WriteScheduler { return http2.NewPriorityWriteScheduler(nil) }), FrontOptions{}},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			_, addr, pool := tlsProxyTuned(b, FrontFastHTTP, benchSnapshot(b), FrontOptions{}, v.tune)
+			_, addr, pool := tlsProxyTuned(b, FrontFastHTTP, benchSnapshot(b), v.fo, v.tune)
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "demo.test"},
 				ForceAttemptHTTP2: true, MaxConnsPerHost: 1}
 			defer tr.CloseIdleConnections()
