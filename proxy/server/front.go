@@ -38,8 +38,8 @@ type FrontOptions struct {
 	// than half its streams) within PrematureResetWindow is closed
 	// (rapid reset, h2reset.go) [0: no limit].
 	H2MaxPrematureResets int
-	// H2Server serves the TLS front's HTTP/2 connections: H2ServerXNet
-	// (net/http's server) or H2ServerSluice (h2conn.go) ["": xnet].
+	// H2Server serves the TLS front's HTTP/2 connections: H2ServerSluice
+	// (h2conn.go) or H2ServerXNet (net/http's server) ["": sluice].
 	H2Server string
 }
 

@@ -525,7 +525,7 @@ func TestTLSFrontRejectsUnknownH2Server(t *testing.T) {
 	}
 	cert, _ := testCertificate(t)
 	_, err = s.TLSFront(FrontStd, FrontOptions{Certificates: []tls.Certificate{cert}, H2Server: "nginx"})
-	if err == nil || err.Error() != `server: H2Server "nginx": want "xnet" or "sluice"` {
+	if err == nil || err.Error() != `server: H2Server "nginx": want "sluice" or "xnet"` {
 		t.Fatalf("err = %v", err)
 	}
 }

@@ -45,7 +45,7 @@ func TestFastHTTPFrontSuite(t *testing.T) {
 }
 
 // h2ServerEnv selects the HTTP/2 server of tlsProxy (empty: FrontOptions'
-// default, xnet).
+// default, sluice).
 const h2ServerEnv = "SLUICE_TEST_H2SERVER"
 
 // suiteRun reports (and logs) whether this process is one of the suite
@@ -60,18 +60,18 @@ func suiteRun(t *testing.T) bool {
 	return false
 }
 
-// TestSluiceH2ServerSuite runs this package's TLS-front tests once more
-// with --h2-server sluice (h2conn.go) for HTTP/2, so that both HTTP/2
-// servers give the same answers: the TLS front, rapid reset, idle and
-// streaming tests, and the new server's own.
-func TestSluiceH2ServerSuite(t *testing.T) {
+// TestXNetH2ServerSuite runs this package's TLS-front tests once more
+// with --h2-server xnet (net/http's HTTP/2 server), so that both HTTP/2
+// servers give the same answers: the TLS front, rapid reset, idle,
+// connection-limit and streaming tests.
+func TestXNetH2ServerSuite(t *testing.T) {
 	if suiteRun(t) {
 		return
 	}
-	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.run", "TLS|H2|Tls|Stream|Park|Idle")
-	cmd.Env = append(os.Environ(), h2ServerEnv+"="+H2ServerSluice)
+	cmd := exec.Command(os.Args[0], "-test.count=1", "-test.run", "TLS|H2|Tls|Stream|Park|Idle|ConnLimit")
+	cmd.Env = append(os.Environ(), h2ServerEnv+"="+H2ServerXNet)
 	out, err := cmd.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "PASS") {
-		t.Fatalf("sluice HTTP/2 server run failed: %v\n%s", err, out)
+		t.Fatalf("xnet HTTP/2 server run failed: %v\n%s", err, out)
 	}
 }

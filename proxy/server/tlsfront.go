@@ -15,7 +15,7 @@ import (
 
 // TLSFront serves a TLS listener. It makes the handshake itself and hands
 // each connection on by the protocol the client chose (ALPN): "h2" to
-// net/http's HTTP/2 server, "http/1.1" or none to the fasthttp front over
+// our HTTP/2 server (h2conn.go; net/http's with H2Server xnet), "http/1.1" or none to the fasthttp front over
 // the TLS connection (the std front's HTTP/1.1 when fasthttp is not the
 // kind, or the std upstream client is used).
 type TLSFront struct {
@@ -58,14 +58,14 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
 	switch o.H2Server {
-	case "", H2ServerXNet:
-	case H2ServerSluice:
+	case H2ServerXNet:
+	case "", H2ServerSluice:
 		t.h2s = newH2Server(std, std.ReadHeaderTimeout)
 		if h2TestTune != nil {
 			h2TestTune(t.h2s)
 		}
 	default:
-		return nil, fmt.Errorf("server: H2Server %q: want %q or %q", o.H2Server, H2ServerXNet, H2ServerSluice)
+		return nil, fmt.Errorf("server: H2Server %q: want %q or %q", o.H2Server, H2ServerSluice, H2ServerXNet)
 	}
 	switch kind {
 	case "", FrontStd:
