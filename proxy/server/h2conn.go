@@ -56,8 +56,6 @@ const (
 	h2MaxHandlersMul = 4 // handlers still running (reset streams) beyond 4×MaxStreams: ENHANCE_YOUR_CALM
 )
 
-var h2Preface = []byte(http2.ClientPreface)
-
 // h2Server serves HTTP/2 connections that completed their TLS handshake.
 type h2Server struct {
 	handler      http.Handler

@@ -473,12 +473,7 @@ func TestSluiceH2SlowReader(t *testing.T) {
 	if p, ok := c.next().(*http2.PingFrame); !ok || !p.IsAck() {
 		t.Fatalf("frame %v before the PING's ACK: DATA on a window of 0?", p)
 	}
-	var hc *h2conn
-	tf.h2s.mu.Lock()
-	for k := range tf.h2s.conns {
-		hc = k
-	}
-	tf.h2s.mu.Unlock()
+	hc := onlyConn(t, tf)
 	hc.mu.Lock()
 	buffered := len(hc.wbuf)
 	hc.mu.Unlock()
@@ -504,12 +499,7 @@ func TestSluiceH2IdleHoldsNoBuffer(t *testing.T) {
 	if st, _ := c.answer(1); st != 200 {
 		t.Fatalf("status %d", st)
 	}
-	var hc *h2conn
-	tf.h2s.mu.Lock()
-	for k := range tf.h2s.conns {
-		hc = k
-	}
-	tf.h2s.mu.Unlock()
+	hc := onlyConn(t, tf)
 	poll.EventuallyTrue(t, 10*time.Second, "idle", func() bool {
 		hc.mu.Lock()
 		defer hc.mu.Unlock()
@@ -528,4 +518,18 @@ func TestTLSFrontRejectsUnknownH2Server(t *testing.T) {
 	if err == nil || err.Error() != `server: H2Server "nginx": want "sluice" or "xnet"` {
 		t.Fatalf("err = %v", err)
 	}
+}
+
+// onlyConn is the sluice HTTP/2 server's one connection.
+func onlyConn(t *testing.T, tf *TLSFront) *h2conn {
+	t.Helper()
+	tf.h2s.mu.Lock()
+	defer tf.h2s.mu.Unlock()
+	if len(tf.h2s.conns) != 1 {
+		t.Fatalf("%d connections, want 1", len(tf.h2s.conns))
+	}
+	for c := range tf.h2s.conns {
+		return c
+	}
+	return nil
 }

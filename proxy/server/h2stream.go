@@ -776,27 +776,12 @@ func (w *h2writer) run(handler http.HandlerFunc) {
 // SetReadDeadline bounds the request body's reads (http.ResponseController).
 func (w *h2writer) SetReadDeadline(t time.Time) error {
 	st := w.st
-	c := st.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if st.readDL != nil {
-		st.readDL.Stop()
-	}
+	st.c.mu.Lock()
+	defer st.c.mu.Unlock()
 	st.readTO = false
-	if t.IsZero() || st.closed {
-		return nil
-	}
-	d := time.Until(t)
-	if d <= 0 {
+	st.setDeadlineLocked(&st.readDL, t, func() {
 		st.readTO = true
 		st.cond.Broadcast()
-		return nil
-	}
-	st.readDL = time.AfterFunc(d, func() {
-		c.mu.Lock()
-		st.readTO = true
-		st.cond.Broadcast()
-		c.mu.Unlock()
 	})
 	return nil
 }
@@ -807,31 +792,36 @@ func (w *h2writer) SetWriteDeadline(t time.Time) error {
 	c := st.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if st.writeDL != nil {
-		st.writeDL.Stop()
-	}
-	if t.IsZero() || st.closed {
-		return nil
-	}
-	expire := func() {
+	st.setDeadlineLocked(&st.writeDL, t, func() {
 		st.writeTO = true
 		if !st.closed {
 			c.wbuf = appendRST(c.wbuf, st.id, http2.ErrCodeInternal)
 			st.closeLocked(os.ErrDeadlineExceeded)
 			c.flushLocked()
 		}
+	})
+	return nil
+}
+
+// setDeadlineLocked runs expire (under c.mu) at t, now if t has passed;
+// the zero t only stops the timer.
+func (st *h2stream) setDeadlineLocked(timer **time.Timer, t time.Time, expire func()) {
+	if *timer != nil {
+		(*timer).Stop()
+	}
+	if t.IsZero() || st.closed {
+		return
 	}
 	d := time.Until(t)
 	if d <= 0 {
 		expire()
-		return nil
+		return
 	}
-	st.writeDL = time.AfterFunc(d, func() {
-		c.mu.Lock()
+	*timer = time.AfterFunc(d, func() {
+		st.c.mu.Lock()
 		expire()
-		c.mu.Unlock()
+		st.c.mu.Unlock()
 	})
-	return nil
 }
 
 var h2BufPool = sync.Pool{New: func() any { b := make([]byte, 0, h2BodyChunk); return &b }}
