@@ -18,7 +18,7 @@
 # Rounds interleave the rows. Ports: a free block (benchtool ports) or PORT_BASE.
 #
 # PHASES (default "h1 h2 hs hsf") runs only those phases (the others' columns stay empty).
-# The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server sluice" PHASES=h2.
+# The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server xnet" PHASES=h2
 #
 # Usage: ROUNDS=3 DURATION=8s HS_DURATION=5s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
 set -euo pipefail

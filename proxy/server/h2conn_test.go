@@ -320,17 +320,27 @@ func TestSluiceH2RequestFlowControl(t *testing.T) {
 // A request body larger than both windows is streamed to the backend whole
 // (the server gives the windows back as the handler reads).
 func TestSluiceH2RequestBodyStreams(t *testing.T) {
-	_, addr, pool := sluiceFront(t, bigBackend(0, nil, nil), func(s *h2Server) { s.streamWin, s.connWin = 65535, 65535 })
+	for _, small := range []bool{true, false} { // 64 KiB windows, and lbproxy's
+		tune := func(s *h2Server) { s.streamWin, s.connWin = 65535, 65535 }
+		n := 300_000
+		if !small {
+			tune, n = nil, 5_000_000
+		}
+		t.Run(fmt.Sprintf("windows-64k-%v", small), func(t *testing.T) { requestBodyStreams(t, tune, n) })
+	}
+}
+
+func requestBodyStreams(t *testing.T, tune func(*h2Server), n int) {
+	_, addr, pool := sluiceFront(t, bigBackend(0, nil, nil), tune)
 	cl := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true, TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "demo.test"},
 		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"h2"}}}
 			return d.DialContext(ctx, "tcp", addr)
 		}}}
 	defer cl.CloseIdleConnections()
-	const n = 300_000
-	for _, cl64 := range []int64{n, -1} { // with a Content-Length, and without
+	for _, cl64 := range []int{n, -1} { // with a Content-Length, and without
 		req, _ := http.NewRequest("POST", "https://demo.test/echo", io.MultiReader(bytes.NewReader(make([]byte, n))))
-		req.ContentLength = cl64
+		req.ContentLength = int64(cl64)
 		res, err := cl.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -532,4 +542,26 @@ func onlyConn(t *testing.T, tf *TLSFront) *h2conn {
 		return c
 	}
 	return nil
+}
+
+// A backend that answers without reading the request body: the answer
+// still reaches the client, whole.
+func TestSluiceH2AnswerBeforeBody(t *testing.T) {
+	_, addr, pool := sluiceFront(t, bigBackend(0, nil, nil), nil)
+	cl := &http.Client{Transport: &http.Transport{ForceAttemptHTTP2: true,
+		DialTLSContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			d := tls.Dialer{Config: &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"h2"}}}
+			return d.DialContext(ctx, "tcp", addr)
+		}}}
+	defer cl.CloseIdleConnections()
+	req, _ := http.NewRequest("POST", "https://demo.test/", bytes.NewReader(make([]byte, 5_000_000)))
+	res, err := cl.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil || res.StatusCode != 200 || string(body) != "ok" {
+		t.Fatalf("%d %q %v, want 200 ok", res.StatusCode, body, err)
+	}
 }
