@@ -11,6 +11,7 @@
 #   lbproxy-tls   HTTP/1.1 over TLS (ECDSA P-256), ALPN http/1.1 on --tls-front std (net/http)
 #   lbproxy-tls-fast  the same on --tls-front fasthttp (the default; parked while idle)
 #   lbproxy-h2    HTTP/2 over TLS, ALPN h2: one GET, then no open stream
+#   lbproxy-h2-sluice  the same with --h2-server sluice (our HTTP/2 server)
 #   nginx, nginx-tls, nginx-h2  the same three on nginx, one worker, when
 #                 nginx is installed (its worker's RSS)
 # Then, for each count in UPCONNS, idle upstream (pool) connections
@@ -34,7 +35,7 @@
 # an empty CONNS or UPCONNS skips that part)
 set -euo pipefail
 CONNS=${CONNS-10000 50000}
-ROWS=${ROWS-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 nginx nginx-tls nginx-h2}
+ROWS=${ROWS-lbproxy lbproxy-net lbproxy-tls lbproxy-tls-fast lbproxy-h2 lbproxy-h2-sluice nginx nginx-tls nginx-h2}
 UPCONNS=${UPCONNS-5000}
 UPROWS=${UPROWS-lbproxy-up lbproxy-up-std nginx-up}
 RSS_SETTLE=${RSS_SETTLE:-20s} # then poll RSS until it stops falling, at most this long (0: off)
@@ -157,15 +158,16 @@ for n in $CONNS; do
   place $((n + 200)) || continue
   for row in $ROWS; do
     case $row in
-      lbproxy|lbproxy-net|lbproxy-tls|lbproxy-tls-fast|lbproxy-h2)
+      lbproxy|lbproxy-net|lbproxy-tls|lbproxy-tls-fast|lbproxy-h2|lbproxy-h2-sluice)
         extra=(); url=http://127.0.0.1:28383/; addr=127.0.0.1:28383; tls=()
         [ "$row" = lbproxy-net ] && extra=(--front std)
-        case $row in lbproxy-tls*|lbproxy-h2)
+        case $row in lbproxy-tls*|lbproxy-h2*)
           extra=(--listen-tls 127.0.0.1:28384 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
           url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls) ;; esac
         [ "$row" = lbproxy-tls ] && extra+=(--tls-front std)
         [ "$row" = lbproxy-tls-fast ] && extra+=(--tls-front fasthttp)
-        [ "$row" = lbproxy-h2 ] && tls=(-h2)
+        case $row in lbproxy-h2*) tls=(-h2) ;; esac
+        [ "$row" = lbproxy-h2-sluice ] && extra+=(--h2-server sluice)
         lbproxy "$row" "$WORK/snapshot.json" "${extra[@]}"
         wait_up "$url"
         prof=(); [ -n "${PROFILES:-}" ] && prof=(-heap-profile "$PROFILES/$row-$n.pprof")

@@ -17,11 +17,15 @@
 # --tls-front fasthttp and ALT_FLAGS (an A/B of two builds in one run).
 # Rounds interleave the rows. Ports: a free block (benchtool ports) or PORT_BASE.
 #
+# PHASES (default "h1 h2 hs hsf") runs only those phases (the others' columns stay empty).
+# The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server xnet" PHASES=h2
+#
 # Usage: ROUNDS=3 DURATION=8s HS_DURATION=5s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
 DURATION=${DURATION:-8s}
 HS_DURATION=${HS_DURATION:-5s}
+PHASES=" ${PHASES:-h1 h2 hs hsf} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-tls.XXXXXX)
 PIDS=()
@@ -110,15 +114,22 @@ h2run() { # $1: row; sets n and rps
     rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out")
   fi
 }
-declare -A H1 H2 HS HF R1 R2 RS RF
+declare -A H1=() H2=() HS=() HF=() R1=() R2=() RS=() RF=()
 for r in $(seq "$ROUNDS"); do
   for row in "${ROWS[@]}"; do
-    t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$DURATION" -c64; t1=$(ticks "${PID[$row]}")
-    H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$rps "
-    t0=$(ticks "${PID[$row]}"); h2run "$row"; t1=$(ticks "${PID[$row]}")
-    H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$rps "
-    t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$HS_DURATION" -c16 -H 'Connection: close'; t1=$(ticks "${PID[$row]}")
-    HS[$row]+="$(per "$t0" "$t1" "$n") "; RS[$row]+="$rps "
+    if [[ $PHASES == *" h1 "* ]]; then
+      t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$DURATION" -c64; t1=$(ticks "${PID[$row]}")
+      H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$rps "
+    fi
+    if [[ $PHASES == *" h2 "* ]]; then
+      t0=$(ticks "${PID[$row]}"); h2run "$row"; t1=$(ticks "${PID[$row]}")
+      H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$rps "
+    fi
+    if [[ $PHASES == *" hs "* ]]; then
+      t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$HS_DURATION" -c16 -H 'Connection: close'; t1=$(ticks "${PID[$row]}")
+      HS[$row]+="$(per "$t0" "$t1" "$n") "; RS[$row]+="$rps "
+    fi
+    [[ $PHASES == *" hsf "* ]] || continue
     t0=$(ticks "${PID[$row]}")
     out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -newconn -url "${URL[$row]}" -conns 16 -duration "$HS_DURATION")
     t1=$(ticks "${PID[$row]}")
@@ -127,15 +138,15 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "load after: $(uptime)" >&2
-med() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+med() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }'; }
-n1=$(med <<<"${H1[nginx]}"); n2=$(med <<<"${H2[nginx]}"); ns=$(med <<<"${HS[nginx]}"); nf=$(med <<<"${HF[nginx]}")
+n1=$(med <<<"${H1[nginx]:-}"); n2=$(med <<<"${H2[nginx]:-}"); ns=$(med <<<"${HS[nginx]:-}"); nf=$(med <<<"${HF[nginx]:-}")
 printf '| row | h1 req/s | h1 µs/req | ÷ nginx | h2 req/s | h2 µs/req | ÷ nginx | resumed conn/s | µs/conn | ÷ nginx | full-handshake conn/s | µs/conn | ÷ nginx |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for row in "${ROWS[@]}"; do
-  c1=$(med <<<"${H1[$row]}"); c2=$(med <<<"${H2[$row]}"); cs=$(med <<<"${HS[$row]}"); cf=$(med <<<"${HF[$row]}")
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$(med <<<"${R1[$row]}")" "$c1" "$(ratio "$c1" "$n1")" \
-    "$(med <<<"${R2[$row]}")" "$c2" "$(ratio "$c2" "$n2")" "$(med <<<"${RS[$row]}")" "$cs" "$(ratio "$cs" "$ns")" \
-    "$(med <<<"${RF[$row]}")" "$cf" "$(ratio "$cf" "$nf")"
+  c1=$(med <<<"${H1[$row]:-}"); c2=$(med <<<"${H2[$row]:-}"); cs=$(med <<<"${HS[$row]:-}"); cf=$(med <<<"${HF[$row]:-}")
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$(med <<<"${R1[$row]:-}")" "$c1" "$(ratio "$c1" "$n1")" \
+    "$(med <<<"${R2[$row]:-}")" "$c2" "$(ratio "$c2" "$n2")" "$(med <<<"${RS[$row]:-}")" "$cs" "$(ratio "$cs" "$ns")" \
+    "$(med <<<"${RF[$row]:-}")" "$cf" "$(ratio "$cf" "$nf")"
 done
-for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]}· h2 ${H2[$row]}· resumed ${HS[$row]}· full ${HF[$row]}"; done
+for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]:-}· h2 ${H2[$row]:-}· resumed ${HS[$row]:-}· full ${HF[$row]:-}"; done

@@ -38,6 +38,9 @@ type FrontOptions struct {
 	// than half its streams) within PrematureResetWindow is closed
 	// (rapid reset, h2reset.go) [0: no limit].
 	H2MaxPrematureResets int
+	// H2Server serves the TLS front's HTTP/2 connections: H2ServerSluice
+	// (h2conn.go) or H2ServerXNet (net/http's server) ["": sluice].
+	H2Server string
 }
 
 // HTTPServer returns an http.Server serving s with the front limits. With

@@ -40,23 +40,26 @@ func BenchmarkH2Front(b *testing.B) {
 	cfg := func(f func(c *http.HTTP2Config)) func(*http.Server) {
 		return func(s *http.Server) { f(s.HTTP2) }
 	}
+	xn := FrontOptions{H2Server: H2ServerXNet}
 	for _, v := range []struct {
 		name string
 		tune func(*http.Server)
+		fo   FrontOptions
 	}{
-		{"as-built", nil},
-		{"encoder-table-4k", cfg(func(c *http.HTTP2Config) { c.MaxEncoderHeaderTableSize = 4096 })},
-		{"read-frame-1m", cfg(func(c *http.HTTP2Config) { c.MaxReadFrameSize = 1 << 20 })},
+		{"as-built", nil, FrontOptions{}}, // --h2-server sluice (h2conn.go), the default
+		{"xnet", nil, xn},                 // --h2-server xnet (net/http's); the variants below change it
+		{"encoder-table-4k", cfg(func(c *http.HTTP2Config) { c.MaxEncoderHeaderTableSize = 4096 }), xn},
+		{"read-frame-1m", cfg(func(c *http.HTTP2Config) { c.MaxReadFrameSize = 1 << 20 }), xn},
 		{"windows-64k", cfg(func(c *http.HTTP2Config) {
 			c.MaxReceiveBufferPerConnection, c.MaxReceiveBufferPerStream = 64<<10, 64<<10
-		})},
-		{"count-error", cfg(func(c *http.HTTP2Config) { c.CountError = func(string) {} })},
-		{"xnet-roundrobin", xnet(nil)},
-		{"xnet-random", xnet(http2.NewRandomWriteScheduler)},
-		{"xnet-priority", xnet(func() http2.WriteScheduler { return http2.NewPriorityWriteScheduler(nil) })},
+		}), xn},
+		{"count-error", cfg(func(c *http.HTTP2Config) { c.CountError = func(string) {} }), xn},
+		{"xnet-roundrobin", xnet(nil), xn},
+		{"xnet-random", xnet(http2.NewRandomWriteScheduler), xn},
+		{"xnet-priority", xnet(func() http2.WriteScheduler { return http2.NewPriorityWriteScheduler(nil) }), xn},
 	} {
 		b.Run(v.name, func(b *testing.B) {
-			_, addr, pool := tlsProxyTuned(b, FrontFastHTTP, benchSnapshot(b), FrontOptions{}, v.tune)
+			_, addr, pool := tlsProxyTuned(b, FrontFastHTTP, benchSnapshot(b), v.fo, v.tune)
 			tr := &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool, ServerName: "demo.test"},
 				ForceAttemptHTTP2: true, MaxConnsPerHost: 1}
 			defer tr.CloseIdleConnections()

@@ -21,8 +21,9 @@ import (
 // --h2-max-premature-resets) were premature and they are more than half of
 // the window's streams, the connection is tripped: every stream it starts
 // afterwards, and the stream that tripped it unless its answer's head was
-// written already, answers with "Connection: close", on which net/http sends
-// GOAWAY (NO_ERROR, with the last stream id: nothing above it is served)
+// written already, answers with "Connection: close", on which the HTTP/2
+// server (ours, h2conn.go, or net/http's) sends GOAWAY (NO_ERROR, with the
+// last stream id: nothing above it is served)
 // and closes the connection once its streams are done; and it is closed
 // outright PrematureResetGrace after the trip in any case. net/http offers
 // a handler no GOAWAY with ENHANCE_YOUR_CALM; its own ENHANCE_YOUR_CALM

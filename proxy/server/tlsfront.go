@@ -15,13 +15,14 @@ import (
 
 // TLSFront serves a TLS listener. It makes the handshake itself and hands
 // each connection on by the protocol the client chose (ALPN): "h2" to
-// net/http's HTTP/2 server, "http/1.1" or none to the fasthttp front over
+// our HTTP/2 server (h2conn.go; net/http's with H2Server xnet), "http/1.1" or none to the fasthttp front over
 // the TLS connection (the std front's HTTP/1.1 when fasthttp is not the
 // kind, or the std upstream client is used).
 type TLSFront struct {
 	cfg       *tls.Config
 	handshake time.Duration // bounds each handshake (ReadHeaderTimeout)
 	std       *http.Server
+	h2s       *h2Server  // --h2-server sluice: serves h2 instead of std
 	fast      *FastFront // nil: std serves HTTP/1.1 too
 	h2, h1    *connQueue // the handshaken connections for std and fast
 
@@ -56,6 +57,16 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 		std.Handler, std.ConnContext = g, g.connContext
 	}
 	t := &TLSFront{cfg: std.TLSConfig, handshake: std.ReadHeaderTimeout, std: std, h2: newConnQueue(), h1: newConnQueue()}
+	switch o.H2Server {
+	case H2ServerXNet:
+	case "", H2ServerSluice:
+		t.h2s = newH2Server(std, std.ReadHeaderTimeout)
+		if h2TestTune != nil {
+			h2TestTune(t.h2s)
+		}
+	default:
+		return nil, fmt.Errorf("server: H2Server %q: want %q or %q", o.H2Server, H2ServerSluice, H2ServerXNet)
+	}
 	switch kind {
 	case "", FrontStd:
 	case FrontFastHTTP:
@@ -122,7 +133,15 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		return
 	}
 	releaseTLSBuffers(tc, 0) // the handshake's capacity (ClientHello): no Read runs yet, whichever server reads next
-	if t.fast == nil || tc.ConnectionState().NegotiatedProtocol == "h2" {
+	h2 := tc.ConnectionState().NegotiatedProtocol == "h2"
+	if t.h2s != nil && h2 {
+		if rec != nil {
+			rec.free = true // the whole socket read at once: crypto/tls's buffer tells what is left
+		}
+		t.h2s.serve(tc)
+		return
+	}
+	if t.fast == nil || h2 {
 		if rec != nil {
 			rec.free = true // net/http is never parked: no cutting
 		}
@@ -143,6 +162,11 @@ func (t *TLSFront) Shutdown(ctx context.Context) error {
 	if serr := t.std.Shutdown(ctx); err == nil {
 		err = serr
 	}
+	if t.h2s != nil {
+		if serr := t.h2s.shutdown(ctx); err == nil {
+			err = serr
+		}
+	}
 	t.wg.Wait()
 	return err
 }
@@ -157,7 +181,10 @@ func (t *TLSFront) Close() error {
 	if serr := t.std.Close(); err == nil {
 		err = serr
 	}
-	t.wg.Wait()
+	t.wg.Wait() // no handshake hands a connection on after this
+	if t.h2s != nil {
+		t.h2s.closeAll()
+	}
 	return err
 }
 
@@ -173,6 +200,10 @@ func (t *TLSFront) stop() {
 	t.h2.Close()
 	t.h1.Close()
 }
+
+// h2TestTune, set by tests only, changes the sluice HTTP/2 server's limits
+// before it serves.
+var h2TestTune func(*h2Server)
 
 // connQueue is the listener an inner server accepts handshaken connections
 // from.

@@ -89,6 +89,9 @@ func tlsProxyOpts(t testing.TB, kind string, snap *snapshot.Snapshot, fo FrontOp
 	}
 	cert, pool := testCertificate(t)
 	fo.Certificates = []tls.Certificate{cert}
+	if fo.H2Server == "" {
+		fo.H2Server = os.Getenv(h2ServerEnv)
+	}
 	tf, err := s.TLSFront(kind, fo)
 	if err != nil {
 		t.Fatal(err)

@@ -74,7 +74,7 @@ func newApp() *cli.App {
 			&cli.Float64Flag{Name: "trace-sample", Value: 0.01, Usage: "share of root requests traced, 0..1 (parent-based)", EnvVars: env("TRACE_SAMPLE")},
 			&cli.StringFlag{Name: "upstream-client", Value: "fast", Usage: "fast (purpose-built HTTP/1.1 client) or std (httputil.ReverseProxy + http.Transport)", EnvVars: env("UPSTREAM_CLIENT")},
 			&cli.StringFlag{Name: "front", Usage: "server of the plain HTTP listener: fasthttp (default; one system call and one goroutine wake-up less per request) or std (net/http; the default with --upstream-client std). (--tls-front chooses for --listen-tls)", EnvVars: env("FRONT")},
-			&cli.StringFlag{Name: "tls-front", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2, is always net/http): fasthttp (default; less CPU per request, idle connections parked: 5 KiB of heap and 2 KiB of stack each) or std (net/http; 14 KiB of heap and 8 KiB of stack per idle connection; the default with --upstream-client std); docs/BENCHMARKS.md", EnvVars: env("TLS_FRONT")},
+			&cli.StringFlag{Name: "tls-front", Usage: "server of HTTP/1.1 on --listen-tls (HTTP/2, ALPN h2: --h2-server): fasthttp (default; less CPU per request, idle connections parked: 5 KiB of heap and 2 KiB of stack each) or std (net/http; 14 KiB of heap and 8 KiB of stack per idle connection; the default with --upstream-client std); docs/BENCHMARKS.md", EnvVars: env("TLS_FRONT")},
 			&cli.BoolFlag{Name: "pprof", Usage: "serve net/http/pprof on the admin API under /debug/pprof/ (behind --admin-token)", EnvVars: env("PPROF")},
 			&cli.DurationFlag{Name: "report-interval", Value: 5e9, Usage: "how often the status and demand reports are rewritten in etcd (staged rollouts judge traffic from them)", EnvVars: env("REPORT_INTERVAL")},
 			&cli.IntFlag{Name: "max-instances", Usage: "refuse a snapshot with more backend instances than this (the proxy's memory budget; it keeps the last good one and reports the rejection); 0: no limit", EnvVars: env("MAX_INSTANCES")},
@@ -85,6 +85,7 @@ func newApp() *cli.App {
 			&cli.DurationFlag{Name: "read-header-timeout", Value: 10e9, Usage: "time to read request headers (slowloris guard)", EnvVars: env("READ_HEADER_TIMEOUT")},
 			&cli.DurationFlag{Name: "idle-timeout", Value: 90e9, Usage: "idle client keep-alive timeout", EnvVars: env("IDLE_TIMEOUT")},
 			&cli.IntFlag{Name: "max-header-bytes", Value: 64 << 10, Usage: "request header limit (431 above)", EnvVars: env("MAX_HEADER_BYTES")},
+			&cli.StringFlag{Name: "h2-server", Value: server.H2ServerSluice, Usage: "server of HTTP/2 (ALPN h2) on --listen-tls: sluice (the default; our own: one goroutine per connection, no frame buffer held by an idle connection, 17 KiB per idle connection; docs/ARCHITECTURE.md) or xnet (net/http's: 37 KiB)", EnvVars: env("H2_SERVER")},
 			&cli.IntFlag{Name: "h2-max-premature-resets", Value: 100, Usage: "close an HTTP/2 connection (GOAWAY) whose client reset more streams than this before their answers, and more than half its streams, within 10 s (rapid reset); 0: no limit", EnvVars: env("H2_MAX_PREMATURE_RESETS")},
 			&cli.Int64Flag{Name: "max-body-bytes", Value: 64 << 20, Usage: "request body limit (413 above); -1 for none", EnvVars: env("MAX_BODY_BYTES")},
 			&cli.IntFlag{Name: "max-probes", Value: 64, Usage: "active health probes in flight at most; the others wait for a slot (their timeout not started)", EnvVars: env("MAX_PROBES")},
@@ -134,6 +135,9 @@ func run(c *cli.Context) error {
 	if n := c.Int("max-instances"); n < 0 {
 		return fmt.Errorf("--max-instances %d: want 0 (no limit) or a positive count", n)
 	}
+	if v := c.String("h2-server"); v != server.H2ServerXNet && v != server.H2ServerSluice {
+		return fmt.Errorf("--h2-server %q: want %q or %q", v, server.H2ServerSluice, server.H2ServerXNet)
+	}
 	if n := c.Int("h2-max-premature-resets"); n < 0 {
 		return fmt.Errorf("--h2-max-premature-resets %d: want 0 (no limit) or a positive count", n)
 	}
@@ -156,6 +160,7 @@ func run(c *cli.Context) error {
 		Front: server.FrontOptions{
 			ReadHeaderTimeout: c.Duration("read-header-timeout"), IdleTimeout: c.Duration("idle-timeout"),
 			MaxHeaderBytes: c.Int("max-header-bytes"), H2MaxPrematureResets: c.Int("h2-max-premature-resets"),
+			H2Server: c.String("h2-server"),
 		},
 		AccessLogBuffer: c.Int("access-log-buffer"), AccessLogFlush: c.Duration("access-log-flush"),
 		StallTimeout:   c.Duration("watch-stall-timeout"),

@@ -35,3 +35,14 @@ func TestMemoryReleaseIntervalNotNegative(t *testing.T) {
 		t.Errorf("--memory-release-interval -1s: %v", err)
 	}
 }
+
+// --h2-server takes sluice or xnet; anything else is refused, naming the
+// flag, the value and the choices, before anything starts.
+func TestH2ServerFlagChecked(t *testing.T) {
+	app := newApp()
+	app.Writer = &bytes.Buffer{}
+	err := app.Run([]string{"lbproxy", "--proxy-cluster", "BFE1", "--h2-server", "nghttp2"})
+	if err == nil || err.Error() != `--h2-server "nghttp2": want "sluice" or "xnet"` {
+		t.Errorf("--h2-server nghttp2: %v", err)
+	}
+}
