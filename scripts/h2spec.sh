@@ -7,7 +7,7 @@
 # is missing.
 #
 # Usage: scripts/h2spec.sh            (H2SPEC=path, SERVERS="xnet sluice", KEEP=1 keeps the work directory)
-# CI: go install github.com/summerwind/h2spec/cmd/h2spec@v2.6.0 (or a release binary), openssl.
+# CI (.ci/run): go install github.com/summerwind/h2spec/cmd/h2spec@v2.2.1+incompatible, openssl.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 H2SPEC=${H2SPEC:-$(command -v h2spec || echo "$HOME/go/bin/h2spec")}
