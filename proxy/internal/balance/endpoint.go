@@ -116,7 +116,11 @@ const inflightCells = 4
 type cell struct {
 	n     atomic.Int64
 	flags atomic.Uint32 // cellReleased | cellFailing, the same in every cell
-	_     [52]byte
+	// solo is the one load tree tracking the address, when exactly one
+	// does (nil otherwise), the same in every cell: a tree's acquire reads
+	// it from the line it has just written rather than trees and its slice.
+	solo atomic.Pointer[loadTree]
+	_    [40]byte
 }
 
 const (
@@ -185,6 +189,13 @@ func (e *Endpoint) noteLoad() {
 
 // track points the address at the load trees holding it (nil: none).
 func (e *Endpoint) track(ts *[]loadSlot) {
+	var solo *loadTree
+	if ts != nil && len(*ts) == 1 {
+		solo = (*ts)[0].t
+	}
+	for i := range e.load {
+		e.load[i].solo.Store(solo)
+	}
 	e.trees.Store(ts)
 	if ts != nil {
 		e.setFlags(cellTracked)
