@@ -27,9 +27,14 @@ func TestCellsNameTheOnlyLoadTree(t *testing.T) {
 	treesForAll(t)
 	e := newEnv(t, snap(1, leastLoadPolicy(config.InstanceWLC), 0, sc{name: "A", weight: 100, weights: []int{1, 2, 3}}))
 	g := e.cluster().subs[0]
-	for _, m := range g.members {
+	for i, m := range g.members {
 		if got := soloOf(t, m.ep); got != g.load || got == nil {
 			t.Fatalf("%s: cells name tree %p; want the one tracking it, %p", m.ep.Addr(), got, g.load)
+		}
+		for c := range m.ep.load {
+			if at := m.ep.load[c].soloAt.Load(); at != int32(i) {
+				t.Fatalf("%s: cell %d places it at %d in its tree, want %d", m.ep.Addr(), c, at, i)
+			}
 		}
 	}
 	e.apply(sharedTrees(config.InstanceWLC, config.InstanceLeastConn, []int{1, 2, 3}))
@@ -150,4 +155,34 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 	}
 	busy.load[sel.stripe&(inflightCells-1)].n.Add(-1)
 	busy.noteLoad()
+}
+
+// A release whose cell names the tree but a wrong place in it (a track
+// running alongside: the tree and the index are two words) still reaches
+// the address's own leaf.
+func TestReleaseWithStaleSoloIndexReachesTheTree(t *testing.T) {
+	treesForAll(t)
+	e := newEnv(t, snap(1, leastLoadPolicy(config.InstanceLeastConn), 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1}}))
+	s := e.cluster().NewSelection(nil, netip.Addr{})
+	p, err := s.Next()
+	s.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := e.cluster().subs[0]
+	tr, ep := g.load, p.Endpoint()
+	i := 0
+	for g.members[i].ep != ep {
+		i++
+	}
+	for c := range ep.load {
+		ep.load[c].soloAt.Store(int32((i + 1) % len(g.members)))
+	}
+	p.Done(Result{Status: 200})
+	tr.mu.Lock()
+	n := tr.n[i]
+	tr.mu.Unlock()
+	if n != 0 {
+		t.Fatalf("tree holds %d in flight for %s after its one pick was answered, want 0", n, ep.Addr())
+	}
 }
