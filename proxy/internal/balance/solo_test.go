@@ -7,6 +7,18 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 )
 
+// soloPick is one first pick from c, its answer left to the caller.
+func soloPick(t *testing.T, c *Cluster) Pick {
+	t.Helper()
+	s := c.NewSelection(nil, netip.Addr{})
+	p, err := s.Next()
+	s.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
 // soloOf is the tree every in-flight cell of e names as the address's only
 // one; it fails the test if the cells disagree.
 func soloOf(t *testing.T, e *Endpoint) *loadTree {
@@ -70,34 +82,14 @@ func TestLoadTreeAcquireReachesSharedTreesEitherWay(t *testing.T) {
 				watcher = e.cluster()
 			}
 			for _, c := range []*Cluster{picker, watcher} { // sync both trees
-				s := c.NewSelection(nil, netip.Addr{})
-				p, err := s.Next()
-				s.Release()
-				if err != nil {
-					t.Fatal(err)
-				}
-				p.Done(Result{Status: 200})
+				soloPick(t, c).Done(Result{Status: 200})
 			}
-			var held []Pick
-			for range 2 {
-				s := picker.NewSelection(nil, netip.Addr{})
-				p, err := s.Next()
-				s.Release()
-				if err != nil {
-					t.Fatal(err)
-				}
-				held = append(held, p)
-			}
+			held := []Pick{soloPick(t, picker), soloPick(t, picker)}
 			if held[0].Endpoint() == held[1].Endpoint() {
 				t.Fatalf("%s picked %s twice: want two different instances", pickFrom, addrOf(held[0]))
 			}
 			for range 6 {
-				s := watcher.NewSelection(nil, netip.Addr{})
-				p, err := s.Next()
-				s.Release()
-				if err != nil {
-					t.Fatal(err)
-				}
+				p := soloPick(t, watcher)
 				if p.Endpoint() == held[0].Endpoint() || p.Endpoint() == held[1].Endpoint() {
 					t.Fatalf("%s's pick %s is one held through %s: want the idle one", watcher.name, addrOf(p), pickFrom)
 				}
@@ -117,15 +109,7 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 	treesForAll(t)
 	s1 := snap(1, leastLoadPolicy(config.InstanceLeastConn), 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1}})
 	e := newEnv(t, s1)
-	pickDone := func() {
-		s := e.cluster().NewSelection(nil, netip.Addr{})
-		p, err := s.Next()
-		s.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-		p.Done(Result{Status: 200})
-	}
+	pickDone := func() { soloPick(t, e.cluster()).Done(Result{Status: 200}) }
 	pickDone() // syncs the first table's tree
 	old := e.cluster().subs[0].load
 	e.apply(snap(2, leastLoadPolicy(config.InstanceLeastConn), 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1}}))
@@ -139,12 +123,7 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 	busy := old.eps[0]
 	var held []Pick
 	for range 2 {
-		s := e.cluster().NewSelection(nil, netip.Addr{})
-		p, err := s.Next()
-		s.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
+		p := soloPick(t, e.cluster())
 		if p.Endpoint() == busy {
 			t.Fatalf("new table picked %s, counted in flight through the retired tree", busy.Addr())
 		}
@@ -163,12 +142,7 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 func TestReleaseWithStaleSoloIndexReachesTheTree(t *testing.T) {
 	treesForAll(t)
 	e := newEnv(t, snap(1, leastLoadPolicy(config.InstanceLeastConn), 0, sc{name: "A", weight: 100, weights: []int{1, 1, 1}}))
-	s := e.cluster().NewSelection(nil, netip.Addr{})
-	p, err := s.Next()
-	s.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := soloPick(t, e.cluster())
 	g := e.cluster().subs[0]
 	tr, ep := g.load, p.Endpoint()
 	i := 0
