@@ -116,7 +116,14 @@ const inflightCells = 4
 type cell struct {
 	n     atomic.Int64
 	flags atomic.Uint32 // cellReleased | cellFailing, the same in every cell
-	_     [52]byte
+	// soloAt is the address's member index in solo.
+	soloAt atomic.Int32
+	// solo is the one load tree tracking the address, when exactly one
+	// does (nil otherwise), the same in every cell: a tree's acquire and
+	// the release read it from the line they have just written rather
+	// than trees and its slice.
+	solo atomic.Pointer[loadTree]
+	_    [40]byte
 }
 
 const (
@@ -176,6 +183,25 @@ func (e *Endpoint) release(c *cell) (tracked bool) {
 	return c.flags.Load()&cellTracked != 0
 }
 
+// noteRelease is noteLoad after a release on c: through c's solo tree
+// when one tracks the address alone (c's line is the one just written),
+// else through trees. The index is checked under the tree's lock: a
+// track running alongside (solo and soloAt are two words) sends the
+// update the long way.
+func (e *Endpoint) noteRelease(c *cell) {
+	if t := c.solo.Load(); t != nil {
+		i := int(c.soloAt.Load())
+		t.mu.Lock()
+		if i < len(t.eps) && t.eps[i] == e {
+			t.setLoad(i)
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+	}
+	e.noteLoad()
+}
+
 // noteLoad writes the in-flight count to the trees tracking the address.
 func (e *Endpoint) noteLoad() {
 	if ts := e.trees.Load(); ts != nil {
@@ -185,6 +211,15 @@ func (e *Endpoint) noteLoad() {
 
 // track points the address at the load trees holding it (nil: none).
 func (e *Endpoint) track(ts *[]loadSlot) {
+	var solo *loadTree
+	var at int32
+	if ts != nil && len(*ts) == 1 {
+		solo, at = (*ts)[0].t, (*ts)[0].i
+	}
+	for i := range e.load {
+		e.load[i].soloAt.Store(at)
+		e.load[i].solo.Store(solo)
+	}
 	e.trees.Store(ts)
 	if ts != nil {
 		e.setFlags(cellTracked)

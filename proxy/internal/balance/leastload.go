@@ -547,12 +547,13 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		return i
 	}
 	e := t.eps[i]
-	e.load[s.stripe&(inflightCells-1)].n.Add(1)
+	c := &e.load[s.stripe&(inflightCells-1)]
+	c.n.Add(1)
 	s.acquired = true
 	// Read after the count moved: a table swap that re-points the address
-	// at new trees either shows here or re-reads the count itself.
-	ts := e.trees.Load()
-	if ts != nil && len(*ts) == 1 && (*ts)[0].t == t {
+	// at new trees either shows here or re-reads the count itself. From
+	// the cell just written: no other line of the endpoint is read.
+	if c.solo.Load() == t {
 		// The leaf now, its path later (pend): by this pick's release,
 		// which then undoes the leaf's change, or by the next sync.
 		t.flush() // none after a sync; kept so that one path at most is pending

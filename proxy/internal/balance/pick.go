@@ -142,7 +142,7 @@ func (p Pick) Done(res Result) {
 		e.observeLatency(res.Latency)
 	}
 	if e.release(cl) {
-		e.noteLoad()
+		e.noteRelease(cl)
 	}
 	if cl.flags.Load()&cellReleased != 0 && e.InFlight() == 0 {
 		r.maybeSweep(e)
