@@ -213,6 +213,8 @@ func benchGETs(b *testing.B, conn net.Conn) {
 	req := []byte("GET /index.html?q=1 HTTP/1.1\r\nHost: demo.test\r\nUser-Agent: bench\r\nAccept: */*\r\n\r\n")
 	b.ReportAllocs()
 	b.ResetTimer()
+	cpu0 := processCPU(b)
+	defer func() { b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op") }()
 	for i := 0; i < b.N; i++ {
 		if _, err := conn.Write(req); err != nil {
 			b.Fatal(err)
