@@ -1,8 +1,10 @@
 package server
 
 import (
+	"errors"
 	"io"
 	"net"
+	goruntime "runtime"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -14,14 +16,29 @@ import (
 // RequestCtx for a connection's whole life when request bodies stream
 // (StreamRequestBody: ReduceMemoryUsage cannot release the reader then), so
 // an idle keep-alive client costs about 90 KiB of heap. The fasthttp front
-// instead parks a connection that goes idle: when fasthttp, between two
-// requests and with nothing buffered, reads the first byte of the next one,
-// addrConn.Read answers io.EOF instead of blocking, fasthttp ends its loop and
-// returns every buffer to its pools, and a small goroutine waits for the
-// socket to become readable (sockio.Conn.AwaitReadable: no buffer, the idle
-// timeout as deadline) before
+// instead parks a connection that stays idle: when fasthttp, between two
+// requests and with nothing buffered, has waited in addrConn.Read for the
+// next one for ParkIdleAfter (the sweep below), that Read answers io.EOF,
+// fasthttp ends its loop and returns every buffer to its pools, and a small
+// goroutine waits for the socket to become readable (sockio.Conn.AwaitReadable:
+// no buffer, under the idle deadline fasthttp had set) before
 // handing the connection back to fasthttp (Server.ServeConn). A parked
 // connection costs that goroutine's stack and the socket.
+//
+// A connection whose next request comes sooner is not parked: parking at
+// every answer (as before issue 20 round 4) cost each request a fasthttp
+// loop's end and start — its RequestCtx and buffers from and back to their
+// pools, its connection map entries, two read deadlines that no longer
+// matched and the state callbacks — about 1-3 µs of a 20-25 µs request
+// (docs/BENCHMARKS.md, "TLS HTTP/1.1 CPU, issue 20 round 4").
+//
+// The sweep (FastFront.sweep) ticks every ParkIdleAfter. A Read waiting for
+// the next request stores the tick it began at in addrConn.kick; the sweep
+// kicks one that began two ticks ago or more (idle between ParkIdleAfter and
+// twice that) by moving the socket's read deadline into the past: Read then
+// fails with a timeout having read nothing, and answers io.EOF instead. The
+// request costs one atomic store and one compare-and-swap; the sweep, a look
+// at each connection per tick.
 //
 // The state of a connection (addrConn.park):
 const (
@@ -31,9 +48,23 @@ const (
 	connClosed               // closed for good
 )
 
-// Read parks an idle connection instead of waiting in fasthttp's buffers.
-// fasthttp reads while idle only with an empty buffer (a pipelined request
-// already buffered is served without a read), so no byte is lost.
+// addrConn.kick: a positive value is the sweep tick at which Read began to
+// wait for the next request; the sweep moves it to kickBusy, sets the
+// deadline, then kickDone.
+const (
+	kickNone int64 = 0
+	kickBusy int64 = -1 // the sweep is moving the read deadline
+	kickDone int64 = -2 // the read deadline is in the past
+)
+
+// aLongTimeAgo is the read deadline that ends an idle Read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Read waits for the next request in fasthttp's buffer like any Read; one
+// that the sweep kicks while the connection is idle (parked, above) answers
+// io.EOF instead. fasthttp reads while idle only with an empty buffer (a
+// pipelined request already buffered is served without a read), so no byte
+// is lost.
 //
 // A connection that ends before the first byte of its first request — a new
 // one, or a parked one handed back to fasthttp, which takes it for a new
@@ -43,8 +74,8 @@ const (
 // do; otherwise it answers and logs a generated 400 or 408 that no client
 // asked for.
 func (c *addrConn) Read(p []byte) (int, error) {
-	if c.wait != nil && c.idle.Load() && !buffered(c.wait) && c.park.CompareAndSwap(connServing, connParking) {
-		return 0, io.EOF
+	if c.wait != nil && c.idle.Load() && !buffered(c.wait) {
+		return c.idleRead(p)
 	}
 	n, err := c.Conn.Read(p)
 	if !c.begun {
@@ -55,6 +86,62 @@ func (c *addrConn) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// idleRead is Read between two requests, which the sweep may kick.
+func (c *addrConn) idleRead(p []byte) (int, error) {
+	armed := c.front.tick.Load()
+	c.kick.Store(armed)
+	n, err := c.Conn.Read(p)
+	if c.kick.CompareAndSwap(armed, kickNone) {
+		return n, err // not kicked
+	}
+	for c.kick.Load() != kickDone {
+		goruntime.Gosched() // the sweep is between its two steps
+	}
+	c.kick.Store(kickNone)
+	if n == 0 && isTimeout(err) && c.park.CompareAndSwap(connServing, connParking) {
+		// Parked under fasthttp's idle deadline (if that one passed too,
+		// the parked wait ends at once and closes the connection).
+		c.parkUntil, c.rdl = c.rdl, aLongTimeAgo
+		return 0, io.EOF
+	}
+	// The request (or another error) came first: fasthttp's deadline again.
+	_ = c.Conn.SetReadDeadline(c.rdl)
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sweep kicks the connections idle in Read since two ticks ago or more
+// (idlepark's comment above); it ends when stop is closed.
+func (f *FastFront) sweep(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := f.tick.Add(1)
+		f.mu.Lock()
+		for c := range f.conns {
+			ac, ok := c.(*addrConn)
+			if !ok {
+				continue
+			}
+			if v := ac.kick.Load(); v > 0 && now-v >= 2 && ac.kick.CompareAndSwap(v, kickBusy) {
+				_ = ac.Conn.SetReadDeadline(aLongTimeAgo)
+				ac.kick.Store(kickDone)
+			}
+		}
+		f.mu.Unlock()
+	}
 }
 
 // Close closes the connection, except the one fasthttp lets go while it
@@ -94,7 +181,7 @@ func (f *FastFront) parked(c *addrConn) {
 	for {
 		err := f.closingErr()
 		if err == nil {
-			err = waitReadable(c, f.idleTimeout())
+			err = waitReadable(c)
 		}
 		if err == nil {
 			err = f.enter()
@@ -114,13 +201,6 @@ func (f *FastFront) parked(c *addrConn) {
 			return // closed: fasthttp reported it
 		}
 	}
-}
-
-func (f *FastFront) idleTimeout() time.Duration {
-	if f.fs.IdleTimeout > 0 {
-		return f.fs.IdleTimeout
-	}
-	return f.fs.ReadTimeout
 }
 
 // closingErr is net.ErrClosed once Shutdown or Close began.
@@ -157,6 +237,8 @@ func (f *FastFront) leave() {
 // beginClose stops parked connections from going back to fasthttp and
 // closes the parked ones (their goroutines end).
 func (f *FastFront) beginClose() {
+	f.stopOnce.Do(func() { close(f.stop) })
+	f.sweepOnce.Do(func() { close(f.swept) }) // no Serve yet: no sweep to wait for, and none starts
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closing = true
@@ -182,12 +264,10 @@ func buffered(w readableWaiter) bool {
 }
 
 // waitReadable waits until c has something to read (a byte, its end, an
-// error) or idle passes.
-func waitReadable(c *addrConn, idle time.Duration) error {
-	if idle > 0 {
-		if err := c.SetReadDeadline(time.Now().Add(idle)); err != nil {
-			return err
-		}
+// error) or the idle deadline it parked under passes.
+func waitReadable(c *addrConn) error {
+	if err := c.SetReadDeadline(c.parkUntil); err != nil {
+		return err
 	}
 	return c.wait.AwaitReadable()
 }

@@ -3,17 +3,21 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
@@ -243,5 +247,109 @@ func TestFastFrontQuietCloseLogsNothing(t *testing.T) {
 				t.Fatalf("%v generated 400/408 answers counted, want 0", n)
 			}
 		})
+	}
+}
+
+// idleReads counts the fasthttp front's connections waiting in fasthttp's
+// own Read for their next request (not parked: addrConn.kick armed).
+func idleReads(f *FastFront) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); ok && ac.kick.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// parkFront is a fasthttp front (plain, or over TLS) with fo, and a client
+// connection to it.
+func parkFront(t *testing.T, overTLS bool, fo FrontOptions) (*FastFront, net.Conn, *bufio.Reader) {
+	t.Helper()
+	if !overTLS {
+		p, _ := parkProxy(t, fo)
+		conn, br := dialFront(t, p.addr)
+		return p.hs.(*FastFront), conn, br
+	}
+	snap, _ := frontSnapshot(t)
+	tf, addr, pool := tlsProxyWith(t, FrontFastHTTP, snap, fo)
+	raw, _ := dialFront(t, addr)
+	tc := tls.Client(raw, tlsClientConfig(pool))
+	return tf.fast, tc, bufio.NewReader(tc)
+}
+
+// TestFastFrontBusyConnectionNotParked: a keep-alive connection whose next
+// request comes within ParkIdleAfter is not parked between requests; it
+// waits in fasthttp's own Read, with its buffers (parking at every answer
+// cost each request a fasthttp loop's end and start: issue 20 round 4).
+func TestFastFrontBusyConnectionNotParked(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Hour})
+			for round := 0; round < 3; round++ {
+				if _, err := io.WriteString(conn, smallGET); err != nil {
+					t.Fatal(err)
+				}
+				readAnswers(t, br, len("small body\n"))
+				poll.EventuallyTrue(t, 20*time.Second, "the connection waiting for its next request", func() bool {
+					return idleReads(f)+parkedConns(f) > 0
+				})
+				if parked, waiting := parkedConns(f), idleReads(f); parked != 0 || waiting != 1 {
+					t.Fatalf("round %d: %d parked, %d waiting in fasthttp's Read; want 0 and 1", round, parked, waiting)
+				}
+			}
+		})
+	}
+}
+
+// TestFastFrontParkRace: with the sweep ticking every millisecond, requests
+// that come as a kick lands (or just before, or after) are all answered
+// once, in order, on the one connection, plain and over TLS, and a body
+// whose second half comes after a pause is not cut by the sweep.
+func TestFastFrontParkRace(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Millisecond})
+			small := len("small body\n")
+			for i := 0; i < 150; i++ {
+				req := smallGET
+				if i%10 == 9 {
+					req += smallGET // two at once
+				}
+				if _, err := io.WriteString(conn, req); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 9 {
+					readAnswers(t, br, small, small)
+				} else {
+					readAnswers(t, br, small)
+				}
+				time.Sleep(time.Duration(i%5) * 700 * time.Microsecond) // gaps around the sweep's ticks, not a wait for state
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "parked after the last", func() bool { return parkedConns(f) == 1 })
+			if _, err := io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 10\r\n\r\n01234"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // ten sweep ticks inside the body, not a wait for state
+			if _, err := io.WriteString(conn, "56789"); err != nil {
+				t.Fatal(err)
+			}
+			readAnswers(t, br, 10)
+		})
+	}
+}
+
+// TestFastFrontParkIdleAfterRefused: a negative ParkIdleAfter is refused,
+// naming the field and the value.
+func TestFastFrontParkIdleAfterRefused(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{}), Pools: forward.NewPools(forward.Options{}), UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.FastHTTPServer(FrontOptions{ParkIdleAfter: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ParkIdleAfter -1s") {
+		t.Fatalf("ParkIdleAfter -1s: %v, want an error naming it", err)
 	}
 }
