@@ -224,6 +224,7 @@ type addrConn struct {
 
 	front     *FastFront
 	kick      atomic.Int64 // the sweep's hold on an idle Read (idlepark.go)
+	served    int          // requests begun (fasthttp StateActive), owned by the serving goroutine
 	parkUntil time.Time    // the idle deadline a parked connection waits under
 }
 

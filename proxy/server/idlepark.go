@@ -25,7 +25,9 @@ import (
 // handing the connection back to fasthttp (Server.ServeConn). A parked
 // connection costs that goroutine's stack and the socket.
 //
-// A connection whose next request comes sooner is not parked: parking at
+// A connection that has served more than one request and whose next request
+// comes sooner is not parked (after its first request, one is parked at
+// once: Read): parking at
 // every answer (as before issue 20 round 4) cost each request a fasthttp
 // loop's end and start — its RequestCtx and buffers from and back to their
 // pools, its connection map entries, two read deadlines that no longer
@@ -75,7 +77,17 @@ var aLongTimeAgo = time.Unix(1, 0)
 // asked for.
 func (c *addrConn) Read(p []byte) (int, error) {
 	if c.wait != nil && c.idle.Load() && !buffered(c.wait) {
-		return c.idleRead(p)
+		if c.served > 1 {
+			return c.idleRead(p)
+		}
+		// After a connection's first request, at once: most clients that
+		// open many connections (or one and leave it) do not come back within
+		// ParkIdleAfter, and a burst of new ones would hold a buffer set each
+		// (and a fasthttp worker goroutine) for that long.
+		if c.park.CompareAndSwap(connServing, connParking) {
+			c.parkUntil = c.rdl // armed: fasthttp's idle deadline
+			return 0, io.EOF
+		}
 	}
 	n, err := c.Conn.Read(p)
 	if !c.begun {
@@ -163,6 +175,7 @@ func (f *FastFront) parkState(c *addrConn, st fasthttp.ConnState) (parked bool) 
 		c.idle.Store(true)
 	case fasthttp.StateActive:
 		c.idle.Store(false)
+		c.served++
 	case fasthttp.StateClosed:
 		if c.park.CompareAndSwap(connParking, connParked) {
 			if !c.looping {
