@@ -27,12 +27,12 @@ import (
 //
 // A connection that has served more than one request and whose next request
 // comes sooner is not parked (after its first request, one is parked at
-// once: Read): parking at
-// every answer (as before issue 20 round 4) cost each request a fasthttp
-// loop's end and start — its RequestCtx and buffers from and back to their
-// pools, its connection map entries, two read deadlines that no longer
-// matched and the state callbacks — about 1-3 µs of a 20-25 µs request
-// (docs/BENCHMARKS.md, "TLS HTTP/1.1 CPU, issue 20 round 4").
+// once: Read). Parking at every answer (as before issue 20 round 4) cost each
+// keep-alive request a fasthttp loop's end and start — its RequestCtx and
+// buffers from and back to their pools, the idle-connection map entries, the
+// state callbacks — and a MSG_PEEK: a few per cent of a request at most,
+// inside this machine's noise (docs/BENCHMARKS.md, "TLS HTTP/1.1 CPU, issue
+// 20 round 4").
 //
 // The sweep (FastFront.sweep) ticks every ParkIdleAfter. A Read waiting for
 // the next request stores the tick it began at in addrConn.kick; the sweep
