@@ -3,17 +3,21 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
@@ -270,32 +274,45 @@ func TestFastFrontParkedOutlivesTheHeaderTimeout(t *testing.T) {
 	}
 }
 
-// TestFastFrontGETArmsOnlyTheHeaderDeadline: between two GETs a parked
+// TestFastFrontGETArmsOnlyTheHeaderDeadline: between two GETs a
 // connection's read deadline is the header timeout fasthttp armed for the
 // last one — neither a body deadline (a GET has no body) nor the idle one
-// (set only if the header deadline passes first): no timer moves per
-// request beyond that one, which deadline.Skip mostly skips.
+// (set only if the header deadline passes first), whether it waits parked
+// (after its first request) or in fasthttp's Read (after later ones), plain
+// and over TLS: no timer moves per request beyond that one, which
+// deadline.Skip mostly skips.
 func TestFastFrontGETArmsOnlyTheHeaderDeadline(t *testing.T) {
 	const header, idle = 5 * time.Second, 60 * time.Second
-	p, _ := parkProxy(t, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle})
-	f := p.hs.(*FastFront)
-	conn, br := dialFront(t, p.addr)
-	for i := range 3 {
-		sent := time.Now()
-		io.WriteString(conn, smallGET)
-		readAnswers(t, br, len("small body\n"))
-		poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
-		f.mu.Lock()
-		for c := range f.conns {
-			if ac, ok := c.(*addrConn); ok {
-				// The parked goroutine writes rdl only once the header
-				// deadline passed; park's atomic orders the earlier writes.
-				if left := ac.rdl.Sub(sent); ac.rdl.IsZero() || left > header {
-					t.Errorf("GET %d: read deadline %v after the request was sent, want the header timeout's %v at most", i, left, header)
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle, ParkIdleAfter: time.Hour})
+			for i := range 3 {
+				sent := time.Now()
+				io.WriteString(conn, smallGET)
+				readAnswers(t, br, len("small body\n"))
+				if i == 0 {
+					// The first request's header deadline is armed when
+					// fasthttp takes the connection: over TLS after the
+					// handshake, which this request's write begins.
+					sent = time.Now()
 				}
+				poll.EventuallyTrue(t, 20*time.Second, "the connection waiting for its next request", func() bool {
+					return parkedConns(f)+idleReads(f) == 1
+				})
+				f.mu.Lock()
+				for c := range f.conns {
+					if ac, ok := c.(*addrConn); ok {
+						// The waiting goroutine writes rdl only once the
+						// header deadline passed; park's or kick's atomic
+						// orders the earlier writes.
+						if left := ac.rdl.Sub(sent); ac.rdl.IsZero() || left > header {
+							t.Errorf("GET %d: read deadline %v after the request was sent, want the header timeout's %v at most", i, left, header)
+						}
+					}
+				}
+				f.mu.Unlock()
 			}
-		}
-		f.mu.Unlock()
+		})
 	}
 }
 
@@ -339,5 +356,115 @@ func TestFastFrontWriteDeadlineClearWaitsForAWrite(t *testing.T) {
 	res.Body.Close()
 	if wdl, clear := parkedWDL(); !wdl.IsZero() || clear {
 		t.Fatalf("after a generated answer: write deadline %v, clear pending %v; want none (cleared before its write)", wdl, clear)
+	}
+}
+
+// idleReads counts the fasthttp front's connections waiting in fasthttp's
+// own Read for their next request (not parked: addrConn.kick armed).
+func idleReads(f *FastFront) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); ok && ac.kick.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// parkFront is a fasthttp front (plain, or over TLS) with fo, and a client
+// connection to it.
+func parkFront(t *testing.T, overTLS bool, fo FrontOptions) (*FastFront, net.Conn, *bufio.Reader) {
+	t.Helper()
+	if !overTLS {
+		p, _ := parkProxy(t, fo)
+		conn, br := dialFront(t, p.addr)
+		return p.hs.(*FastFront), conn, br
+	}
+	snap, _ := frontSnapshot(t)
+	tf, addr, pool := tlsProxyWith(t, FrontFastHTTP, snap, fo)
+	raw, _ := dialFront(t, addr)
+	tc := tls.Client(raw, tlsClientConfig(pool))
+	return tf.fast, tc, bufio.NewReader(tc)
+}
+
+// TestFastFrontBusyConnectionNotParked: a keep-alive connection is parked
+// at once after its first request; after later ones, while they come within
+// ParkIdleAfter, it is not: it waits in fasthttp's own Read, with its buffers
+// (parking at every answer cost each request a fasthttp loop's end and
+// start: issue 20 round 4).
+func TestFastFrontBusyConnectionNotParked(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Hour})
+			for round := 0; round < 4; round++ {
+				if _, err := io.WriteString(conn, smallGET); err != nil {
+					t.Fatal(err)
+				}
+				readAnswers(t, br, len("small body\n"))
+				poll.EventuallyTrue(t, 20*time.Second, "the connection waiting for its next request", func() bool {
+					return idleReads(f)+parkedConns(f) > 0
+				})
+				wantParked, wantWaiting := 0, 1
+				if round == 0 {
+					wantParked, wantWaiting = 1, 0
+				}
+				if parked, waiting := parkedConns(f), idleReads(f); parked != wantParked || waiting != wantWaiting {
+					t.Fatalf("after request %d: %d parked, %d waiting in fasthttp's Read; want %d and %d",
+						round+1, parked, waiting, wantParked, wantWaiting)
+				}
+			}
+		})
+	}
+}
+
+// TestFastFrontParkRace: with the sweep ticking every millisecond, requests
+// that come as a kick lands (or just before, or after) are all answered
+// once, in order, on the one connection, plain and over TLS, and a body
+// whose second half comes after a pause is not cut by the sweep.
+func TestFastFrontParkRace(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Millisecond})
+			small := len("small body\n")
+			for i := 0; i < 150; i++ {
+				req := smallGET
+				if i%10 == 9 {
+					req += smallGET // two at once
+				}
+				if _, err := io.WriteString(conn, req); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 9 {
+					readAnswers(t, br, small, small)
+				} else {
+					readAnswers(t, br, small)
+				}
+				time.Sleep(time.Duration(i%5) * 700 * time.Microsecond) // gaps around the sweep's ticks, not a wait for state
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "parked after the last", func() bool { return parkedConns(f) == 1 })
+			if _, err := io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 10\r\n\r\n01234"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // ten sweep ticks inside the body, not a wait for state
+			if _, err := io.WriteString(conn, "56789"); err != nil {
+				t.Fatal(err)
+			}
+			readAnswers(t, br, 10)
+		})
+	}
+}
+
+// TestFastFrontParkIdleAfterRefused: a negative ParkIdleAfter is refused,
+// naming the field and the value.
+func TestFastFrontParkIdleAfterRefused(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{}), Pools: forward.NewPools(forward.Options{}), UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.FastHTTPServer(FrontOptions{ParkIdleAfter: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ParkIdleAfter -1s") {
+		t.Fatalf("ParkIdleAfter -1s: %v, want an error naming it", err)
 	}
 }
