@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -466,5 +467,71 @@ func TestFastFrontParkIdleAfterRefused(t *testing.T) {
 	_, err = s.FastHTTPServer(FrontOptions{ParkIdleAfter: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "ParkIdleAfter -1s") {
 		t.Fatalf("ParkIdleAfter -1s: %v, want an error naming it", err)
+	}
+}
+
+// TestFastFrontKickedRead: an idle Read the sweep kicked just as the next
+// request arrived (it read bytes, or failed otherwise than by the kick's
+// deadline) goes on under the connection's own read deadline again — not
+// the kick's, in the past, which would fail the request's next read — and
+// does not park; one that read nothing parks, its wait to set the idle
+// deadline (TestFastFrontParkRace meets the first case only by chance).
+func TestFastFrontKickedRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	c := &addrConn{Conn: server, rdl: time.Now().Add(time.Minute)}
+	kick := func() { // the sweep's two steps
+		c.kick.Store(kickBusy)
+		_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+		c.kick.Store(kickDone)
+	}
+	kick()
+	if n, err := c.kicked(3, nil); n != 3 || err != nil || c.park.Load() != connServing || c.kick.Load() != kickNone {
+		t.Fatalf("kicked after 3 bytes: %d, %v, park %d, kick %d; want 3, nil, serving, none", n, err, c.park.Load(), c.kick.Load())
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Conn.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("the request's next read: %v, want its byte (the kick's deadline undone)", err)
+	}
+	kick()
+	if n, err := c.kicked(0, os.ErrDeadlineExceeded); n != 0 || err != io.EOF || c.park.Load() != connParking || !c.rdl.Equal(aLongTimeAgo) {
+		t.Fatalf("kicked having read nothing: %d, %v, park %d, rdl %v; want 0, EOF, parking, the kick's", n, err, c.park.Load(), c.rdl)
+	}
+}
+
+// TestFastFrontIdleTimeoutBeforeTheHeaderTimeout: an idle timeout shorter
+// than the header timeout left armed by the last request closes the
+// connection on time, whether it waits parked (after one request) or in
+// fasthttp's Read (after two, ParkIdleAfter an hour).
+func TestFastFrontIdleTimeoutBeforeTheHeaderTimeout(t *testing.T) {
+	const header, idle = 20 * time.Second, 400 * time.Millisecond
+	for _, requests := range []int{1, 2} {
+		_, conn, br := parkFront(t, false, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle, ParkIdleAfter: time.Hour})
+		for range requests {
+			io.WriteString(conn, smallGET)
+			readAnswers(t, br, len("small body\n"))
+		}
+		last := time.Now()
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after %d requests: read on the idle connection: %v, want EOF (closed by the idle timeout)", requests, err)
+		}
+		if d := time.Since(last); d < idle-idle/16 || d > header/2 {
+			t.Fatalf("after %d requests: closed %v after the last answer, want the idle timeout %v", requests, d, idle)
+		}
 	}
 }
