@@ -16,6 +16,11 @@
 # fasthttp); ALT=path/to/lbproxy adds lbproxy-alt, that binary with
 # --tls-front fasthttp and ALT_FLAGS (an A/B of two builds in one run).
 # Rounds interleave the rows. Ports: a free block (benchtool ports) or PORT_BASE.
+# Cipher suites, like with like: Go's crypto/tls picks TLS_AES_128_GCM_SHA256
+# (AES-NI here) whatever wrk and h2load (OpenSSL) prefer; nginx follows the
+# client's order and so picked TLS_AES_256_GCM_SHA384 for them, until
+# NGINX_TLS13_CIPHERS (default TLS_AES_128_GCM_SHA256, "" for OpenSSL's
+# default) pinned it (ssl_conf_command Ciphersuites).
 #
 # PHASES (default "h1 h2 hs hsf") runs only those phases (the others' columns stay empty).
 # The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server xnet" PHASES=h2
@@ -52,6 +57,7 @@ taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS
   echo " client_body_temp_path $WORK; proxy_temp_path $WORK; fastcgi_temp_path $WORK; uwsgi_temp_path $WORK; scgi_temp_path $WORK;"
   # TLS 1.3 as lbproxy (nginx 1.22's default is TLS 1.2 and below)
   echo " ssl_certificate $WORK/cert.pem; ssl_certificate_key $WORK/key.pem; ssl_protocols TLSv1.2 TLSv1.3;"
+  [ -n "${NGINX_TLS13_CIPHERS-TLS_AES_128_GCM_SHA256}" ] && echo " ssl_conf_command Ciphersuites ${NGINX_TLS13_CIPHERS-TLS_AES_128_GCM_SHA256};"
   echo " upstream be {"; for b in "${B[@]}"; do echo "  server $b;"; done; echo "  keepalive 64; }"
   echo " server { listen 127.0.0.1:$P ssl http2; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
 } > "$WORK/nginx.conf"

@@ -86,6 +86,13 @@ type FastFront struct {
 	serving   int           // parked connections handed back to fasthttp
 	drained   chan struct{} // closed when closing and serving is 0
 	drainOnce sync.Once
+
+	parkAfter time.Duration // FrontOptions.ParkIdleAfter: the sweep's tick (idlepark.go)
+	tick      atomic.Int64  // the sweep's ticks, from 1
+	sweepOnce sync.Once     // the sweep starts with the first Serve
+	stopOnce  sync.Once
+	stop      chan struct{} // closed at Shutdown or Close: the sweep ends
+	swept     chan struct{} // closed when the sweep ended (or never started)
 }
 
 // FastHTTPServer returns the fasthttp front with the limits of o (the same
@@ -101,12 +108,21 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 		// buffer whole answers (no streaming).
 		return nil, fmt.Errorf("server: the fasthttp front needs the %q upstream client", UpstreamFast)
 	}
+	if o.ParkIdleAfter < 0 {
+		return nil, fmt.Errorf("server: ParkIdleAfter %v: want 0 (the default, %v) or a positive duration", o.ParkIdleAfter, defaultParkIdleAfter)
+	}
+	parkAfter := o.ParkIdleAfter
+	if parkAfter == 0 {
+		parkAfter = defaultParkIdleAfter
+	}
 	std, err := s.HTTPServer(o) // applies the defaults to o's copy in std
 	if err != nil {
 		return nil, err
 	}
 	std.ConnState = o.ConnState
-	f := &FastFront{s: s, std: std, hook: o.ConnState, conns: make(map[net.Conn]struct{}), drained: make(chan struct{})}
+	f := &FastFront{s: s, std: std, hook: o.ConnState, conns: make(map[net.Conn]struct{}), drained: make(chan struct{}),
+		parkAfter: parkAfter, stop: make(chan struct{}), swept: make(chan struct{})}
+	f.tick.Store(1) // a kick's tick is positive (addrConn.kick)
 	readTimeout := std.ReadHeaderTimeout
 	f.fs = &fasthttp.Server{
 		Handler:      f.serve,
@@ -144,6 +160,11 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 	return f, nil
 }
 
+// defaultParkIdleAfter is FrontOptions.ParkIdleAfter's default: long
+// against a busy keep-alive client's gaps between requests (milliseconds),
+// short against bench/idleconns.sh's 2 s settle and a client's idle minutes.
+const defaultParkIdleAfter = 500 * time.Millisecond
+
 // maxRequestBody lets every body through fasthttp; the handler caps it.
 const maxRequestBody = int(^uint(0) >> 1)
 
@@ -162,10 +183,16 @@ type discardLogger struct{}
 func (discardLogger) Printf(string, ...any) {}
 
 // Serve accepts connections on l until Shutdown or Close.
-func (f *FastFront) Serve(l net.Listener) error { return f.fs.Serve(addrListener{l}) }
+func (f *FastFront) Serve(l net.Listener) error {
+	f.sweepOnce.Do(func() { go f.sweep(f.parkAfter, f.stop, f.swept) }) // ends at Shutdown or Close
+	return f.fs.Serve(addrListener{Listener: l, f: f})
+}
 
 // addrListener wraps each client connection in an addrConn.
-type addrListener struct{ net.Listener }
+type addrListener struct {
+	net.Listener
+	f *FastFront
+}
 
 func (l addrListener) Accept() (net.Conn, error) {
 	c, err := l.Listener.Accept()
@@ -173,7 +200,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
-	ac := &addrConn{Conn: c}
+	ac := &addrConn{Conn: c, front: l.f}
 	ac.wait, _ = c.(readableWaiter)
 	ac.lim = connlimit.Of(c)
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
@@ -199,15 +226,29 @@ type addrConn struct {
 	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 	wclear  bool                 // a write-deadline clear left undone until the next Write (SetWriteDeadline)
+
+	front     *FastFront
+	kick      atomic.Int64 // the sweep's hold on an idle Read (idlepark.go)
+	served    int          // requests begun (fasthttp StateActive), owned by the serving goroutine
+	parkUntil time.Time    // fasthttp's idle deadline, applied only if the one armed passes first (armIdle, idlepark.go)
 }
 
+// SetReadDeadline moves c's read deadline, except fasthttp's idle deadline,
+// set just before the Read that waits for the next request: it is kept in
+// parkUntil, and that wait (idleRead, or the parked one) applies it only
+// if the deadline already armed passes first (idlepark.go, armIdle).
 func (c *addrConn) SetReadDeadline(t time.Time) error {
-	if deadline.Skip(c.rdl, t) {
+	if c.idleNext() {
+		c.parkUntil = t
 		return nil
 	}
-	if c.willPark() {
-		// fasthttp's idle deadline, set just before the Read that parks:
-		// the parked wait sets its own (waitReadable), if it needs to.
+	return c.setReadDeadline(t)
+}
+
+// setReadDeadline moves the socket's read deadline to t, unless t is
+// (nearly) the one armed: deadline.Skip.
+func (c *addrConn) setReadDeadline(t time.Time) error {
+	if deadline.Skip(c.rdl, t) {
 		return nil
 	}
 	c.rdl = t
@@ -274,6 +315,7 @@ func (f *FastFront) Shutdown(ctx context.Context) error {
 	if serr := f.std.Shutdown(ctx); err == nil {
 		err = serr
 	}
+	<-f.swept
 	return err
 }
 
@@ -288,6 +330,7 @@ func (f *FastFront) Close() error {
 		c.Close()
 	}
 	f.mu.Unlock()
+	<-f.swept
 	return f.std.Close()
 }
 

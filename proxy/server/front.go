@@ -23,6 +23,12 @@ type FrontOptions struct {
 	WriteTimeout time.Duration
 	// IdleTimeout closes idle client keep-alive connections [90s].
 	IdleTimeout time.Duration
+	// ParkIdleAfter: a keep-alive connection of the fasthttp front that
+	// waits this long for its next request is parked without buffers
+	// (idlepark.go); one busier than that keeps them and is not parked
+	// between requests. It is parked between ParkIdleAfter and twice that
+	// after its last answer [500ms].
+	ParkIdleAfter time.Duration
 	// MaxHeaderBytes caps request line + headers; over it the client gets 431 [64 KiB].
 	MaxHeaderBytes int
 	// Certificates enable TLS (HTTP/1.1 and HTTP/2); the one whose names

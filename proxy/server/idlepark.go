@@ -4,7 +4,7 @@ import (
 	"errors"
 	"io"
 	"net"
-	"os"
+	goruntime "runtime"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -16,14 +16,35 @@ import (
 // RequestCtx for a connection's whole life when request bodies stream
 // (StreamRequestBody: ReduceMemoryUsage cannot release the reader then), so
 // an idle keep-alive client costs about 90 KiB of heap. The fasthttp front
-// instead parks a connection that goes idle: when fasthttp, between two
-// requests and with nothing buffered, reads the first byte of the next one,
-// addrConn.Read answers io.EOF instead of blocking, fasthttp ends its loop and
-// returns every buffer to its pools, and a small goroutine waits for the
-// socket to become readable (sockio.Conn.AwaitReadable: no buffer, the idle
-// timeout as deadline) before
-// handing the connection back to fasthttp (Server.ServeConn). A parked
-// connection costs that goroutine's stack and the socket.
+// instead parks a connection that stays idle: when fasthttp, between two
+// requests and with nothing buffered, has waited in addrConn.Read for the
+// next one for ParkIdleAfter (the sweep below), that Read answers io.EOF,
+// fasthttp ends its loop and returns every buffer to its pools, and a small
+// goroutine waits for the socket to become readable (sockio.Conn.AwaitReadable:
+// no buffer, under the idle timeout) before handing the connection back to
+// fasthttp (Server.ServeConn). A parked connection costs that goroutine's
+// stack and the socket.
+//
+// A connection that has served more than one request and whose next request
+// comes sooner is not parked (after its first request, one is parked at
+// once: Read). Parking at every answer (as before issue 20 round 4) cost each
+// keep-alive request a fasthttp loop's end and start — its RequestCtx and
+// buffers from and back to their pools, the idle-connection map entries, the
+// state callbacks — and a MSG_PEEK: a few per cent of a request at most,
+// inside this machine's noise (docs/BENCHMARKS.md, "TLS HTTP/1.1 CPU, issue
+// 20 round 4").
+//
+// The sweep (FastFront.sweep) ticks every ParkIdleAfter. A Read waiting for
+// the next request stores the tick it began at in addrConn.kick; the sweep
+// kicks one that began two ticks ago or more (idle between ParkIdleAfter and
+// twice that) by moving the socket's read deadline into the past: Read then
+// fails with a timeout having read nothing, and answers io.EOF instead. The
+// request costs one atomic store and one compare-and-swap; the sweep, a look
+// at each connection per tick.
+//
+// Neither wait, in Read or parked, moves a timer per request: fasthttp's
+// idle deadline is applied only if the header deadline left armed by the
+// last request passes first (armIdle).
 //
 // The state of a connection (addrConn.park):
 const (
@@ -33,9 +54,23 @@ const (
 	connClosed               // closed for good
 )
 
-// Read parks an idle connection instead of waiting in fasthttp's buffers.
-// fasthttp reads while idle only with an empty buffer (a pipelined request
-// already buffered is served without a read), so no byte is lost.
+// addrConn.kick: a positive value is the sweep tick at which Read began to
+// wait for the next request; the sweep moves it to kickBusy, sets the
+// deadline, then kickDone.
+const (
+	kickNone int64 = 0
+	kickBusy int64 = -1 // the sweep is moving the read deadline
+	kickDone int64 = -2 // the read deadline is in the past
+)
+
+// aLongTimeAgo is the read deadline that ends an idle Read at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// Read waits for the next request in fasthttp's buffer like any Read; one
+// that the sweep kicks while the connection is idle (parked, above) answers
+// io.EOF instead. fasthttp reads while idle only with an empty buffer (a
+// pipelined request already buffered is served without a read), so no byte
+// is lost.
 //
 // A connection that ends before the first byte of its first request — a new
 // one, or a parked one handed back to fasthttp, which takes it for a new
@@ -45,7 +80,14 @@ const (
 // do; otherwise it answers and logs a generated 400 or 408 that no client
 // asked for.
 func (c *addrConn) Read(p []byte) (int, error) {
-	if c.willPark() {
+	if c.idleNext() {
+		if c.served > 1 {
+			return c.idleRead(p)
+		}
+		// After a connection's first request, at once: most clients that
+		// open many connections (or one and leave it) do not come back within
+		// ParkIdleAfter, and a burst of new ones would hold a buffer set each
+		// (and a fasthttp worker goroutine) for that long.
 		if c.park.CompareAndSwap(connServing, connParking) {
 			return 0, io.EOF
 		}
@@ -63,11 +105,88 @@ func (c *addrConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// willPark reports whether c's next Read parks it: it is idle between two
-// requests with nothing buffered. fasthttp sets the idle deadline just
-// before that Read; SetReadDeadline leaves it to the parked wait.
-func (c *addrConn) willPark() bool {
+// idleNext reports whether c's next Read waits for the next request: it is
+// idle between two requests with nothing buffered. That Read parks it
+// (after its first request) or is an idleRead; fasthttp sets its idle
+// deadline just before, which SetReadDeadline keeps for the wait
+// (parkUntil, armIdle).
+func (c *addrConn) idleNext() bool {
 	return c.wait != nil && c.idle.Load() && c.park.Load() == connServing && !buffered(c.wait)
+}
+
+// idleRead is Read between two requests, which the sweep may kick. It
+// waits under the deadline armed (armIdle).
+func (c *addrConn) idleRead(p []byte) (int, error) {
+	if err := c.armIdle(); err != nil {
+		return 0, err
+	}
+	armed := c.front.tick.Load()
+	for {
+		c.kick.Store(armed)
+		n, err := c.Conn.Read(p)
+		if !c.kick.CompareAndSwap(armed, kickNone) {
+			return c.kicked(n, err)
+		}
+		if n > 0 || !c.idleLater(err) {
+			return n, err
+		}
+		// The header deadline passed, not the idle one: wait on (from the
+		// same tick: the sweep parks it as soon as it would have).
+		if err := c.setReadDeadline(c.parkUntil); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// kicked ends an idleRead the sweep kicked: parked if it read nothing,
+// else (the request, or another error, came first) under its deadline
+// again.
+func (c *addrConn) kicked(n int, err error) (int, error) {
+	for c.kick.Load() != kickDone {
+		goruntime.Gosched() // the sweep is between its two steps
+	}
+	c.kick.Store(kickNone)
+	if n == 0 && isTimeout(err) && c.park.CompareAndSwap(connServing, connParking) {
+		// The parked wait sets the idle deadline (armIdle); if that one
+		// passed too, it ends at once and closes the connection.
+		c.rdl = aLongTimeAgo
+		return 0, io.EOF
+	}
+	_ = c.Conn.SetReadDeadline(c.rdl)
+	return n, err
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// sweep kicks the connections idle in Read since two ticks ago or more
+// (idlepark's comment above); it ends when stop is closed.
+func (f *FastFront) sweep(every time.Duration, stop <-chan struct{}, done chan<- struct{}) {
+	defer close(done)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		now := f.tick.Add(1)
+		f.mu.Lock()
+		for c := range f.conns {
+			ac, ok := c.(*addrConn)
+			if !ok {
+				continue
+			}
+			if v := ac.kick.Load(); v > 0 && now-v >= 2 && ac.kick.CompareAndSwap(v, kickBusy) {
+				_ = ac.Conn.SetReadDeadline(aLongTimeAgo)
+				ac.kick.Store(kickDone)
+			}
+		}
+		f.mu.Unlock()
+	}
 }
 
 // Close closes the connection, except the one fasthttp lets go while it
@@ -89,6 +208,7 @@ func (f *FastFront) parkState(c *addrConn, st fasthttp.ConnState) (parked bool) 
 		c.idle.Store(true)
 	case fasthttp.StateActive:
 		c.idle.Store(false)
+		c.served++
 	case fasthttp.StateClosed:
 		if c.park.CompareAndSwap(connParking, connParked) {
 			if !c.looping {
@@ -107,7 +227,7 @@ func (f *FastFront) parked(c *addrConn) {
 	for {
 		err := f.closingErr()
 		if err == nil {
-			err = waitReadable(c, f.idleTimeout())
+			err = waitReadable(c)
 		}
 		if err == nil {
 			err = f.enter()
@@ -127,13 +247,6 @@ func (f *FastFront) parked(c *addrConn) {
 			return // closed: fasthttp reported it
 		}
 	}
-}
-
-func (f *FastFront) idleTimeout() time.Duration {
-	if f.fs.IdleTimeout > 0 {
-		return f.fs.IdleTimeout
-	}
-	return f.fs.ReadTimeout
 }
 
 // closingErr is net.ErrClosed once Shutdown or Close began.
@@ -170,6 +283,8 @@ func (f *FastFront) leave() {
 // beginClose stops parked connections from going back to fasthttp and
 // closes the parked ones (their goroutines end).
 func (f *FastFront) beginClose() {
+	f.stopOnce.Do(func() { close(f.stop) })
+	f.sweepOnce.Do(func() { close(f.swept) }) // no Serve yet: no sweep to wait for, and none starts
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closing = true
@@ -195,35 +310,43 @@ func buffered(w readableWaiter) bool {
 }
 
 // waitReadable waits until c has something to read (a byte, its end, an
-// error) or idle passes.
-//
-// A read deadline already armed that ends sooner than the idle one is left
-// where it is, and the idle deadline set only if that one passes first: on
-// a busy keep-alive connection it is the last request's header timeout
-// (ReadHeaderTimeout, armed by fasthttp when it took the connection; the
-// idle deadline fasthttp sets before the Read that parks is not applied,
-// addrConn.SetReadDeadline), which the next request's own then moves only a
-// little (deadline.Skip): a request and the wait after it arm no timer.
-// Moving it to the idle deadline and back to the header timeout at the next
-// request were two runtime timer updates per request.
-func waitReadable(c *addrConn, idle time.Duration) error {
-	if idle <= 0 {
-		return c.wait.AwaitReadable()
-	}
-	end := time.Now().Add(idle)
-	if c.rdl.IsZero() || c.rdl.After(end) {
-		if err := c.SetReadDeadline(end); err != nil {
-			return err
-		}
+// error) or the idle deadline passes (armIdle).
+func waitReadable(c *addrConn) error {
+	if err := c.armIdle(); err != nil {
+		return err
 	}
 	for {
 		err := c.wait.AwaitReadable()
-		if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) || !c.rdl.Before(end) {
+		if err == nil || !c.idleLater(err) {
 			return err
 		}
-		// The earlier deadline passed: wait on until the idle one.
-		if err := c.SetReadDeadline(end); err != nil {
+		if err := c.setReadDeadline(c.parkUntil); err != nil {
 			return err
 		}
 	}
+}
+
+// armIdle readies c's read deadline for the wait for the next request
+// (idleRead, or the parked one: waitReadable). The deadline armed stays if
+// it ends no later than fasthttp's idle one (addrConn.parkUntil, which
+// SetReadDeadline does not apply); otherwise (none, a later one, the
+// sweep's kick) the idle one is set. The wait moves to the idle one only if
+// the one armed passes first (idleLater). On a busy keep-alive connection
+// the deadline armed is the last request's header timeout
+// (ReadHeaderTimeout, which fasthttp sets at each request and the next one
+// moves only a little, deadline.Skip): a request and the wait after it arm
+// no timer. Moving it to the idle deadline and back to the header timeout
+// at the next request were two runtime timer updates per request.
+func (c *addrConn) armIdle() error {
+	keep := !c.rdl.IsZero() && !c.rdl.Equal(aLongTimeAgo) && (c.parkUntil.IsZero() || !c.rdl.After(c.parkUntil))
+	if keep {
+		return nil
+	}
+	return c.setReadDeadline(c.parkUntil)
+}
+
+// idleLater reports whether err is the deadline armed passing before the
+// idle one: the wait goes on, until that.
+func (c *addrConn) idleLater(err error) bool {
+	return isTimeout(err) && c.rdl.Before(c.parkUntil)
 }

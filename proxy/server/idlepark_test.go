@@ -3,17 +3,22 @@ package server
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/internal/balance"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
@@ -270,32 +275,45 @@ func TestFastFrontParkedOutlivesTheHeaderTimeout(t *testing.T) {
 	}
 }
 
-// TestFastFrontGETArmsOnlyTheHeaderDeadline: between two GETs a parked
+// TestFastFrontGETArmsOnlyTheHeaderDeadline: between two GETs a
 // connection's read deadline is the header timeout fasthttp armed for the
 // last one — neither a body deadline (a GET has no body) nor the idle one
-// (set only if the header deadline passes first): no timer moves per
-// request beyond that one, which deadline.Skip mostly skips.
+// (set only if the header deadline passes first), whether it waits parked
+// (after its first request) or in fasthttp's Read (after later ones), plain
+// and over TLS: no timer moves per request beyond that one, which
+// deadline.Skip mostly skips.
 func TestFastFrontGETArmsOnlyTheHeaderDeadline(t *testing.T) {
 	const header, idle = 5 * time.Second, 60 * time.Second
-	p, _ := parkProxy(t, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle})
-	f := p.hs.(*FastFront)
-	conn, br := dialFront(t, p.addr)
-	for i := range 3 {
-		sent := time.Now()
-		io.WriteString(conn, smallGET)
-		readAnswers(t, br, len("small body\n"))
-		poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
-		f.mu.Lock()
-		for c := range f.conns {
-			if ac, ok := c.(*addrConn); ok {
-				// The parked goroutine writes rdl only once the header
-				// deadline passed; park's atomic orders the earlier writes.
-				if left := ac.rdl.Sub(sent); ac.rdl.IsZero() || left > header {
-					t.Errorf("GET %d: read deadline %v after the request was sent, want the header timeout's %v at most", i, left, header)
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle, ParkIdleAfter: time.Hour})
+			for i := range 3 {
+				sent := time.Now()
+				io.WriteString(conn, smallGET)
+				readAnswers(t, br, len("small body\n"))
+				if i == 0 {
+					// The first request's header deadline is armed when
+					// fasthttp takes the connection: over TLS after the
+					// handshake, which this request's write begins.
+					sent = time.Now()
 				}
+				poll.EventuallyTrue(t, 20*time.Second, "the connection waiting for its next request", func() bool {
+					return parkedConns(f)+idleReads(f) == 1
+				})
+				f.mu.Lock()
+				for c := range f.conns {
+					if ac, ok := c.(*addrConn); ok {
+						// The waiting goroutine writes rdl only once the
+						// header deadline passed; park's or kick's atomic
+						// orders the earlier writes.
+						if left := ac.rdl.Sub(sent); ac.rdl.IsZero() || left > header {
+							t.Errorf("GET %d: read deadline %v after the request was sent, want the header timeout's %v at most", i, left, header)
+						}
+					}
+				}
+				f.mu.Unlock()
 			}
-		}
-		f.mu.Unlock()
+		})
 	}
 }
 
@@ -339,5 +357,181 @@ func TestFastFrontWriteDeadlineClearWaitsForAWrite(t *testing.T) {
 	res.Body.Close()
 	if wdl, clear := parkedWDL(); !wdl.IsZero() || clear {
 		t.Fatalf("after a generated answer: write deadline %v, clear pending %v; want none (cleared before its write)", wdl, clear)
+	}
+}
+
+// idleReads counts the fasthttp front's connections waiting in fasthttp's
+// own Read for their next request (not parked: addrConn.kick armed).
+func idleReads(f *FastFront) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); ok && ac.kick.Load() > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// parkFront is a fasthttp front (plain, or over TLS) with fo, and a client
+// connection to it.
+func parkFront(t *testing.T, overTLS bool, fo FrontOptions) (*FastFront, net.Conn, *bufio.Reader) {
+	t.Helper()
+	if !overTLS {
+		p, _ := parkProxy(t, fo)
+		conn, br := dialFront(t, p.addr)
+		return p.hs.(*FastFront), conn, br
+	}
+	snap, _ := frontSnapshot(t)
+	tf, addr, pool := tlsProxyWith(t, FrontFastHTTP, snap, fo)
+	raw, _ := dialFront(t, addr)
+	tc := tls.Client(raw, tlsClientConfig(pool))
+	return tf.fast, tc, bufio.NewReader(tc)
+}
+
+// TestFastFrontBusyConnectionNotParked: a keep-alive connection is parked
+// at once after its first request; after later ones, while they come within
+// ParkIdleAfter, it is not: it waits in fasthttp's own Read, with its buffers
+// (parking at every answer cost each request a fasthttp loop's end and
+// start: issue 20 round 4).
+func TestFastFrontBusyConnectionNotParked(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Hour})
+			for round := 0; round < 4; round++ {
+				if _, err := io.WriteString(conn, smallGET); err != nil {
+					t.Fatal(err)
+				}
+				readAnswers(t, br, len("small body\n"))
+				poll.EventuallyTrue(t, 20*time.Second, "the connection waiting for its next request", func() bool {
+					return idleReads(f)+parkedConns(f) > 0
+				})
+				wantParked, wantWaiting := 0, 1
+				if round == 0 {
+					wantParked, wantWaiting = 1, 0
+				}
+				if parked, waiting := parkedConns(f), idleReads(f); parked != wantParked || waiting != wantWaiting {
+					t.Fatalf("after request %d: %d parked, %d waiting in fasthttp's Read; want %d and %d",
+						round+1, parked, waiting, wantParked, wantWaiting)
+				}
+			}
+		})
+	}
+}
+
+// TestFastFrontParkRace: with the sweep ticking every millisecond, requests
+// that come as a kick lands (or just before, or after) are all answered
+// once, in order, on the one connection, plain and over TLS, and a body
+// whose second half comes after a pause is not cut by the sweep.
+func TestFastFrontParkRace(t *testing.T) {
+	for _, overTLS := range []bool{false, true} {
+		t.Run(map[bool]string{false: "plain", true: "tls"}[overTLS], func(t *testing.T) {
+			f, conn, br := parkFront(t, overTLS, FrontOptions{ParkIdleAfter: time.Millisecond})
+			small := len("small body\n")
+			for i := 0; i < 150; i++ {
+				req := smallGET
+				if i%10 == 9 {
+					req += smallGET // two at once
+				}
+				if _, err := io.WriteString(conn, req); err != nil {
+					t.Fatal(err)
+				}
+				if i%10 == 9 {
+					readAnswers(t, br, small, small)
+				} else {
+					readAnswers(t, br, small)
+				}
+				time.Sleep(time.Duration(i%5) * 700 * time.Microsecond) // gaps around the sweep's ticks, not a wait for state
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "parked after the last", func() bool { return parkedConns(f) == 1 })
+			if _, err := io.WriteString(conn, "POST /echo HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 10\r\n\r\n01234"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(10 * time.Millisecond) // ten sweep ticks inside the body, not a wait for state
+			if _, err := io.WriteString(conn, "56789"); err != nil {
+				t.Fatal(err)
+			}
+			readAnswers(t, br, 10)
+		})
+	}
+}
+
+// TestFastFrontParkIdleAfterRefused: a negative ParkIdleAfter is refused,
+// naming the field and the value.
+func TestFastFrontParkIdleAfterRefused(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{}), Pools: forward.NewPools(forward.Options{}), UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.FastHTTPServer(FrontOptions{ParkIdleAfter: -time.Second})
+	if err == nil || !strings.Contains(err.Error(), "ParkIdleAfter -1s") {
+		t.Fatalf("ParkIdleAfter -1s: %v, want an error naming it", err)
+	}
+}
+
+// TestFastFrontKickedRead: an idle Read the sweep kicked just as the next
+// request arrived (it read bytes, or failed otherwise than by the kick's
+// deadline) goes on under the connection's own read deadline again — not
+// the kick's, in the past, which would fail the request's next read — and
+// does not park; one that read nothing parks, its wait to set the idle
+// deadline (TestFastFrontParkRace meets the first case only by chance).
+func TestFastFrontKickedRead(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	client, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer server.Close()
+	c := &addrConn{Conn: server, rdl: time.Now().Add(time.Minute)}
+	kick := func() { // the sweep's two steps
+		c.kick.Store(kickBusy)
+		_ = c.Conn.SetReadDeadline(aLongTimeAgo)
+		c.kick.Store(kickDone)
+	}
+	kick()
+	if n, err := c.kicked(3, nil); n != 3 || err != nil || c.park.Load() != connServing || c.kick.Load() != kickNone {
+		t.Fatalf("kicked after 3 bytes: %d, %v, park %d, kick %d; want 3, nil, serving, none", n, err, c.park.Load(), c.kick.Load())
+	}
+	if _, err := client.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Conn.Read(make([]byte, 1)); err != nil {
+		t.Fatalf("the request's next read: %v, want its byte (the kick's deadline undone)", err)
+	}
+	kick()
+	if n, err := c.kicked(0, os.ErrDeadlineExceeded); n != 0 || err != io.EOF || c.park.Load() != connParking || !c.rdl.Equal(aLongTimeAgo) {
+		t.Fatalf("kicked having read nothing: %d, %v, park %d, rdl %v; want 0, EOF, parking, the kick's", n, err, c.park.Load(), c.rdl)
+	}
+}
+
+// TestFastFrontIdleTimeoutBeforeTheHeaderTimeout: an idle timeout shorter
+// than the header timeout left armed by the last request closes the
+// connection on time, whether it waits parked (after one request) or in
+// fasthttp's Read (after two, ParkIdleAfter an hour).
+func TestFastFrontIdleTimeoutBeforeTheHeaderTimeout(t *testing.T) {
+	const header, idle = 20 * time.Second, 400 * time.Millisecond
+	for _, requests := range []int{1, 2} {
+		_, conn, br := parkFront(t, false, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle, ParkIdleAfter: time.Hour})
+		for range requests {
+			io.WriteString(conn, smallGET)
+			readAnswers(t, br, len("small body\n"))
+		}
+		last := time.Now()
+		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Fatalf("after %d requests: read on the idle connection: %v, want EOF (closed by the idle timeout)", requests, err)
+		}
+		if d := time.Since(last); d < idle-idle/16 || d > header/2 {
+			t.Fatalf("after %d requests: closed %v after the last answer, want the idle timeout %v", requests, d, idle)
+		}
 	}
 }
