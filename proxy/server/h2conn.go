@@ -67,9 +67,11 @@ type h2Server struct {
 	idle         time.Duration
 	readTimeout  time.Duration
 	writeTimeout time.Duration
-	maxStreams   int   // SETTINGS_MAX_CONCURRENT_STREAMS
-	streamWin    int64 // our initial stream receive window
-	connWin      int64 // our connection receive window
+	maxStreams   int           // SETTINGS_MAX_CONCURRENT_STREAMS
+	streamWin    int64         // our initial stream receive window
+	connWin      int64         // our connection receive window
+	drainBytes   int64         // h2DrainBytes
+	drainDelay   time.Duration // h2DrainDelay
 
 	mu      sync.Mutex
 	conns   map[*h2conn]struct{}
@@ -83,6 +85,7 @@ func newH2Server(hs *http.Server, preface time.Duration) *h2Server {
 		maxHeader: uint32(hs.MaxHeaderBytes), preface: preface, idle: hs.IdleTimeout,
 		readTimeout: hs.ReadTimeout, writeTimeout: hs.WriteTimeout,
 		maxStreams: h2MaxStreams, streamWin: h2StreamWindow, connWin: h2ConnWindow,
+		drainBytes: h2DrainBytes, drainDelay: h2DrainDelay,
 		conns: make(map[*h2conn]struct{}),
 	}
 	if s.maxHeader == 0 {
@@ -177,8 +180,10 @@ type h2conn struct {
 	dead       bool // closed: no frame is written any more
 	goAway     bool // GOAWAY sent: no new stream
 	goAwayID   uint32
-	lastWriteD time.Time // the write deadline last set
-	active     bool      // ConnState: StateActive told (StateIdle when the last stream ends)
+	lastWriteD time.Time          // the write deadline last set
+	active     bool               // ConnState: StateActive told (StateIdle when the last stream ends)
+	drains     map[uint32]h2drain // streams answered before their body ended (h2drain.go)
+	drainT     *time.Timer
 }
 
 // serve runs the connection on its own goroutine until it ends.
@@ -297,7 +302,7 @@ func (c *h2conn) run() error {
 // timeout (GOAWAY'd: now); with streams, reads have no deadline.
 func (c *h2conn) idleDeadlineLocked() {
 	switch {
-	case len(c.streams) > 0:
+	case len(c.streams) > 0 || len(c.drains) > 0:
 		_ = c.tc.SetReadDeadline(time.Time{})
 	case c.goAway:
 		_ = c.tc.SetReadDeadline(time.Now())
@@ -321,11 +326,11 @@ func (c *h2conn) awaitFrame() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		var ne net.Error
-		if !c.goAway && len(c.streams) == 0 && errors.As(err, &ne) && ne.Timeout() {
+		if !c.goAway && len(c.streams) == 0 && len(c.drains) == 0 && errors.As(err, &ne) && ne.Timeout() {
 			c.sendGoAwayLocked(http2.ErrCodeNo) // the idle timeout
 			return errGoneAway
 		}
-		if c.goAway && len(c.streams) == 0 {
+		if c.goAway && len(c.streams) == 0 && len(c.drains) == 0 {
 			return errGoneAway
 		}
 		return err
@@ -348,6 +353,7 @@ func (c *h2conn) close(err error) {
 	}
 	linger := c.goAway && !c.dead
 	c.dead = true
+	c.stopDrainsLocked()
 	streams := make([]*h2stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
@@ -513,6 +519,9 @@ func (c *h2conn) processReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxClientID {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 	}
+	if c.drainFrame(f.StreamID, true) {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := c.streams[f.StreamID]; st != nil {
@@ -553,6 +562,9 @@ func (c *h2conn) processData(f *http2.DataFrame) error {
 	id := f.StreamID
 	if id == 0 || id > c.maxClientID {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if ok, err := c.drainData(f); ok {
+		return err
 	}
 	c.mu.Lock()
 	st := c.streams[id]
