@@ -154,8 +154,10 @@ type h2conn struct {
 	tc     *tls.Conn
 	remote string
 	tlsCS  *tls.ConnectionState
-	ctx    context.Context // the streams' parent: canceled when the connection ends
-	cancel context.CancelFunc
+	// ctx is the streams' parent, not cancelable: each stream open when
+	// the connection ends is canceled by close (a cancelable parent would
+	// hold a children map and a channel per idle connection, ~0.5 KiB).
+	ctx context.Context
 
 	// the connection goroutine's own
 	hdr         [9]byte // the next frame's header
@@ -165,13 +167,13 @@ type h2conn struct {
 	handlers    sync.WaitGroup
 
 	mu         sync.Mutex
-	streams    map[uint32]*h2stream
-	running    int   // handlers not returned (reset streams' included)
-	sendWin    int64 // the peer's connection window
-	peerWin    int32 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame  int   // the peer's SETTINGS_MAX_FRAME_SIZE
-	recvWin    int64 // what the peer may still send on the connection
-	recvUnack  int64 // connection window consumed, not yet given back
+	streams    map[uint32]*h2stream // nil while idle (no open stream)
+	running    int                  // handlers not returned (reset streams' included)
+	sendWin    int64                // the peer's connection window
+	peerWin    int32                // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  int                  // the peer's SETTINGS_MAX_FRAME_SIZE
+	recvWin    int64                // what the peer may still send on the connection
+	recvUnack  int64                // connection window consumed, not yet given back
 	wbuf       []byte
 	spare      []byte
 	flushing   bool
@@ -194,7 +196,7 @@ func (s *h2Server) serve(tc *tls.Conn) {
 		tc.Close()
 		return
 	}
-	c := &h2conn{srv: s, tc: tc, streams: make(map[uint32]*h2stream),
+	c := &h2conn{srv: s, tc: tc,
 		sendWin: 65535, peerWin: 65535, peerFrame: 16384, recvWin: 65535}
 	c.wcond.L = &c.mu
 	s.conns[c] = struct{}{}
@@ -219,7 +221,7 @@ func (c *h2conn) serve() {
 	if s.connContext != nil {
 		ctx = s.connContext(ctx, c.tc)
 	}
-	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.ctx = ctx
 	c.state(http.StateNew)
 	err := c.run()
 	c.close(err)
@@ -363,7 +365,6 @@ func (c *h2conn) close(err error) {
 	}
 	c.wcond.Broadcast()
 	c.mu.Unlock()
-	c.cancel()
 	if linger {
 		// Closing with unread bytes would reset the connection and could
 		// destroy the GOAWAY before the client read it: read and drop what

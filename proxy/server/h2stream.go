@@ -107,6 +107,9 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	st.sendWin = int64(c.peerWin)
 	st.recvWin = c.srv.streamWin
+	if c.streams == nil {
+		c.streams = make(map[uint32]*h2stream, 1)
+	}
 	c.streams[id] = st
 	c.running++
 	if len(c.streams) == 1 {
@@ -257,6 +260,9 @@ func (st *h2stream) closeLocked(err error) {
 	}
 	c := st.c
 	delete(c.streams, st.id)
+	if len(c.streams) == 0 {
+		c.streams = nil // an idle connection holds no map
+	}
 	if st.readDL != nil {
 		st.readDL.Stop()
 	}
