@@ -67,9 +67,11 @@ type h2Server struct {
 	idle         time.Duration
 	readTimeout  time.Duration
 	writeTimeout time.Duration
-	maxStreams   int   // SETTINGS_MAX_CONCURRENT_STREAMS
-	streamWin    int64 // our initial stream receive window
-	connWin      int64 // our connection receive window
+	maxStreams   int           // SETTINGS_MAX_CONCURRENT_STREAMS
+	streamWin    int64         // our initial stream receive window
+	connWin      int64         // our connection receive window
+	drainBytes   int64         // h2DrainBytes
+	drainDelay   time.Duration // h2DrainDelay
 
 	mu      sync.Mutex
 	conns   map[*h2conn]struct{}
@@ -83,6 +85,7 @@ func newH2Server(hs *http.Server, preface time.Duration) *h2Server {
 		maxHeader: uint32(hs.MaxHeaderBytes), preface: preface, idle: hs.IdleTimeout,
 		readTimeout: hs.ReadTimeout, writeTimeout: hs.WriteTimeout,
 		maxStreams: h2MaxStreams, streamWin: h2StreamWindow, connWin: h2ConnWindow,
+		drainBytes: h2DrainBytes, drainDelay: h2DrainDelay,
 		conns: make(map[*h2conn]struct{}),
 	}
 	if s.maxHeader == 0 {
@@ -151,8 +154,10 @@ type h2conn struct {
 	tc     *tls.Conn
 	remote string
 	tlsCS  *tls.ConnectionState
-	ctx    context.Context // the streams' parent: canceled when the connection ends
-	cancel context.CancelFunc
+	// ctx is the streams' parent, not cancelable: each stream open when
+	// the connection ends is canceled by close (a cancelable parent would
+	// hold a children map and a channel per idle connection, ~0.5 KiB).
+	ctx context.Context
 
 	// the connection goroutine's own
 	hdr         [9]byte // the next frame's header
@@ -162,13 +167,13 @@ type h2conn struct {
 	handlers    sync.WaitGroup
 
 	mu         sync.Mutex
-	streams    map[uint32]*h2stream
-	running    int   // handlers not returned (reset streams' included)
-	sendWin    int64 // the peer's connection window
-	peerWin    int32 // the peer's SETTINGS_INITIAL_WINDOW_SIZE
-	peerFrame  int   // the peer's SETTINGS_MAX_FRAME_SIZE
-	recvWin    int64 // what the peer may still send on the connection
-	recvUnack  int64 // connection window consumed, not yet given back
+	streams    map[uint32]*h2stream // nil while idle (no open stream)
+	running    int                  // handlers not returned (reset streams' included)
+	sendWin    int64                // the peer's connection window
+	peerWin    int32                // the peer's SETTINGS_INITIAL_WINDOW_SIZE
+	peerFrame  int                  // the peer's SETTINGS_MAX_FRAME_SIZE
+	recvWin    int64                // what the peer may still send on the connection
+	recvUnack  int64                // connection window consumed, not yet given back
 	wbuf       []byte
 	spare      []byte
 	flushing   bool
@@ -177,8 +182,10 @@ type h2conn struct {
 	dead       bool // closed: no frame is written any more
 	goAway     bool // GOAWAY sent: no new stream
 	goAwayID   uint32
-	lastWriteD time.Time // the write deadline last set
-	active     bool      // ConnState: StateActive told (StateIdle when the last stream ends)
+	lastWriteD time.Time          // the write deadline last set
+	active     bool               // ConnState: StateActive told (StateIdle when the last stream ends)
+	drains     map[uint32]h2drain // streams answered before their body ended (h2drain.go)
+	drainT     *time.Timer
 }
 
 // serve runs the connection on its own goroutine until it ends.
@@ -189,7 +196,7 @@ func (s *h2Server) serve(tc *tls.Conn) {
 		tc.Close()
 		return
 	}
-	c := &h2conn{srv: s, tc: tc, streams: make(map[uint32]*h2stream),
+	c := &h2conn{srv: s, tc: tc,
 		sendWin: 65535, peerWin: 65535, peerFrame: 16384, recvWin: 65535}
 	c.wcond.L = &c.mu
 	s.conns[c] = struct{}{}
@@ -214,7 +221,7 @@ func (c *h2conn) serve() {
 	if s.connContext != nil {
 		ctx = s.connContext(ctx, c.tc)
 	}
-	c.ctx, c.cancel = context.WithCancel(ctx)
+	c.ctx = ctx
 	c.state(http.StateNew)
 	err := c.run()
 	c.close(err)
@@ -297,7 +304,7 @@ func (c *h2conn) run() error {
 // timeout (GOAWAY'd: now); with streams, reads have no deadline.
 func (c *h2conn) idleDeadlineLocked() {
 	switch {
-	case len(c.streams) > 0:
+	case len(c.streams) > 0 || len(c.drains) > 0:
 		_ = c.tc.SetReadDeadline(time.Time{})
 	case c.goAway:
 		_ = c.tc.SetReadDeadline(time.Now())
@@ -321,11 +328,11 @@ func (c *h2conn) awaitFrame() error {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		var ne net.Error
-		if !c.goAway && len(c.streams) == 0 && errors.As(err, &ne) && ne.Timeout() {
+		if !c.goAway && len(c.streams) == 0 && len(c.drains) == 0 && errors.As(err, &ne) && ne.Timeout() {
 			c.sendGoAwayLocked(http2.ErrCodeNo) // the idle timeout
 			return errGoneAway
 		}
-		if c.goAway && len(c.streams) == 0 {
+		if c.goAway && len(c.streams) == 0 && len(c.drains) == 0 {
 			return errGoneAway
 		}
 		return err
@@ -348,6 +355,7 @@ func (c *h2conn) close(err error) {
 	}
 	linger := c.goAway && !c.dead
 	c.dead = true
+	c.stopDrainsLocked()
 	streams := make([]*h2stream, 0, len(c.streams))
 	for _, st := range c.streams {
 		streams = append(streams, st)
@@ -357,7 +365,6 @@ func (c *h2conn) close(err error) {
 	}
 	c.wcond.Broadcast()
 	c.mu.Unlock()
-	c.cancel()
 	if linger {
 		// Closing with unread bytes would reset the connection and could
 		// destroy the GOAWAY before the client read it: read and drop what
@@ -513,6 +520,9 @@ func (c *h2conn) processReset(f *http2.RSTStreamFrame) error {
 	if f.StreamID > c.maxClientID {
 		return http2.ConnectionError(http2.ErrCodeProtocol) // an idle stream
 	}
+	if c.drainFrame(f.StreamID, true) {
+		return nil
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if st := c.streams[f.StreamID]; st != nil {
@@ -553,6 +563,9 @@ func (c *h2conn) processData(f *http2.DataFrame) error {
 	id := f.StreamID
 	if id == 0 || id > c.maxClientID {
 		return http2.ConnectionError(http2.ErrCodeProtocol)
+	}
+	if ok, err := c.drainData(f); ok {
+		return err
 	}
 	c.mu.Lock()
 	st := c.streams[id]

@@ -565,3 +565,35 @@ func TestSluiceH2AnswerBeforeBody(t *testing.T) {
 		t.Fatalf("%d %q %v, want 200 ok", res.StatusCode, body, err)
 	}
 }
+
+// A client gone cancels the context of each stream still open: the
+// streams' parent is not cancelable, close cancels them one by one.
+func TestSluiceH2DisconnectCancelsStreams(t *testing.T) {
+	arrived, canceled := make(chan struct{}, 2), make(chan struct{}, 2)
+	tune := func(s *h2Server) {
+		s.handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			arrived <- struct{}{}
+			<-r.Context().Done()
+			canceled <- struct{}{}
+		})
+	}
+	_, addr, pool := sluiceFront(t, bigBackend(0, nil, nil), tune)
+	c := dialH2(t, addr, pool)
+	c.request(1, "GET", "/", true)
+	c.request(3, "GET", "/", true)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-arrived:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handlers did not start")
+		}
+	}
+	c.conn.Close()
+	for i := 0; i < 2; i++ {
+		select {
+		case <-canceled:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d of 2 handlers saw their context canceled after the client left", i)
+		}
+	}
+}

@@ -63,6 +63,9 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 		return c.processTrailers(st, f)
 	}
 	if id <= c.maxClientID {
+		if c.drainFrame(id, f.StreamEnded()) {
+			return nil // a draining stream's trailers
+		}
 		return http2.ConnectionError(http2.ErrCodeProtocol)
 	}
 	c.mu.Lock()
@@ -104,6 +107,9 @@ func (c *h2conn) processHeaders(f *http2.MetaHeadersFrame) error {
 	c.mu.Lock()
 	st.sendWin = int64(c.peerWin)
 	st.recvWin = c.srv.streamWin
+	if c.streams == nil {
+		c.streams = make(map[uint32]*h2stream, 1)
+	}
 	c.streams[id] = st
 	c.running++
 	if len(c.streams) == 1 {
@@ -254,6 +260,9 @@ func (st *h2stream) closeLocked(err error) {
 	}
 	c := st.c
 	delete(c.streams, st.id)
+	if len(c.streams) == 0 {
+		c.streams = nil // an idle connection holds no map
+	}
 	if st.readDL != nil {
 		st.readDL.Stop()
 	}
@@ -652,10 +661,11 @@ func (st *h2stream) writeErrLocked() error {
 }
 
 // finishLocked: END_STREAM is queued. A request whose body was not all
-// sent is told to stop (RST_STREAM NO_ERROR, RFC 9113 8.1).
+// sent is told to stop (RST_STREAM NO_ERROR, RFC 9113 8.1), but not in the
+// answer's write: the stream drains first (drainLocked).
 func (st *h2stream) finishLocked() {
 	if !st.remoteDone {
-		st.c.wbuf = appendRST(st.c.wbuf, st.id, http2.ErrCodeNo)
+		st.c.drainLocked(st.id)
 	}
 	st.closeLocked(nil)
 }
