@@ -39,6 +39,8 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicelb/sluice/api/backoff"
 )
@@ -232,6 +234,9 @@ func round(ctx context.Context, c *Config, s Sink) (Reason, bool, error) {
 		case <-ctx.Done():
 			return "", true, ctx.Err()
 		case err := <-gone:
+			if errors.Is(err, errAccessLost) {
+				return ReasonSyncError, true, err
+			}
 			return ReasonStoreReplaced, true, err
 		case <-stall.C:
 			if idle(ctx, c, heard) {
@@ -319,6 +324,20 @@ func idle(ctx context.Context, c *Config, heard int64) bool {
 	return err == nil && r.Header.Revision <= heard
 }
 
+// errAccessLost marks a store check that etcd refused for permission: the
+// watch is listed again (ReasonSyncError), not judged another store.
+var errAccessLost = errors.New("read permission lost")
+
+// permissionDenied reports whether err is etcd's "permission denied" (as
+// the client returns it, or as a gRPC status).
+func permissionDenied(err error) bool {
+	if err == nil {
+		return false
+	}
+	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) ||
+		status.Code(err) == codes.PermissionDenied
+}
+
 // checkStore reads the store identity with read (Config.readIdentity)
 // every StoreCheckInterval until ctx is done; it returns the reason when
 // etcd is no longer the store listed. Its read is linearizable, so it is
@@ -335,6 +354,12 @@ func checkStore(ctx context.Context, c *Config, id *store, read confirmer) error
 		}
 		seen := id.seen.Load()
 		r, err := read(ctx)
+		if permissionDenied(err) {
+			// etcd checks a watch's permission only when the watch is
+			// made: an open one goes on delivering after the user's read
+			// was revoked. The watch is made again, which etcd refuses.
+			return fmt.Errorf("store check %s: %w: %w", c.Key, errAccessLost, err)
+		}
 		if err != nil {
 			continue // unreachable: the watch's own error handling applies
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // fakeConfirm stands for the quorum read: it answers r (or err) and counts.
@@ -167,5 +169,33 @@ func TestJudgeConfirmsAgainstTheRevisionSeenBeforeItsRead(t *testing.T) {
 	}
 	if s := id.seen.Load(); s != 110 {
 		t.Errorf("seen %d, want 110", s)
+	}
+}
+
+// A store check that etcd refuses for permission ends the round (the watch
+// is made again, and etcd refuses that): an open watch would go on
+// delivering after the read was revoked (etcd checks a watch's permission
+// only when it is made). Other read errors (unreachable) are left to the
+// watch's own handling.
+func TestStoreCheckPermissionDeniedEndsTheWatch(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id := newStore(7, 100, "")
+	c := &Config{Key: "/b/current/X", StoreCheckInterval: time.Millisecond}
+	calls := 0
+	read := func(context.Context) (reading, error) {
+		calls++
+		if calls == 1 {
+			return reading{}, context.DeadlineExceeded // unreachable: the check goes on
+		}
+		return reading{}, rpctypes.ErrPermissionDenied // as clientv3 returns it
+	}
+	err := checkStore(ctx, c, id, read)
+	if !errors.Is(err, errAccessLost) || calls != 2 {
+		t.Fatalf("after %d reads: err %v, want errAccessLost after 2", calls, err)
+	}
+	const want = "store check /b/current/X: read permission lost: etcdserver: permission denied"
+	if got := errString(err); got != want {
+		t.Errorf("err %q\n want %q", got, want)
 	}
 }

@@ -190,8 +190,40 @@ func TestFaultsEtcdPermissionRevoked(t *testing.T) {
 	if err := af.etcd.Revoke(ctx, "proxy", "/sluice/"); err != nil {
 		t.Fatal(err)
 	}
+	// etcd checks a watch's permission only when it is made: the proxy's
+	// store check (every 3 s) finds the read refused and makes the watch
+	// again, which etcd refuses — until then an open watch would still
+	// deliver the next version.
+	logSays(t, af.proxy.log, 30*time.Second, "watch resync", "permission denied")
 	af.setRow(t, 20)
-	logSays(t, af.proxy.log, 30*time.Second, "permission denied")
+	eventually(t, 30*time.Second, "the scheduler published the new row", func() error {
+		r, err := af.root.Get(ctx, "/sluice/current/BFE1")
+		if err != nil || len(r.Kvs) == 0 {
+			return fmt.Errorf("pointer: %v", err)
+		}
+		var p struct {
+			Version uint64 `json:"version"`
+		}
+		if err := json.Unmarshal(r.Kvs[0].Value, &p); err != nil {
+			return err
+		}
+		if p.Version <= v {
+			return fmt.Errorf("pointer at v%d", p.Version)
+		}
+		return nil
+	})
+	// Two more refused attempts after the publish: the proxy tried to read it.
+	denied := func() int {
+		b, _ := os.ReadFile(af.proxy.log)
+		return strings.Count(string(b), "permission denied")
+	}
+	n := denied()
+	eventually(t, 30*time.Second, "the proxy tried again after the publish", func() error {
+		if d := denied(); d < n+2 {
+			return fmt.Errorf("%d refused reads since the publish", d-n)
+		}
+		return nil
+	})
 	var st proxyStatusView
 	if err := getJSON(af.admin+"/v1/status", &st); err != nil {
 		t.Fatal(err)
