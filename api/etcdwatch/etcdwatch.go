@@ -39,10 +39,9 @@ import (
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
 	"github.com/sluicelb/sluice/api/backoff"
+	"github.com/sluicelb/sluice/api/etcdclient"
 )
 
 // Reason is why a round ended and the key or prefix is listed again.
@@ -328,16 +327,6 @@ func idle(ctx context.Context, c *Config, heard int64) bool {
 // watch is listed again (ReasonSyncError), not judged another store.
 var errAccessLost = errors.New("read permission lost")
 
-// permissionDenied reports whether err is etcd's "permission denied" (as
-// the client returns it, or as a gRPC status).
-func permissionDenied(err error) bool {
-	if err == nil {
-		return false
-	}
-	return errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(rpctypes.Error(err), rpctypes.ErrPermissionDenied) ||
-		status.Code(err) == codes.PermissionDenied
-}
-
 // checkStore reads the store identity with read (Config.readIdentity)
 // every StoreCheckInterval until ctx is done; it returns the reason when
 // etcd is no longer the store listed. Its read is linearizable, so it is
@@ -354,7 +343,7 @@ func checkStore(ctx context.Context, c *Config, id *store, read confirmer) error
 		}
 		seen := id.seen.Load()
 		r, err := read(ctx)
-		if permissionDenied(err) {
+		if etcdclient.ClassOf(err) == etcdclient.ClassPermission {
 			// etcd checks a watch's permission only when the watch is
 			// made: an open one goes on delivering after the user's read
 			// was revoked. The watch is made again, which etcd refuses.
