@@ -31,6 +31,11 @@
 # the host's /proc); otherwise it is skipped, and the output says which.
 # DOCKER=1 runs every count in docker.
 #
+# Ports: a block of 6 consecutive loopback ports free at start (benchtool
+# ports, below the ephemeral range), or PORT_BASE=N to choose it: P the
+# backends, P+1 idleup's backend, P+2 lbproxy's plain listener, P+3 its TLS
+# listener, P+4 its admin listener, P+5 nginx.
+#
 # Usage: CONNS="10000 50000" UPCONNS=5000 bench/idleconns.sh   (PROFILES=DIR: lbproxy heap profiles there;
 # an empty CONNS or UPCONNS skips that part)
 set -euo pipefail
@@ -59,15 +64,18 @@ echo "building lbproxy and benchtool..." >&2
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.test \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 
-"$WORK/benchtool" backends -addrs 127.0.0.1:29301 & PIDS+=($!)
+P=${PORT_BASE:-$("$WORK/benchtool" ports -n 6)}
+echo "ports $P-$((P + 5))" >&2
+BE=$P BEUP=$((P + 1)) LISTEN=127.0.0.1:$((P + 2)) LISTENTLS=127.0.0.1:$((P + 3)) ADMIN=127.0.0.1:$((P + 4)) NGX=127.0.0.1:$((P + 5))
+"$WORK/benchtool" backends -addrs 127.0.0.1:$BE & PIDS+=($!)
 cat > "$WORK/snapshot.json" <<JSON
 {"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
  "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
  "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[{"addr":"127.0.0.1","port":29301,"weight":1}]}},
+ "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[{"addr":"127.0.0.1","port":$BE,"weight":1}]}},
    "row":{"denominator":100,"weights":{"SC1":100}}}}}
 JSON
-sed -e 's/29301/29302/' -e 's/"row":/"policy":{"pool":{"max_idle_conns_per_host":100000,"idle_timeout":"10m"}},"row":/' \
+sed -e "s/\"port\":$BE,/\"port\":$BEUP,/" -e 's/"row":/"policy":{"pool":{"max_idle_conns_per_host":100000,"idle_timeout":"10m"}},"row":/' \
   "$WORK/snapshot.json" > "$WORK/snapshot-up.json"
 NGINX=$(command -v nginx || true)
 
@@ -134,7 +142,7 @@ client() { # the command, on the host or in a container seeing the host's pids (
 lbproxy() { # $1: row name, $2: snapshot; the rest: more flags
   local name=$1 snap=$2; shift 2
   start "$name" "$WORK/lbproxy" --proxy-cluster BENCH --id idle --config "$snap" \
-    --listen 127.0.0.1:28383 --admin 127.0.0.1:29383 --admin-token bench --pprof \
+    --listen $LISTEN --admin $ADMIN --admin-token bench --pprof \
     --access-log off --trace-sample 0 --max-client-conns 0 "$@" "${LBFLAGS[@]}"
 }
 nginx_conf() { # $1: listen directive, $2: worker connections, $3: upstream port, $4: upstream keepalive
@@ -159,11 +167,11 @@ for n in $CONNS; do
   for row in $ROWS; do
     case $row in
       lbproxy|lbproxy-net|lbproxy-tls|lbproxy-tls-fast|lbproxy-h2|lbproxy-h2-sluice)
-        extra=(); url=http://127.0.0.1:28383/; addr=127.0.0.1:28383; tls=()
+        extra=(); url=http://$LISTEN/; addr=$LISTEN; tls=()
         [ "$row" = lbproxy-net ] && extra=(--front std)
         case $row in lbproxy-tls*|lbproxy-h2*)
-          extra=(--listen-tls 127.0.0.1:28384 --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
-          url=https://127.0.0.1:28384/; addr=127.0.0.1:28384; tls=(-tls) ;; esac
+          extra=(--listen-tls $LISTENTLS --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem")
+          url=https://$LISTENTLS/; addr=$LISTENTLS; tls=(-tls) ;; esac
         [ "$row" = lbproxy-tls ] && extra+=(--tls-front std)
         [ "$row" = lbproxy-tls-fast ] && extra+=(--tls-front fasthttp)
         case $row in lbproxy-h2*) tls=(-h2) ;; esac
@@ -171,18 +179,18 @@ for n in $CONNS; do
         lbproxy "$row" "$WORK/snapshot.json" "${extra[@]}"
         wait_up "$url"
         prof=(); [ -n "${PROFILES:-}" ] && prof=(-heap-profile "$PROFILES/$row-$n.pprof")
-        client "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench -rss-settle "$RSS_SETTLE" "${tls[@]}" "${prof[@]}"
+        client "$WORK/benchtool" idle -label "$row" -addr "$addr" -pid "$pid" -conns "$n" -admin $ADMIN -token bench -rss-settle "$RSS_SETTLE" "${tls[@]}" "${prof[@]}"
         stop "$row" ;;
       nginx|nginx-tls|nginx-h2)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
-        listen="listen 127.0.0.1:28381;"; url=http://127.0.0.1:28381/; tls=()
-        case $row in nginx-tls) listen="listen 127.0.0.1:28381 ssl;"; url=https://127.0.0.1:28381/; tls=(-tls) ;;
-          nginx-h2) listen="listen 127.0.0.1:28381 ssl http2;"; url=https://127.0.0.1:28381/; tls=(-h2) ;; esac
-        nginx_conf "$listen" $((n + 100)) 29301 64
+        listen="listen $NGX;"; url=http://$NGX/; tls=()
+        case $row in nginx-tls) listen="listen $NGX ssl;"; url=https://$NGX/; tls=(-tls) ;;
+          nginx-h2) listen="listen $NGX ssl http2;"; url=https://$NGX/; tls=(-h2) ;; esac
+        nginx_conf "$listen" $((n + 100)) "$BE" 64
         start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
         wait_up "$url"
         nginx_worker
-        client "$WORK/benchtool" idle -label "$row" -addr 127.0.0.1:28381 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE" "${tls[@]}"
+        client "$WORK/benchtool" idle -label "$row" -addr $NGX -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE" "${tls[@]}"
         stop "$row" ;;
     esac
   done
@@ -196,14 +204,14 @@ for n in $UPCONNS; do
       lbproxy-up|lbproxy-up-std)
         extra=(); [ "$row" = lbproxy-up-std ] && extra=(--upstream-client std)
         lbproxy "$row" "$WORK/snapshot-up.json" "${extra[@]}"
-        client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28383 -backend 127.0.0.1:29302 -pid "$pid" -conns "$n" -admin 127.0.0.1:29383 -token bench -rss-settle "$RSS_SETTLE"
+        client "$WORK/benchtool" idleup -label "$row" -addr $LISTEN -backend 127.0.0.1:$BEUP -pid "$pid" -conns "$n" -admin $ADMIN -token bench -rss-settle "$RSS_SETTLE"
         stop "$row" ;;
       nginx-up)
         [ -n "$NGINX" ] || { echo "$row: not installed, skipped"; continue; }
-        nginx_conf "listen 127.0.0.1:28381 backlog=65535;" $((3 * n + 100)) 29302 "$n" # the client connections come at once
+        nginx_conf "listen $NGX backlog=65535;" $((3 * n + 100)) "$BEUP" "$n" # the client connections come at once
         start "$row" "$NGINX" -e stderr -c "$WORK/nginx.conf" -p "$WORK"
         nginx_worker # idleup retries its warm-up request until nginx answers
-        client "$WORK/benchtool" idleup -label "$row" -addr 127.0.0.1:28381 -backend 127.0.0.1:29302 -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE"
+        client "$WORK/benchtool" idleup -label "$row" -addr $NGX -backend 127.0.0.1:$BEUP -pid "$worker" -conns "$n" -rss-settle "$RSS_SETTLE"
         tail -3 "$WORK/nginx.err" >&2 || true
         stop "$row" ;;
     esac

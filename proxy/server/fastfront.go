@@ -108,12 +108,9 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 		// buffer whole answers (no streaming).
 		return nil, fmt.Errorf("server: the fasthttp front needs the %q upstream client", UpstreamFast)
 	}
-	if o.ParkIdleAfter < 0 {
-		return nil, fmt.Errorf("server: ParkIdleAfter %v: want 0 (the default, %v) or a positive duration", o.ParkIdleAfter, defaultParkIdleAfter)
-	}
-	parkAfter := o.ParkIdleAfter
-	if parkAfter == 0 {
-		parkAfter = defaultParkIdleAfter
+	parkAfter, err := parkIdleAfter(o)
+	if err != nil {
+		return nil, err
 	}
 	std, err := s.HTTPServer(o) // applies the defaults to o's copy in std
 	if err != nil {
@@ -164,6 +161,18 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 // against a busy keep-alive client's gaps between requests (milliseconds),
 // short against bench/idleconns.sh's 2 s settle and a client's idle minutes.
 const defaultParkIdleAfter = 500 * time.Millisecond
+
+// parkIdleAfter is o.ParkIdleAfter with its default, the park sweep's tick
+// of the fasthttp front and of the HTTP/2 server (h2park.go).
+func parkIdleAfter(o FrontOptions) (time.Duration, error) {
+	if o.ParkIdleAfter < 0 {
+		return 0, fmt.Errorf("server: ParkIdleAfter %v: want 0 (the default, %v) or a positive duration", o.ParkIdleAfter, defaultParkIdleAfter)
+	}
+	if o.ParkIdleAfter == 0 {
+		return defaultParkIdleAfter, nil
+	}
+	return o.ParkIdleAfter, nil
+}
 
 // maxRequestBody lets every body through fasthttp; the handler caps it.
 const maxRequestBody = int(^uint(0) >> 1)

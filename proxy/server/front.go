@@ -27,7 +27,8 @@ type FrontOptions struct {
 	// waits this long for its next request is parked without buffers
 	// (idlepark.go); one busier than that keeps them and is not parked
 	// between requests. It is parked between ParkIdleAfter and twice that
-	// after its last answer [500ms].
+	// after its last answer [500ms]. The same holds for an HTTP/2 connection
+	// of the sluice server with no open stream (h2park.go).
 	ParkIdleAfter time.Duration
 	// MaxHeaderBytes caps request line + headers; over it the client gets 431 [64 KiB].
 	MaxHeaderBytes int

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"golang.org/x/net/http2"
@@ -33,8 +34,11 @@ import (
 //   - An idle connection (no open stream) holds no frame buffer: the
 //     Framer (its read buffer) is taken from a pool when a frame arrives and
 //     returned when the last stream ends; the goroutine waits for the next
-//     frame's first byte in a 1-byte read. crypto/tls's read buffers are
-//     released then as the fasthttp front's parked connections do.
+//     frame's header in a 9-byte read. crypto/tls's read buffers are
+//     released then as the fasthttp front's parked connections do. One idle
+//     for ParkIdleAfter is parked (h2park.go): its goroutine, grown by the
+//     requests' reads, ends, and a fresh one with a small stack waits for
+//     the socket to become readable.
 //   - The rapid-reset guard (h2reset.go) is the same handler wrapper as on
 //     net/http's server; its "Connection: close" starts a graceful GOAWAY.
 
@@ -72,6 +76,13 @@ type h2Server struct {
 	connWin      int64         // our connection receive window
 	drainBytes   int64         // h2DrainBytes
 	drainDelay   time.Duration // h2DrainDelay
+	parkAfter    time.Duration // the park sweep's tick (h2park.go)
+	tick         atomic.Int64  // the park sweep's ticks, from 1
+	kicks        atomic.Int64  // connections the sweep kicked (tests read it)
+	sweepStop    chan struct{}
+	sweepDone    chan struct{}
+	sweepOnce    sync.Once // the sweep started (serve) or never will (stopSweep)
+	stopOnce     sync.Once
 
 	mu      sync.Mutex
 	conns   map[*h2conn]struct{}
@@ -79,8 +90,8 @@ type h2Server struct {
 	wg      sync.WaitGroup
 }
 
-func newH2Server(hs *http.Server, preface time.Duration) *h2Server {
-	s := &h2Server{
+func newH2Server(hs *http.Server, preface, parkAfter time.Duration) *h2Server {
+	s := &h2Server{parkAfter: parkAfter, sweepStop: make(chan struct{}), sweepDone: make(chan struct{}),
 		handler: hs.Handler, connContext: hs.ConnContext, connState: hs.ConnState, errorLog: hs.ErrorLog,
 		maxHeader: uint32(hs.MaxHeaderBytes), preface: preface, idle: hs.IdleTimeout,
 		readTimeout: hs.ReadTimeout, writeTimeout: hs.WriteTimeout,
@@ -94,6 +105,7 @@ func newH2Server(hs *http.Server, preface time.Duration) *h2Server {
 	if s.idle == 0 {
 		s.idle = hs.ReadTimeout
 	}
+	s.tick.Store(1)
 	return s
 }
 
@@ -152,6 +164,7 @@ func (a *appendBuf) Write(p []byte) (int, error) { a.b = append(a.b, p...); retu
 type h2conn struct {
 	srv    *h2Server
 	tc     *tls.Conn
+	rec    *recordConn // under tc: it can wait for readability (nil: never parked)
 	remote string
 	tlsCS  *tls.ConnectionState
 	// ctx is the streams' parent, not cancelable: each stream open when
@@ -160,7 +173,10 @@ type h2conn struct {
 	ctx context.Context
 
 	// the connection goroutine's own
-	hdr         [9]byte // the next frame's header
+	hdr         [9]byte      // the next frame's header
+	hdrN        int          // its bytes read so far
+	kick        atomic.Int32 // h2Busy, h2Waiting (for a frame header), h2Kicking, h2Kicked (h2park.go)
+	parkedNow   atomic.Bool  // parked: waiting for the socket to become readable (tests read it)
 	dec         *hpack.Decoder
 	maxClientID uint32
 	sawSettings bool
@@ -186,17 +202,20 @@ type h2conn struct {
 	active     bool               // ConnState: StateActive told (StateIdle when the last stream ends)
 	drains     map[uint32]h2drain // streams answered before their body ended (h2drain.go)
 	drainT     *time.Timer
+	rdl        time.Time // the read deadline idleDeadlineLocked set
+	idleSince  int64     // the park sweep's tick the connection became idle at (0: busy)
 }
 
 // serve runs the connection on its own goroutine until it ends.
-func (s *h2Server) serve(tc *tls.Conn) {
+func (s *h2Server) serve(tc *tls.Conn, rec *recordConn) {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		tc.Close()
 		return
 	}
-	c := &h2conn{srv: s, tc: tc,
+	s.sweepOnce.Do(func() { go s.sweep() })
+	c := &h2conn{srv: s, tc: tc, rec: rec,
 		sendWin: 65535, peerWin: 65535, peerFrame: 16384, recvWin: 65535}
 	c.wcond.L = &c.mu
 	s.conns[c] = struct{}{}
@@ -207,12 +226,6 @@ func (s *h2Server) serve(tc *tls.Conn) {
 
 func (c *h2conn) serve() {
 	s := c.srv
-	defer s.wg.Done()
-	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
-	}()
 	c.remote = c.tc.RemoteAddr().String()
 	cs := c.tc.ConnectionState()
 	c.tlsCS = &cs
@@ -223,10 +236,36 @@ func (c *h2conn) serve() {
 	}
 	c.ctx = ctx
 	c.state(http.StateNew)
-	err := c.run()
+	if err := c.start(); err != nil {
+		c.end(err)
+		return
+	}
+	c.loop()
+}
+
+// loop reads frames until the connection ends, or parks it: then a fresh
+// goroutine waits for its next frame (h2park.go) and this one ends.
+func (c *h2conn) loop() {
+	err := c.frames()
+	if err == errParked {
+		c.parkedNow.Store(true)
+		go c.parked()
+		return
+	}
+	c.end(err)
+}
+
+// end ends the connection after its error (a ConnectionError is sent as
+// GOAWAY first).
+func (c *h2conn) end(err error) {
 	c.close(err)
 	c.handlers.Wait()
 	c.state(http.StateClosed)
+	s := c.srv
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	s.wg.Done()
 }
 
 func (c *h2conn) state(st http.ConnState) {
@@ -241,9 +280,8 @@ func (c *h2conn) logf(format string, args ...any) {
 	}
 }
 
-// run reads the preface and then frame after frame; its error ends the
-// connection (a ConnectionError is sent as GOAWAY first).
-func (c *h2conn) run() error {
+// start reads the preface and sends our SETTINGS.
+func (c *h2conn) start() error {
 	var p [24]byte
 	_ = c.tc.SetReadDeadline(time.Now().Add(c.srv.preface))
 	if _, err := io.ReadFull(c.tc, p[:]); err != nil {
@@ -267,6 +305,12 @@ func (c *h2conn) run() error {
 	c.flushLocked()
 	c.idleDeadlineLocked()
 	c.mu.Unlock()
+	return nil
+}
+
+// frames reads frame after frame; its error ends the connection, but
+// errParked: the connection is parked.
+func (c *h2conn) frames() error {
 	for {
 		if err := c.awaitFrame(); err != nil {
 			return err
@@ -302,21 +346,29 @@ func (c *h2conn) run() error {
 
 // idleDeadlineLocked: a connection with no open stream ends after the idle
 // timeout (GOAWAY'd: now); with streams, reads have no deadline.
+// It also tells the park sweep when the connection became idle.
 func (c *h2conn) idleDeadlineLocked() {
+	c.idleSince = 0
 	switch {
 	case len(c.streams) > 0 || len(c.drains) > 0:
-		_ = c.tc.SetReadDeadline(time.Time{})
+		c.rdl = time.Time{}
 	case c.goAway:
-		_ = c.tc.SetReadDeadline(time.Now())
-	case c.srv.idle > 0:
-		_ = c.tc.SetReadDeadline(time.Now().Add(c.srv.idle))
+		c.rdl = time.Now()
+	default:
+		c.idleSince = c.srv.tick.Load()
+		if c.srv.idle <= 0 {
+			return
+		}
+		c.rdl = time.Now().Add(c.srv.idle)
 	}
+	_ = c.tc.SetReadDeadline(c.rdl)
 }
 
 // awaitFrame reads the next frame's header, without a Framer: a
 // connection waiting for its client holds no frame buffer. No open stream:
 // crypto/tls's read buffers are released first, and the read ends at the
-// idle timeout (then GOAWAY) or at the GOAWAY of a shutdown.
+// idle timeout (then GOAWAY), at the GOAWAY of a shutdown, or at the park
+// sweep's kick (errParked, h2park.go).
 func (c *h2conn) awaitFrame() error {
 	c.mu.Lock()
 	quiet := len(c.streams) == 0
@@ -324,20 +376,38 @@ func (c *h2conn) awaitFrame() error {
 	if quiet {
 		releaseTLSBuffers(c.tc, parkKeep)
 	}
-	if _, err := io.ReadFull(c.tc, c.hdr[:]); err != nil {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		var ne net.Error
-		if !c.goAway && len(c.streams) == 0 && len(c.drains) == 0 && errors.As(err, &ne) && ne.Timeout() {
-			c.sendGoAwayLocked(http2.ErrCodeNo) // the idle timeout
-			return errGoneAway
+	for c.hdrN < len(c.hdr) {
+		c.kick.Store(h2Waiting)
+		n, err := c.tc.Read(c.hdr[c.hdrN:])
+		c.hdrN += n
+		if !c.kick.CompareAndSwap(h2Waiting, h2Busy) {
+			if err = c.kicked(err); err != nil {
+				return err
+			}
+			continue
 		}
-		if c.goAway && len(c.streams) == 0 && len(c.drains) == 0 {
-			return errGoneAway
+		if err != nil {
+			return c.readFailed(err)
 		}
-		return err
 	}
+	c.hdrN = 0
 	return nil
+}
+
+// readFailed is the error that ends the connection after err, its read's
+// while it waited for a frame: GOAWAY at the idle timeout.
+func (c *h2conn) readFailed(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ne net.Error
+	if !c.goAway && len(c.streams) == 0 && len(c.drains) == 0 && errors.As(err, &ne) && ne.Timeout() {
+		c.sendGoAwayLocked(http2.ErrCodeNo) // the idle timeout
+		return errGoneAway
+	}
+	if c.goAway && len(c.streams) == 0 && len(c.drains) == 0 {
+		return errGoneAway
+	}
+	return err
 }
 
 var errGoneAway = errors.New("http2: connection gone away")
@@ -678,9 +748,13 @@ func (c *h2conn) flushLocked() {
 		b := c.wbuf
 		c.wbuf = c.spare[:0]
 		if d := c.srv.idle; d > 0 {
-			if now := time.Now(); now.Sub(c.lastWriteD) > time.Second {
+			// A client that reads nothing for that long is gone. The deadline
+			// moves at most once a second (a quarter of d when shorter: the
+			// idle timeout's GOAWAY, d after the last write, must not find it
+			// passed, as a write timeout breaks crypto/tls's record sequence).
+			if now := time.Now(); now.Sub(c.lastWriteD) > min(time.Second, d/4) {
 				c.lastWriteD = now
-				_ = c.tc.SetWriteDeadline(now.Add(d)) // a client that reads nothing for that long is gone
+				_ = c.tc.SetWriteDeadline(now.Add(d))
 			}
 		}
 		c.mu.Unlock()
@@ -730,6 +804,7 @@ func appendRST(b []byte, id uint32, code http2.ErrCode) []byte {
 // shutdown sends GOAWAY on every connection and waits until they ended or
 // ctx is done (then closes them).
 func (s *h2Server) shutdown(ctx context.Context) error {
+	s.stopSweep()
 	s.mu.Lock()
 	s.closing = true
 	conns := make([]*h2conn, 0, len(s.conns))
@@ -754,6 +829,7 @@ func (s *h2Server) shutdown(ctx context.Context) error {
 
 // closeAll closes every connection now and waits for them to end.
 func (s *h2Server) closeAll() {
+	s.stopSweep()
 	s.mu.Lock()
 	s.closing = true
 	for c := range s.conns {

@@ -56,11 +56,21 @@ type h2raw struct {
 // up to the server's SETTINGS, which it acknowledges.
 func dialH2(t *testing.T, addr string, pool *x509.CertPool, settings ...http2.Setting) *h2raw {
 	t.Helper()
-	conn, err := tls.Dial("tcp", addr, &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"h2"}})
+	raw, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return dialH2Over(t, raw, pool, settings...)
+}
+
+// dialH2Over is dialH2 over the connection raw.
+func dialH2Over(t *testing.T, raw net.Conn, pool *x509.CertPool, settings ...http2.Setting) *h2raw {
+	t.Helper()
+	conn := tls.Client(raw, &tls.Config{RootCAs: pool, ServerName: "demo.test", NextProtos: []string{"h2"}})
 	t.Cleanup(func() { conn.Close() })
+	if err := conn.Handshake(); err != nil {
+		t.Fatal(err)
+	}
 	c := &h2raw{t: t, conn: conn, fr: http2.NewFramer(conn, conn)}
 	c.fr.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	c.enc = hpack.NewEncoder(&c.hbuf)

@@ -60,7 +60,11 @@ func (s *Server) TLSFront(kind string, o FrontOptions) (*TLSFront, error) {
 	switch o.H2Server {
 	case H2ServerXNet:
 	case "", H2ServerSluice:
-		t.h2s = newH2Server(std, std.ReadHeaderTimeout)
+		parkAfter, err := parkIdleAfter(o)
+		if err != nil {
+			return nil, err
+		}
+		t.h2s = newH2Server(std, std.ReadHeaderTimeout, parkAfter)
 		if h2TestTune != nil {
 			h2TestTune(t.h2s)
 		}
@@ -138,7 +142,7 @@ func (t *TLSFront) serveConn(c net.Conn) {
 		if rec != nil {
 			rec.free = true // the whole socket read at once: crypto/tls's buffer tells what is left
 		}
-		t.h2s.serve(tc)
+		t.h2s.serve(tc, rec)
 		return
 	}
 	if t.fast == nil || h2 {
