@@ -160,13 +160,15 @@ type appendBuf struct{ b []byte }
 
 func (a *appendBuf) Write(p []byte) (int, error) { a.b = append(a.b, p...); return len(p), nil }
 
-// h2conn is one HTTP/2 connection.
+// h2conn is one HTTP/2 connection: one allocation (768-byte size class)
+// with its copy of the TLS state and its HPACK decoder, which an idle
+// connection keeps (the decoder's dynamic table is the client's).
 type h2conn struct {
 	srv    *h2Server
 	tc     *tls.Conn
 	rec    *recordConn // under tc: it can wait for readability (nil: never parked)
 	remote string
-	tlsCS  *tls.ConnectionState
+	tlsCS  tls.ConnectionState // the requests' r.TLS
 	// ctx is the streams' parent, not cancelable: each stream open when
 	// the connection ends is canceled by close (a cancelable parent would
 	// hold a children map and a channel per idle connection, ~0.5 KiB).
@@ -177,7 +179,7 @@ type h2conn struct {
 	hdrN        int          // its bytes read so far
 	kick        atomic.Int32 // h2Busy, h2Waiting (for a frame header), h2Kicking, h2Kicked (h2park.go)
 	parkedNow   atomic.Bool  // parked: waiting for the socket to become readable (tests read it)
-	dec         *hpack.Decoder
+	dec         hpack.Decoder
 	maxClientID uint32
 	sawSettings bool
 	handlers    sync.WaitGroup
@@ -227,8 +229,7 @@ func (s *h2Server) serve(tc *tls.Conn, rec *recordConn) {
 func (c *h2conn) serve() {
 	s := c.srv
 	c.remote = c.tc.RemoteAddr().String()
-	cs := c.tc.ConnectionState()
-	c.tlsCS = &cs
+	c.tlsCS = c.tc.ConnectionState()
 	ctx := context.Background()
 	ctx = context.WithValue(ctx, http.LocalAddrContextKey, c.tc.LocalAddr())
 	if s.connContext != nil {
@@ -290,7 +291,7 @@ func (c *h2conn) start() error {
 	if string(p[:]) != http2.ClientPreface {
 		return errors.New("http2: bad client preface")
 	}
-	c.dec = hpack.NewDecoder(4096, nil)
+	c.dec = *hpack.NewDecoder(4096, nil) // in the connection's own allocation
 	c.dec.SetMaxStringLength(int(c.srv.maxHeader))
 	c.mu.Lock()
 	c.wbuf = appendSettings(c.wbuf,
@@ -317,7 +318,7 @@ func (c *h2conn) frames() error {
 		}
 		rd := h2ReaderPool.Get().(*h2Reader)
 		rd.src.c, rd.src.off = c, 0
-		rd.fr.ReadMetaHeaders = c.dec
+		rd.fr.ReadMetaHeaders = &c.dec
 		rd.fr.MaxHeaderListSize = c.srv.maxHeader + 10*32 // as net/http: MaxHeaderBytes and 32 bytes for each of 10 fields
 		f, err := rd.fr.ReadFrame()
 		if err == nil {

@@ -195,7 +195,7 @@ func (c *h2conn) newRequest(f *http2.MetaHeadersFrame) (*http.Request, error) {
 		RemoteAddr: c.remote, RequestURI: path, ContentLength: -1,
 	}
 	if scheme == "https" {
-		r.TLS = c.tlsCS
+		r.TLS = &c.tlsCS
 	}
 	var err error
 	if isConnect {
