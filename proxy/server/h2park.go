@@ -58,18 +58,26 @@ func (s *h2Server) sweep() {
 			return
 		case <-t.C:
 		}
-		now := s.tick.Add(1)
-		s.mu.Lock()
-		for c := range s.conns {
-			c.mu.Lock()
-			if c.rec != nil && c.idleSince > 0 && now-c.idleSince >= 2 && c.kick.CompareAndSwap(h2Waiting, h2Kicking) {
-				_ = c.tc.SetReadDeadline(aLongTimeAgo)
-				c.kick.Store(h2Kicked)
-				s.kicks.Add(1)
-			}
-			c.mu.Unlock()
+		s.kickIdle(s.tick.Add(1))
+	}
+}
+
+// kickIdle is the sweep's tick now: it kicks the connections idle since
+// two ticks ago or more whose goroutine waits for a frame header.
+func (s *h2Server) kickIdle(now int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for c := range s.conns {
+		if c.kick.Load() != h2Waiting {
+			continue // parked (or busy between two frames): not kicked, and c.mu not taken
 		}
-		s.mu.Unlock()
+		c.mu.Lock()
+		if c.rec != nil && c.idleSince > 0 && now-c.idleSince >= 2 && c.kick.CompareAndSwap(h2Waiting, h2Kicking) {
+			_ = c.tc.SetReadDeadline(aLongTimeAgo)
+			c.kick.Store(h2Kicked)
+			s.kicks.Add(1)
+		}
+		c.mu.Unlock()
 	}
 }
 
