@@ -448,14 +448,7 @@ func TestSluiceH2GracefulShutdown(t *testing.T) {
 			t.Fatalf("stream 3 (after GOAWAY) answered: %v", f)
 		}
 	}
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	shutdownReturned(t, done)
 }
 
 // A header list above MaxHeaderBytes (fields each under it) is answered
@@ -605,5 +598,18 @@ func TestSluiceH2DisconnectCancelsStreams(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("%d of 2 handlers saw their context canceled after the client left", i)
 		}
+	}
+}
+
+// shutdownReturned waits (10 s at most) for Shutdown's answer on done: nil.
+func shutdownReturned(t *testing.T, done <-chan error) {
+	t.Helper()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return")
 	}
 }

@@ -94,14 +94,7 @@ func TestSluiceH2ParkedShutdown(t *testing.T) {
 		t.Fatalf("GOAWAY %v last stream %d, want NO_ERROR 1", g.ErrCode, g.LastStreamID)
 	}
 	c.conn.Close()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Shutdown: %v", err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Shutdown did not return")
-	}
+	shutdownReturned(t, done)
 }
 
 // A TLS record half sent when the sweep kicks: the connection is not
