@@ -208,8 +208,8 @@ for r in $(seq "$ROUNDS"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms" "backend µs"
-NG=$(median <<<"${CPU[nginx]}")
-NGF=$(median <<<"${CPUF[nginx]}")
+NG=$(median <<<"${CPU[nginx]:-0}") # 0 without the nginx row: the ÷nginx columns print -
+NGF=$(median <<<"${CPUF[nginx]:-0}")
 for n in "${NAMES[@]}"; do
   c=$(median <<<"${CPU[$n]}")
   ratio=$(awk -v a="$c" -v b="$NG" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
