@@ -13,7 +13,14 @@
 # instances: 1 000 backend connections) the closed loop runs slower and every
 # proxy batches less, which the fixed-rate column does not suffer from. The
 # load generator runs with GOGC=off (a few hundred MB per phase): its own
-# garbage collection would otherwise add to the latencies it measures. lbproxy runs five times:
+# garbage collection would otherwise add to the latencies it measures. Before
+# its measured phases each row gets WARMUP (default 1s, 0: none) of the same
+# closed loop, unmeasured: a row waits through every other row's turn (30 s
+# or more), longer than lbproxy's upstream idle timeout (30 s; nginx's 60 s
+# with all nine rows), so without it the closed loop would also count
+# refilling the upstream pool — for lbproxy-1k some 1 400 connects, one per
+# ten requests — instead of the steady state every row is compared in.
+# lbproxy runs five times:
 #   lbproxy       lean: access log and tracing off (metrics are always on),
 #                 the defaults: fasthttp front, fast upstream client
 #   lbproxy-net   lean with --front std (net/http server for the plain listener)
@@ -28,10 +35,10 @@
 # of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
 # lbproxy-full is to be compared with.
 #
-# ALT=path/to/lbproxy adds the rows lbproxy-alt (that build, lean flags) and
-# lbproxy-alt-full (that build, full flags; put them in NAMES) for an A/B
-# of two builds in one run; the script then prints the ratios of this
-# build to that one.
+# ALT=path/to/lbproxy adds the rows lbproxy-alt (that build, lean flags),
+# lbproxy-alt-full (that build, full flags) and lbproxy-alt-1k (that build,
+# the 1 000-instance cluster; put them in NAMES) for an A/B of two builds in
+# one run; the script then prints the ratios of this build to that one.
 #
 # Ports: a block of 1 040 consecutive loopback ports free at start (benchtool
 # ports, below the ephemeral range), or PORT_BASE=N to choose it.
@@ -43,6 +50,7 @@ DURATION=${DURATION:-10s}
 RATE=${RATE:-2000}
 CPU_RATE=${CPU_RATE:-8000}
 PHASE=${PHASE:-5s} # each of the two fixed-rate phases
+WARMUP=${WARMUP:-1s} # unmeasured closed loop before each row's phases (0: none)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
@@ -62,7 +70,8 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
 # Port layout: P+0..P+9 proxies, P+10..P+19 their admin listeners, P+20..P+23
-# the 4 backends, P+30 the trace sink, P+40..P+1035 the 996 more instances.
+# the 4 backends, P+30 the trace sink, P+31/P+32 lbproxy-alt-1k and its admin
+# listener, P+40..P+1035 the 996 more instances.
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
 echo "ports $P-$((P + 1039))" >&2
 B=(127.0.0.1:$((P + 20)) 127.0.0.1:$((P + 21)) 127.0.0.1:$((P + 22)) 127.0.0.1:$((P + 23)))
@@ -139,6 +148,7 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config
   --listen 127.0.0.1:$((P + 5)) --admin 127.0.0.1:$((P + 15)) --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
 ALT_PID=0
 ALTFULL_PID=0
+ALT1K_PID=0
 if [ -n "${ALT:-}" ]; then # another lbproxy build, lean and full flags: an A/B in one run
   GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id alt --config "$WORK/snapshot.json" \
     --listen 127.0.0.1:$((P + 8)) --admin 127.0.0.1:$((P + 18)) --access-log off --trace-sample 0 2>"$WORK/alt.log" & PIDS+=($!); ALT_PID=$!
@@ -146,12 +156,14 @@ if [ -n "${ALT:-}" ]; then # another lbproxy build, lean and full flags: an A/B 
   GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id altfull --config "$WORK/snapshot.json" \
     --listen 127.0.0.1:$((P + 9)) --admin 127.0.0.1:$((P + 19)) --access-log "$WORK/access-alt.log" --access-log-buffer 65536 --trace-exporter otlp \
     --trace-sample 0.01 2>"$WORK/altfull.log" >/dev/null & PIDS+=($!); ALTFULL_PID=$!
+  GOMAXPROCS=1 taskset -c 0 "$ALT" --proxy-cluster BENCH --id alt1k --config "$WORK/snapshot1k.json" \
+    --listen 127.0.0.1:$((P + 31)) --admin 127.0.0.1:$((P + 32)) --access-log off --trace-sample 0 2>"$WORK/alt1k.log" & PIDS+=($!); ALT1K_PID=$!
 fi
 
 declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
-  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [direct]=http://${B[0]}/)
+  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [lbproxy-alt-1k]=http://127.0.0.1:$((P + 31))/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
-  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [direct]=0)
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [lbproxy-alt-1k]=$ALT1K_PID [direct]=0)
 NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
@@ -175,6 +187,7 @@ HZ=$(getconf CLK_TCK)
 declare -A RPS CPU BCPU CPUF P50 P99
 for r in $(seq "$ROUNDS"); do
   for n in "${NAMES[@]}"; do
+    [ "$WARMUP" = 0 ] || GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$WARMUP" >/dev/null
     b0=$(ticks "$BACKENDS_PID"); t0=$(ticks "${PID[$n]}")
     out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
     t1=$(ticks "${PID[$n]}"); b1=$(ticks "$BACKENDS_PID")
@@ -195,8 +208,8 @@ for r in $(seq "$ROUNDS"); do
 done
 median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
 printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms" "backend µs"
-NG=$(median <<<"${CPU[nginx]}")
-NGF=$(median <<<"${CPUF[nginx]}")
+NG=$(median <<<"${CPU[nginx]:-0}") # 0 without the nginx row: the ÷nginx columns print -
+NGF=$(median <<<"${CPUF[nginx]:-0}")
 for n in "${NAMES[@]}"; do
   c=$(median <<<"${CPU[$n]}")
   ratio=$(awk -v a="$c" -v b="$NG" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
@@ -205,18 +218,17 @@ for n in "${NAMES[@]}"; do
   [ "$n" = direct ] && { c="-"; ratio="-"; cf="-"; ratiof="-"; }
   printf "%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")" "$(median <<<"${BCPU[$n]}")"
 done
-if [[ " ${NAMES[*]} " == *" lbproxy-full "* && " ${NAMES[*]} " == *" nginx-log "* ]]; then
-  awk -v a="$(median <<<"${CPU[lbproxy-full]}")" -v b="$(median <<<"${CPU[nginx-log]}")" \
-    -v c="$(median <<<"${CPUF[lbproxy-full]}")" -v d="$(median <<<"${CPUF[nginx-log]}")" \
-    'BEGIN{ printf "lbproxy-full ÷ nginx-log (both with an access log): %.2f closed loop, %.2f at the fixed rate\n", a/b, c/d }'
-fi
-for pair in "lbproxy lbproxy-alt" "lbproxy-full lbproxy-alt-full"; do
-  set -- $pair
-  if [[ " ${NAMES[*]} " == *" $1 "* && " ${NAMES[*]} " == *" $2 "* ]]; then
-    awk -v n="$1" -v m="$2" -v a="$(median <<<"${CPU[$1]}")" -v b="$(median <<<"${CPU[$2]}")" \
-      -v c="$(median <<<"${CPUF[$1]}")" -v d="$(median <<<"${CPUF[$2]}")" \
-      'BEGIN{ printf "%s ÷ %s (this build ÷ ALT): %.2f closed loop, %.2f at the fixed rate\n", n, m, a/b, c/d }'
-  fi
-done
+ratio() { # the CPU medians of row $1 ÷ row $2, both run; $3 says what the pair compares
+  [[ " ${NAMES[*]} " == *" $1 "* && " ${NAMES[*]} " == *" $2 "* ]] || return 0
+  awk -v n="$1" -v m="$2" -v w="$3" -v a="$(median <<<"${CPU[$1]}")" -v b="$(median <<<"${CPU[$2]}")" \
+    -v c="$(median <<<"${CPUF[$1]}")" -v d="$(median <<<"${CPUF[$2]}")" \
+    'BEGIN{ printf "%s ÷ %s (%s): %.2f closed loop, %.2f at the fixed rate\n", n, m, w, a/b, c/d }'
+}
+ratio lbproxy-full nginx-log "both with an access log"
+ratio lbproxy-1k lbproxy "1 000 instances ÷ 4" # issue 20: ≤ +10 % at the fixed rate
+ratio lbproxy-alt-1k lbproxy-alt "1 000 instances ÷ 4, ALT"
+ratio lbproxy lbproxy-alt "this build ÷ ALT"
+ratio lbproxy-full lbproxy-alt-full "this build ÷ ALT"
+ratio lbproxy-1k lbproxy-alt-1k "this build ÷ ALT"
 echo "load after: $(uptime)"
-echo "(medians of $ROUNDS interleaved rounds, $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"
+echo "(medians of $ROUNDS interleaved rounds, each row after a $WARMUP unmeasured warm-up: $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"

@@ -265,7 +265,7 @@ func validValue(s string) bool {
 }
 
 // rawBackend accepts connections and runs serve on each.
-func rawBackend(t *testing.T, serve func(net.Conn)) string {
+func rawBackend(t testing.TB, serve func(net.Conn)) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"context"
+	"sync"
 	"time"
 
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -27,6 +28,7 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 			c.close()
 			continue
 		}
+		c.attach()
 		return c, nil
 	}
 	dctx := ctx
@@ -40,10 +42,38 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 	if err != nil {
 		return nil, &DialError{Err: err}
 	}
-	nc = sockio.Wrap(nc)
-	c := &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), u: u, dialed: time.Since(start)}
-	c.bw = bufio.NewWriterSize(sockWriter{c}, 4<<10)
+	c := &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
+	c.attach()
 	return c, nil
+}
+
+// An idle pooled connection holds no buffers: putIdle hands its 4 KiB reader
+// and writer back to these pools and getConn takes a pair for the exchange.
+// With many backends (a pool of 1 000 instances has a connection or more per
+// instance, each used every few hundred milliseconds) the exchange then works
+// in buffers the last exchanges warmed rather than in ones idle since the
+// instance's last request, and an idle upstream connection costs 8 KiB less.
+var (
+	readers = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 4<<10) }}
+	writers = sync.Pool{New: func() any { return bufio.NewWriterSize(nil, 4<<10) }}
+)
+
+// attach gives c a reader and a writer for an exchange.
+func (c *conn) attach() {
+	c.br = readers.Get().(*bufio.Reader)
+	c.br.Reset(c.nc)
+	c.bw = writers.Get().(*bufio.Writer)
+	c.bw.Reset(sockWriter{c})
+}
+
+// detach returns c's buffers; c is between exchanges (its reader empty, its
+// writer flushed: putIdle's callers check).
+func (c *conn) detach() {
+	c.br.Reset(nil)
+	readers.Put(c.br)
+	c.bw.Reset(nil)
+	writers.Put(c.bw)
+	c.br, c.bw = nil, nil
 }
 
 // usable reports whether an idle connection can carry a request: the
@@ -57,7 +87,9 @@ func (c *conn) usable() bool {
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.
+// Either way c's buffers go back to the shared pools.
 func (u *Upstream) putIdle(c *conn) {
+	c.detach()
 	u.idleMu.Lock()
 	defer u.idleMu.Unlock()
 	if u.closed || len(u.idle) >= u.maxIdle {

@@ -100,3 +100,30 @@ func TestPoolLimitAndQueueTimeout(t *testing.T) {
 		}
 	})
 }
+
+// An idle pooled connection holds no buffers (they go back to the shared
+// pools until its next exchange), and the next exchange on it, which takes
+// a pair again, is served on the same connection.
+func TestIdleConnectionHoldsNoBuffers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up, dials := pipeUpstream(t, testPool(4, 0, 0, time.Minute))
+		for i := range 3 {
+			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "x" {
+				t.Fatalf("request %d: %d %q %v", i, s, b, err)
+			}
+			up.idleMu.Lock()
+			n := len(up.idle)
+			var br, bw bool
+			if n == 1 {
+				br, bw = up.idle[0].br != nil, up.idle[0].bw != nil
+			}
+			up.idleMu.Unlock()
+			if n != 1 || br || bw {
+				t.Fatalf("after request %d: %d idle, reader held %v, writer held %v; want 1 idle holding neither", i, n, br, bw)
+			}
+		}
+		if dials.Load() != 1 {
+			t.Fatalf("%d dials for 3 requests, want 1 (the idle connection reused)", dials.Load())
+		}
+	})
+}
