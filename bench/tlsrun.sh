@@ -32,6 +32,10 @@
 # default) pinned it (ssl_conf_command Ciphersuites).
 #
 # PHASES (default "h1 h2 hs hsf") runs only those phases (the others' columns stay empty).
+# CONCURRENT=1: the h1 phase of all rows runs at the same time (one wrk per
+# row, the proxies sharing core 0): every row under the same background load,
+# at the price of their sharing the core and its caches with one another.
+# BODY=N: the backends' answers are N bytes (default 100).
 # STD=0 leaves out the lbproxy --tls-front std row. WARMUP (default 2s; 0: none).
 # SYSCALLS=1: after the rounds, one h1 phase per row under perf stat (syscall
 # tracepoints: exact counts, without strace's slowdown) prints system calls per
@@ -63,7 +67,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 # P+0..P+3 proxies, P+10..P+13 their plain and P+20..P+23 admin listeners, P+30..P+33 backends
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 40)}
 B=(127.0.0.1:$((P + 30)) 127.0.0.1:$((P + 31)) 127.0.0.1:$((P + 32)) 127.0.0.1:$((P + 33)))
-taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" backends -body "${BODY:-100}" -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
 {
   echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;"
   echo "events { worker_connections 4096; }"
@@ -155,6 +159,18 @@ measure() { # $1: phase, $2: row; appends the row's CPU µs per request (connect
     hsf) HF[$row]+="$(per "$t0" "$t1" "$n") "; RF[$row]+="$rps " ;;
   esac
 }
+measure_together() { # the h1 phase of every row at once (CONCURRENT=1): each proxy sees the same moment of the machine
+  local row w=(); declare -A T0=()
+  for row in "${ROWS[@]}"; do T0[$row]=$(ticks "${PID[$row]}"); done
+  for row in "${ROWS[@]}"; do
+    taskset -c 1 wrk -t1 -d"$DURATION" -H 'Host: bench.test' -c64 "${URL[$row]}" >"$WORK/wrk.$row" & w+=($!)
+  done
+  wait "${w[@]}"
+  for row in "${ROWS[@]}"; do
+    n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' "$WORK/wrk.$row"); rps=$(sed -nE 's/^Requests\/sec: *([0-9.]+).*/\1/p' "$WORK/wrk.$row")
+    H1[$row]+="$(per "${T0[$row]}" "$(ticks "${PID[$row]}")" "$n") "; R1[$row]+="$rps "
+  done
+}
 if [ "${WARMUP%s}" != 0 ]; then
   for row in "${ROWS[@]}"; do
     [[ $PHASES == *" h1 "* ]] && wrkrun "$row" "$WARMUP" -c64
@@ -168,6 +184,7 @@ for r in $(seq "$ROUNDS"); do
   [ $((r % 2)) = 0 ] && order=("${REV[@]}")
   for ph in h1 h2 hs hsf; do
     [[ $PHASES == *" $ph "* ]] || continue
+    if [ "$ph" = h1 ] && [ -n "${CONCURRENT:-}" ]; then measure_together; continue; fi
     for row in "${order[@]}"; do measure "$ph" "$row"; done
   done
 done
