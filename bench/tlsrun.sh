@@ -35,6 +35,7 @@
 # CONCURRENT=1: the h1 phase of all rows runs at the same time (one wrk per
 # row, the proxies sharing core 0): every row under the same background load,
 # at the price of their sharing the core and its caches with one another.
+# LBPROXY=path: that lbproxy build instead of building this tree's.
 # BODY=N: the backends' answers are N bytes (default 100).
 # STD=0 leaves out the lbproxy --tls-front std row. WARMUP (default 2s; 0: none).
 # SYSCALLS=1: after the rounds, one h1 phase per row under perf stat (syscall
@@ -58,8 +59,13 @@ fail_logs() { tail -n 5 "$WORK"/*.log "$WORK"/nginx.err 2>/dev/null >&2 || true;
 trap fail_logs ERR
 for t in nginx wrk; do command -v "$t" >/dev/null || { echo "tlsrun.sh needs $t on the PATH" >&2; exit 2; }; done
 
-echo "building lbproxy and benchtool..." >&2
-(cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
+if [ -n "${LBPROXY:-}" ]; then # a build made beforehand (the lock is not held while it compiles)
+  cp "$LBPROXY" "$WORK/lbproxy"
+else
+  echo "building lbproxy..." >&2
+  (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
+fi
+echo "building benchtool..." >&2
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.test \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
