@@ -343,3 +343,40 @@ func TestTLSFrontFullRecordsForHTTP1(t *testing.T) {
 		}
 	}
 }
+
+// TestTLSFrontResumesHTTP1Sessions: an HTTP/1.1 client (the config of
+// recordSizing) resumes its session on its next connection, as one that
+// offers h2 does.
+func TestTLSFrontResumesHTTP1Sessions(t *testing.T) {
+	snap, _ := frontSnapshot(t)
+	_, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	for _, protos := range [][]string{{"http/1.1"}, {"h2", "http/1.1"}} {
+		cfg := tlsClientConfig(pool)
+		cfg.NextProtos = protos
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		for i, want := range []bool{false, true} {
+			raw, _ := dialFront(t, addr)
+			tc := tls.Client(raw, cfg)
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if protos[0] == "http/1.1" { // a TLS 1.3 ticket comes after the handshake: read an answer
+				if _, err := io.WriteString(tc, smallGET); err != nil {
+					t.Fatal(err)
+				}
+				readAnswers(t, bufio.NewReader(tc), len("small body\n"))
+			} else { // the client preface and an empty SETTINGS frame; the server's SETTINGS come after the ticket
+				if _, err := io.WriteString(tc, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tc.Read(make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := tc.ConnectionState().DidResume; got != want {
+				t.Fatalf("client offering %q, connection %d: resumed %v, want %v", protos, i+1, got, want)
+			}
+			tc.Close()
+		}
+	}
+}
