@@ -11,7 +11,16 @@
 #       -newconn -conns 16 (Go's client, TLS 1.3, X25519, no session cache: nothing resumed), HS_DURATION long
 # Each proxy has one core (taskset -c 0, GOMAXPROCS=1, one nginx worker);
 # load and backends run on the other. ECDSA P-256 certificate, 4 backends.
-# CPU µs/req = the proxy's utime+stime over the phase ÷ requests answered.
+# CPU µs/req = the proxy's utime+stime over the phase ÷ requests answered
+# (/proc/PID/stat of the pinned process only: nginx's one worker, every thread
+# of lbproxy; the total is the scheduler's exact run time, in 10 ms units).
+# Order (robust on a shared machine, whose load moves within seconds): each
+# row first gets one unmeasured WARMUP-long h1 (and h2) phase; then every round
+# runs phase by phase, the rows of a phase back to back, in the listed order in
+# odd rounds and reversed in even ones (nginx first, then last: a load drift
+# falls on both sides of it). "÷ nginx" is the median of the per-round ratios
+# (each row against nginx's phase of the same round, seconds apart), not a
+# ratio of medians; the per-round ratios are printed under the table.
 # Rows: nginx · lbproxy (--tls-front std) · lbproxy-fast (--tls-front
 # fasthttp); ALT=path/to/lbproxy adds lbproxy-alt, that binary with
 # --tls-front fasthttp and ALT_FLAGS (an A/B of two builds in one run).
@@ -23,11 +32,21 @@
 # default) pinned it (ssl_conf_command Ciphersuites).
 #
 # PHASES (default "h1 h2 hs hsf") runs only those phases (the others' columns stay empty).
+# CONCURRENT=1: the h1 phase of all rows runs at the same time (one wrk per
+# row, the proxies sharing core 0): every row under the same background load,
+# at the price of their sharing the core and its caches with one another.
+# LBPROXY=path: that lbproxy build instead of building this tree's.
+# BODY=N: the backends' answers are N bytes (default 100).
+# STD=0 leaves out the lbproxy --tls-front std row. WARMUP (default 2s; 0: none).
+# SYSCALLS=1: after the rounds, one h1 phase per row under perf stat (syscall
+# tracepoints: exact counts, without strace's slowdown) prints system calls per
+# request; needs perf and tracefs.
 # The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server xnet" PHASES=h2
 #
 # Usage: ROUNDS=3 DURATION=8s HS_DURATION=5s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
 set -euo pipefail
 ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-2s}
 DURATION=${DURATION:-8s}
 HS_DURATION=${HS_DURATION:-5s}
 PHASES=" ${PHASES:-h1 h2 hs hsf} "
@@ -40,8 +59,13 @@ fail_logs() { tail -n 5 "$WORK"/*.log "$WORK"/nginx.err 2>/dev/null >&2 || true;
 trap fail_logs ERR
 for t in nginx wrk; do command -v "$t" >/dev/null || { echo "tlsrun.sh needs $t on the PATH" >&2; exit 2; }; done
 
-echo "building lbproxy and benchtool..." >&2
-(cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
+if [ -n "${LBPROXY:-}" ]; then # a build made beforehand (the lock is not held while it compiles)
+  cp "$LBPROXY" "$WORK/lbproxy"
+else
+  echo "building lbproxy..." >&2
+  (cd "$ROOT" && CGO_ENABLED=0 go build -o "$WORK/lbproxy" ./proxy/cmd/lbproxy)
+fi
+echo "building benchtool..." >&2
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 1 -subj /CN=bench.test \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
@@ -49,7 +73,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 # P+0..P+3 proxies, P+10..P+13 their plain and P+20..P+23 admin listeners, P+30..P+33 backends
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 40)}
 B=(127.0.0.1:$((P + 30)) 127.0.0.1:$((P + 31)) 127.0.0.1:$((P + 32)) 127.0.0.1:$((P + 33)))
-taskset -c 1 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
+taskset -c 1 "$WORK/benchtool" backends -body "${BODY:-100}" -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
 {
   echo "worker_processes 1; daemon off; pid $WORK/nginx.pid; error_log $WORK/nginx.err;"
   echo "events { worker_connections 4096; }"
@@ -75,6 +99,7 @@ declare -A URL=([nginx]=https://127.0.0.1:$P/ [lbproxy]=https://127.0.0.1:$((P +
   [lbproxy-alt]=https://127.0.0.1:$((P + 3))/)
 declare -A PID
 ROWS=(nginx lbproxy lbproxy-fast)
+[ "${STD:-1}" = 0 ] && ROWS=(nginx lbproxy-fast)
 [ -n "${ALT:-}" ] && ROWS+=(lbproxy-alt)
 i=0
 for row in "${ROWS[@]:1}"; do
@@ -121,38 +146,81 @@ h2run() { # $1: row; sets n and rps
   fi
 }
 declare -A H1=() H2=() HS=() HF=() R1=() R2=() RS=() RF=()
-for r in $(seq "$ROUNDS"); do
+measure() { # $1: phase, $2: row; appends the row's CPU µs per request (connection) and rate of this round
+  local ph=$1 row=$2 t0 t1 out
+  t0=$(ticks "${PID[$row]}")
+  case $ph in
+    h1) wrkrun "$row" "$DURATION" -c64 ;;
+    h2) h2run "$row" ;;
+    hs) wrkrun "$row" "$HS_DURATION" -c16 -H 'Connection: close' ;;
+    hsf)
+      out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -newconn -url "${URL[$row]}" -conns 16 -duration "$HS_DURATION")
+      n=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out"); rps=$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out") ;;
+  esac
+  t1=$(ticks "${PID[$row]}")
+  case $ph in
+    h1) H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$rps " ;;
+    h2) H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$rps " ;;
+    hs) HS[$row]+="$(per "$t0" "$t1" "$n") "; RS[$row]+="$rps " ;;
+    hsf) HF[$row]+="$(per "$t0" "$t1" "$n") "; RF[$row]+="$rps " ;;
+  esac
+}
+measure_together() { # the h1 phase of every row at once (CONCURRENT=1): each proxy sees the same moment of the machine
+  local row w=(); declare -A T0=()
+  for row in "${ROWS[@]}"; do T0[$row]=$(ticks "${PID[$row]}"); done
   for row in "${ROWS[@]}"; do
-    if [[ $PHASES == *" h1 "* ]]; then
-      t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$DURATION" -c64; t1=$(ticks "${PID[$row]}")
-      H1[$row]+="$(per "$t0" "$t1" "$n") "; R1[$row]+="$rps "
-    fi
-    if [[ $PHASES == *" h2 "* ]]; then
-      t0=$(ticks "${PID[$row]}"); h2run "$row"; t1=$(ticks "${PID[$row]}")
-      H2[$row]+="$(per "$t0" "$t1" "$n") "; R2[$row]+="$rps "
-    fi
-    if [[ $PHASES == *" hs "* ]]; then
-      t0=$(ticks "${PID[$row]}"); wrkrun "$row" "$HS_DURATION" -c16 -H 'Connection: close'; t1=$(ticks "${PID[$row]}")
-      HS[$row]+="$(per "$t0" "$t1" "$n") "; RS[$row]+="$rps "
-    fi
-    [[ $PHASES == *" hsf "* ]] || continue
-    t0=$(ticks "${PID[$row]}")
-    out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -newconn -url "${URL[$row]}" -conns 16 -duration "$HS_DURATION")
-    t1=$(ticks "${PID[$row]}")
-    n=$(sed -E 's/.*requests=([0-9]+).*/\1/' <<<"$out")
-    HF[$row]+="$(per "$t0" "$t1" "$n") "; RF[$row]+="$(sed -E 's/.*rps=([0-9]+).*/\1/' <<<"$out") "
+    taskset -c 1 wrk -t1 -d"$DURATION" -H 'Host: bench.test' -c64 "${URL[$row]}" >"$WORK/wrk.$row" & w+=($!)
+  done
+  wait "${w[@]}"
+  for row in "${ROWS[@]}"; do
+    n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' "$WORK/wrk.$row"); rps=$(sed -nE 's/^Requests\/sec: *([0-9.]+).*/\1/p' "$WORK/wrk.$row")
+    H1[$row]+="$(per "${T0[$row]}" "$(ticks "${PID[$row]}")" "$n") "; R1[$row]+="$rps "
+  done
+}
+if [ "${WARMUP%s}" != 0 ]; then
+  for row in "${ROWS[@]}"; do
+    [[ $PHASES == *" h1 "* ]] && wrkrun "$row" "$WARMUP" -c64
+    [[ $PHASES == *" h2 "* ]] && DURATION=$WARMUP h2run "$row"
+  done
+fi
+REV=()
+for ((k = ${#ROWS[@]} - 1; k >= 0; k--)); do REV+=("${ROWS[$k]}"); done
+for r in $(seq "$ROUNDS"); do
+  order=("${ROWS[@]}")
+  [ $((r % 2)) = 0 ] && order=("${REV[@]}")
+  for ph in h1 h2 hs hsf; do
+    [[ $PHASES == *" $ph "* ]] || continue
+    if [ "$ph" = h1 ] && [ -n "${CONCURRENT:-}" ]; then measure_together; continue; fi
+    for row in "${order[@]}"; do measure "$ph" "$row"; done
   done
 done
 echo "load after: $(uptime)" >&2
 med() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }'; }
-n1=$(med <<<"${H1[nginx]:-}"); n2=$(med <<<"${H2[nginx]:-}"); ns=$(med <<<"${HS[nginx]:-}"); nf=$(med <<<"${HF[nginx]:-}")
+rounds_ratio() { # $1: a row's per-round figures, $2: nginx's: the per-round ratios
+  awk -v a="$1" -v b="$2" 'BEGIN{ n = split(a, x, " "); split(b, y, " ")
+    for (k = 1; k <= n; k++) printf "%s ", (y[k] != "nan" && y[k] > 0 && x[k] != "nan") ? sprintf("%.2f", x[k] / y[k]) : "-" }'
+}
+declare -A Q1=() Q2=() QS=() QF=()
 printf '| row | h1 req/s | h1 µs/req | ÷ nginx | h2 req/s | h2 µs/req | ÷ nginx | resumed conn/s | µs/conn | ÷ nginx | full-handshake conn/s | µs/conn | ÷ nginx |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for row in "${ROWS[@]}"; do
-  c1=$(med <<<"${H1[$row]:-}"); c2=$(med <<<"${H2[$row]:-}"); cs=$(med <<<"${HS[$row]:-}"); cf=$(med <<<"${HF[$row]:-}")
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" "$(med <<<"${R1[$row]:-}")" "$c1" "$(ratio "$c1" "$n1")" \
-    "$(med <<<"${R2[$row]:-}")" "$c2" "$(ratio "$c2" "$n2")" "$(med <<<"${RS[$row]:-}")" "$cs" "$(ratio "$cs" "$ns")" \
-    "$(med <<<"${RF[$row]:-}")" "$cf" "$(ratio "$cf" "$nf")"
+  Q1[$row]=$(rounds_ratio "${H1[$row]:-}" "${H1[nginx]:-}"); Q2[$row]=$(rounds_ratio "${H2[$row]:-}" "${H2[nginx]:-}")
+  QS[$row]=$(rounds_ratio "${HS[$row]:-}" "${HS[nginx]:-}"); QF[$row]=$(rounds_ratio "${HF[$row]:-}" "${HF[nginx]:-}")
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" \
+    "$(med <<<"${R1[$row]:-}")" "$(med <<<"${H1[$row]:-}")" "$(med <<<"${Q1[$row]}")" \
+    "$(med <<<"${R2[$row]:-}")" "$(med <<<"${H2[$row]:-}")" "$(med <<<"${Q2[$row]}")" \
+    "$(med <<<"${RS[$row]:-}")" "$(med <<<"${HS[$row]:-}")" "$(med <<<"${QS[$row]}")" \
+    "$(med <<<"${RF[$row]:-}")" "$(med <<<"${HF[$row]:-}")" "$(med <<<"${QF[$row]}")"
 done
 for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]:-}· h2 ${H2[$row]:-}· resumed ${HS[$row]:-}· full ${HF[$row]:-}"; done
+for row in "${ROWS[@]:1}"; do echo "÷ nginx per round $row: h1 ${Q1[$row]}· h2 ${Q2[$row]}· resumed ${QS[$row]}· full ${QF[$row]}"; done
+if [ -n "${SYSCALLS:-}" ]; then
+  SC=(read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_ctl getsockopt setsockopt futex nanosleep)
+  EV=$(printf 'syscalls:sys_enter_%s,' "${SC[@]}")raw_syscalls:sys_enter
+  echo "system calls per request, h1 (wrk -c64, $DURATION, perf stat):"
+  for row in "${ROWS[@]}"; do
+    perf stat -x, -e "$EV" -p "${PID[$row]}" -o "$WORK/sys.$row" -- sleep "$(( ${DURATION%s} + 1 ))" & SP=$!
+    sleep 0.5; wrkrun "$row" "$DURATION" -c64; wait "$SP"
+    awk -F, -v n="$n" -v row="$row" 'BEGIN{ printf "%s:", row } $1 ~ /^[0-9]+$/ && $1 > 0 { e = $3; sub("syscalls:sys_enter_", "", e); sub("raw_syscalls:sys_enter", "all", e); printf " %s %.2f", e, $1 / n } END{ print "" }' "$WORK/sys.$row"
+  done
+fi

@@ -1,6 +1,6 @@
 // Command benchtool is the load side of the proxy benchmark (bench/run.sh):
 //
-//	benchtool backends -addrs 127.0.0.1:9101,127.0.0.1:9102   serve 100-byte bodies
+//	benchtool backends -addrs 127.0.0.1:9101,127.0.0.1:9102   serve 100-byte bodies (-body N: N bytes)
 //	benchtool load -url URL -conns 64 -duration 10s          closed loop: req/s
 //	benchtool rate -url URL -rate 2000 -duration 10s         open loop: p50/p99 latency
 //	benchtool sink -addr 127.0.0.1:19200                     OTLP/HTTP trace sink (answers 200, counts)
@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/signal"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -64,13 +65,22 @@ var body100 = []byte(strings.Repeat("x", 99) + "\n")
 func backends(args []string) error {
 	fs := flag.NewFlagSet("backends", flag.ExitOnError)
 	addrs := fs.String("addrs", "127.0.0.1:9101,127.0.0.1:9102,127.0.0.1:9103,127.0.0.1:9104", "listen addresses")
+	size := fs.Int("body", len(body100), "answer body size in bytes")
 	fs.Parse(args)
+	if *size < 1 {
+		return fmt.Errorf("backends: -body %d: want a size of at least 1 byte", *size)
+	}
+	body := body100
+	if *size != len(body100) {
+		body = []byte(strings.Repeat("x", *size-1) + "\n")
+	}
+	length := strconv.Itoa(len(body))
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
-		w.Header().Set("Content-Length", "100")
-		w.Write(body100)
+		w.Header().Set("Content-Length", length)
+		w.Write(body)
 	})
 	var servers []*http.Server
 	for _, a := range strings.Split(*addrs, ",") {

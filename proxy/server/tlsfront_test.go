@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -14,6 +15,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -259,5 +262,121 @@ func BenchmarkTLSFront(b *testing.B) {
 			defer conn.Close()
 			benchGETs(b, conn)
 		})
+	}
+}
+
+// recordSizes records the payload length of each TLS record read through it.
+type recordSizes struct {
+	net.Conn
+	hdr  []byte // a header being read (or the rest of a record: skip)
+	skip int
+	lens []int
+}
+
+func (c *recordSizes) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if c.skip > 0 {
+			k := min(c.skip, len(b))
+			c.skip -= k
+			b = b[k:]
+			continue
+		}
+		k := min(5-len(c.hdr), len(b))
+		c.hdr = append(c.hdr, b[:k]...)
+		b = b[k:]
+		if len(c.hdr) == 5 {
+			c.skip = int(c.hdr[3])<<8 | int(c.hdr[4])
+			c.lens = append(c.lens, c.skip)
+			c.hdr = c.hdr[:0]
+		}
+	}
+	return n, err
+}
+
+// TestTLSFrontFullRecordsForHTTP1: an HTTP/1.1 client gets an answer of
+// several records in full-size ones (16 KiB of plaintext, as nginx sends)
+// from its connection's first answer on, on both fronts: not crypto/tls's
+// dynamic record sizing (≈ 1.2 KiB records growing by as much per record),
+// nor 4 KiB ones from fasthttp's default write buffer; a client that offers
+// h2 keeps dynamic sizing.
+func TestTLSFrontFullRecordsForHTTP1(t *testing.T) {
+	const size = 60000 // under handoffMax: written in one go after the head
+	b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(size))
+		w.Write(bytes.Repeat([]byte("x"), size))
+	})
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	for _, kind := range []string{FrontFastHTTP, FrontStd} {
+		t.Run(kind, func(t *testing.T) {
+			_, addr, pool := tlsProxy(t, kind, snap)
+			raw, _ := dialFront(t, addr)
+			rs := &recordSizes{Conn: raw}
+			tc := tls.Client(rs, tlsClientConfig(pool))
+			if _, err := io.WriteString(tc, smallGET); err != nil {
+				t.Fatal(err)
+			}
+			readAnswers(t, bufio.NewReader(tc), size)
+			const full = 16<<10 + 1 + 16 // TLS 1.3: the plaintext, its content type byte and the AEAD tag
+			n := 0
+			for _, l := range rs.lens {
+				if l == full {
+					n++
+				}
+			}
+			if m := slices.Max(rs.lens); m != full || n != size/(16<<10) {
+				t.Fatalf("largest record %d bytes, %d of %d bytes (records %v), want %d of them", m, n, full, rs.lens, size/(16<<10))
+			}
+		})
+	}
+	tf, _, _ := tlsProxy(t, FrontFastHTTP, snap)
+	for _, tc := range []struct {
+		protos  []string
+		dynamic bool
+	}{{[]string{"h2", "http/1.1"}, true}, {[]string{"http/1.1"}, false}, {nil, false}} {
+		cfg, err := tf.cfg.GetConfigForClient(&tls.ClientHelloInfo{SupportedProtos: tc.protos})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg == nil || !cfg.DynamicRecordSizingDisabled; got != tc.dynamic {
+			t.Errorf("client offering %q: dynamic record sizing %v, want %v", tc.protos, got, tc.dynamic)
+		}
+	}
+}
+
+// TestTLSFrontResumesHTTP1Sessions: an HTTP/1.1 client (the config of
+// recordSizing) resumes its session on its next connection, as one that
+// offers h2 does.
+func TestTLSFrontResumesHTTP1Sessions(t *testing.T) {
+	snap, _ := frontSnapshot(t)
+	_, addr, pool := tlsProxy(t, FrontFastHTTP, snap)
+	for _, protos := range [][]string{{"http/1.1"}, {"h2", "http/1.1"}} {
+		cfg := tlsClientConfig(pool)
+		cfg.NextProtos = protos
+		cfg.ClientSessionCache = tls.NewLRUClientSessionCache(4)
+		for i, want := range []bool{false, true} {
+			raw, _ := dialFront(t, addr)
+			tc := tls.Client(raw, cfg)
+			if err := tc.Handshake(); err != nil {
+				t.Fatal(err)
+			}
+			if protos[0] == "http/1.1" { // a TLS 1.3 ticket comes after the handshake: read an answer
+				if _, err := io.WriteString(tc, smallGET); err != nil {
+					t.Fatal(err)
+				}
+				readAnswers(t, bufio.NewReader(tc), len("small body\n"))
+			} else { // the client preface and an empty SETTINGS frame; the server's SETTINGS come after the ticket
+				if _, err := io.WriteString(tc, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00"); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := tc.Read(make([]byte, 1)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got := tc.ConnectionState().DidResume; got != want {
+				t.Fatalf("client offering %q, connection %d: resumed %v, want %v", protos, i+1, got, want)
+			}
+			tc.Close()
+		}
 	}
 }
