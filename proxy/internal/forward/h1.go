@@ -75,7 +75,7 @@ func (r *Request) resendable() bool {
 
 // recheckAfter is how long a connection stays idle before a resendable
 // request checks it (conn.usable); Upstream.recheckAfter starts at it.
-const recheckAfter = 2 * time.Millisecond
+const recheckAfter = 4 * time.Millisecond
 
 // ContinueTimeout is how long Do waits for "100 Continue" before sending the
 // body anyway (http.Transport.ExpectContinueTimeout in the std path).
