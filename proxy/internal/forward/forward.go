@@ -173,7 +173,8 @@ type Upstream struct {
 	recheckAfter time.Duration // a resendable request checks a connection idle this long (conn.usable)
 	noKeepAlive  bool
 	idleMu       sync.Mutex
-	idle         []*conn // oldest first; Do takes the newest
+	idle         []*conn   // oldest first; Do takes the newest
+	staleAt      time.Time // the last stale failure: connections idle since before it are checked (markStale)
 	closed       bool
 	reaper       *time.Timer
 	reaperAt     time.Time // when the reaper fires (zero: not armed)

@@ -189,6 +189,7 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	var rbe *BodyReadError
 	if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
 		err = &StaleConnError{Err: err, Unsent: c.sent == sent}
+		u.markStale()
 	}
 	return Response{}, err
 }

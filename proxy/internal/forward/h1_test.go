@@ -410,6 +410,46 @@ func TestYoungConnectionUncheckedForResendable(t *testing.T) {
 	}
 }
 
+// After a stale failure every connection idle since before it is checked,
+// however young: a backend that closed one (a restart) closed the others,
+// and only the first request fails on one.
+func TestStaleFailureChecksTheOthers(t *testing.T) {
+	addr, conns, reqs := goneIdleBackend(t, "close")
+	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+	up.recheckAfter = time.Hour
+	var bodies []io.ReadCloser
+	for range 2 { // two connections at once, both pooled when the bodies close
+		res, err := up.Do(context.Background(), &Request{Method: http.MethodGet, URI: "/", Host: "b", Header: http.Header{}}, make(http.Header))
+		if err != nil || res.Status != 200 {
+			t.Fatalf("first GETs: %d %v", res.Status, err)
+		}
+		bodies = append(bodies, res.Body)
+	}
+	for _, b := range bodies {
+		io.Copy(io.Discard, b)
+		b.Close()
+	}
+	poll.EventuallyTrue(t, 20*time.Second, "both pooled and gone", func() bool {
+		up.idleMu.Lock()
+		defer up.idleMu.Unlock()
+		return len(up.idle) == 2 && up.idle[0].nc.(*sockio.Conn).Idle() != nil && up.idle[1].nc.(*sockio.Conn).Idle() != nil
+	})
+	_, _, err := do(up, context.Background(), http.MethodGet)
+	var se *StaleConnError
+	if !errors.As(err, &se) {
+		t.Fatalf("GET on the first young closed connection: %v, want a *StaleConnError", err)
+	}
+	if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
+		t.Fatalf("GET after the stale failure: %d %q %v, want 200 on a new connection", s, b, err)
+	}
+	if conns.Load() != 3 || reqs.Load() != 3 {
+		t.Fatalf("%d connections, %d requests at the backend, want 3 and 3", conns.Load(), reqs.Load())
+	}
+	if up.IdleConns() != 1 {
+		t.Fatalf("%d idle connections, want 1 (the new one)", up.IdleConns())
+	}
+}
+
 // Only a request with an idempotent method and no body skips the check of
 // a young connection.
 func TestResendable(t *testing.T) {

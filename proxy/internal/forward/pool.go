@@ -23,9 +23,10 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
+		check := !resendable || !c.idleAt.After(u.staleAt)
 		u.idleMu.Unlock()
 		idle := now.Sub(c.idleAt)
-		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || ((!resendable || idle >= u.recheckAfter) && !c.usable()) {
+		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || ((check || idle >= u.recheckAfter) && !c.usable()) {
 			c.close()
 			continue
 		}
@@ -65,10 +66,21 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 // a StaleConnError, which the caller's attempt loop resends as it does a
 // request that crossed the close on the wire. A request that cannot be
 // resent (a POST, any body) is always checked, so it never goes out on a
-// connection the backend had closed.
+// connection the backend had closed. After a stale failure (markStale)
+// every connection already idle then is checked again, whatever its age: a
+// backend that closes one young connection (a restart) closed its others
+// too, and one request, not each of them, pays the resend.
 func (c *conn) usable() bool {
 	sc, ok := c.nc.(*sockio.Conn)
 	return !ok || sc.Idle() == nil
+}
+
+// markStale makes the connections idle now checked before reuse (usable):
+// one just failed as stale.
+func (u *Upstream) markStale() {
+	u.idleMu.Lock()
+	u.staleAt = time.Now()
+	u.idleMu.Unlock()
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.
