@@ -341,6 +341,24 @@ func goneIdleBackend(t *testing.T, how string) (addr string, conns, reqs *atomic
 	return addr, conns, reqs
 }
 
+// wantStale makes a GET on up that must fail as a *StaleConnError.
+func wantStale(t *testing.T, up *Upstream, what string) {
+	t.Helper()
+	_, _, err := do(up, context.Background(), http.MethodGet)
+	var se *StaleConnError
+	if !errors.As(err, &se) {
+		t.Fatalf("GET on %s: %v, want a *StaleConnError", what, err)
+	}
+}
+
+// wantAtBackend checks the backend's connection and request counts.
+func wantAtBackend(t *testing.T, conns, reqs *atomic.Int64, c, r int64) {
+	t.Helper()
+	if conns.Load() != c || reqs.Load() != r {
+		t.Fatalf("%d connections, %d requests at the backend, want %d and %d", conns.Load(), reqs.Load(), c, r)
+	}
+}
+
 // pooledGone makes one request (method) to up and waits until its
 // connection is back in the pool and the backend's FIN or RST reached it.
 func pooledGone(t *testing.T, up *Upstream, method string) {
@@ -380,9 +398,7 @@ func TestClosedIdleConnectionNeverReused(t *testing.T) {
 				if s, b, err := do(up, context.Background(), method); err != nil || s != 200 || b != "ok" {
 					t.Fatalf("second: %d %q %v, want 200 on a new connection", s, b, err)
 				}
-				if conns.Load() != 2 || reqs.Load() != 2 {
-					t.Fatalf("%d connections, %d requests at the backend, want 2 and 2", conns.Load(), reqs.Load())
-				}
+				wantAtBackend(t, conns, reqs, 2, 2)
 			})
 		}
 	}
@@ -397,14 +413,8 @@ func TestYoungConnectionUncheckedForResendable(t *testing.T) {
 	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
 	up.recheckAfter = time.Hour
 	pooledGone(t, up, http.MethodGet)
-	_, _, err := do(up, context.Background(), http.MethodGet)
-	var se *StaleConnError
-	if !errors.As(err, &se) {
-		t.Fatalf("GET on the young closed connection: %v, want a *StaleConnError", err)
-	}
-	if conns.Load() != 1 || reqs.Load() != 1 {
-		t.Fatalf("%d connections, %d requests at the backend, want 1 and 1", conns.Load(), reqs.Load())
-	}
+	wantStale(t, up, "the young closed connection")
+	wantAtBackend(t, conns, reqs, 1, 1)
 	if up.IdleConns() != 0 || up.InUse() != 0 {
 		t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
 	}
@@ -434,17 +444,11 @@ func TestStaleFailureChecksTheOthers(t *testing.T) {
 		defer up.idleMu.Unlock()
 		return len(up.idle) == 2 && up.idle[0].nc.(*sockio.Conn).Idle() != nil && up.idle[1].nc.(*sockio.Conn).Idle() != nil
 	})
-	_, _, err := do(up, context.Background(), http.MethodGet)
-	var se *StaleConnError
-	if !errors.As(err, &se) {
-		t.Fatalf("GET on the first young closed connection: %v, want a *StaleConnError", err)
-	}
+	wantStale(t, up, "the first young closed connection")
 	if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
 		t.Fatalf("GET after the stale failure: %d %q %v, want 200 on a new connection", s, b, err)
 	}
-	if conns.Load() != 3 || reqs.Load() != 3 {
-		t.Fatalf("%d connections, %d requests at the backend, want 3 and 3", conns.Load(), reqs.Load())
-	}
+	wantAtBackend(t, conns, reqs, 3, 3)
 	if up.IdleConns() != 1 {
 		t.Fatalf("%d idle connections, want 1 (the new one)", up.IdleConns())
 	}
