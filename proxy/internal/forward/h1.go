@@ -58,6 +58,25 @@ type Request struct {
 	Start time.Time
 }
 
+// resendable reports whether r may go out again after it failed on a stale
+// connection (the server's attempt loop resends it: an idempotent method,
+// no body), so that its connection needs no check when it is young
+// (conn.usable).
+func (r *Request) resendable() bool {
+	if r.Body != nil || r.BodyBytes != nil {
+		return false
+	}
+	switch r.Method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
+		return true
+	}
+	return false
+}
+
+// recheckAfter is how long a connection stays idle before a resendable
+// request checks it (conn.usable); Upstream.recheckAfter starts at it.
+const recheckAfter = 4 * time.Millisecond
+
 // ContinueTimeout is how long Do waits for "100 Continue" before sending the
 // body anyway (http.Transport.ExpectContinueTimeout in the std path).
 const ContinueTimeout = time.Second
@@ -153,7 +172,7 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	if now.IsZero() {
 		now = time.Now()
 	}
-	c, err := u.getConn(ctx, now)
+	c, err := u.getConn(ctx, now, req.resendable())
 	if err != nil {
 		u.releaseSlot()
 		return Response{}, err
@@ -170,6 +189,7 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	var rbe *BodyReadError
 	if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
 		err = &StaleConnError{Err: err, Unsent: c.sent == sent}
+		u.markStale()
 	}
 	return Response{}, err
 }

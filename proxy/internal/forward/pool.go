@@ -10,9 +10,10 @@ import (
 )
 
 // getConn returns the most recently used idle connection that is not past
-// the idle timeout and still open (see usable), or dials a new one (failures
-// are *DialError).
-func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
+// the idle timeout and still open (see usable; for a resendable request, only
+// one idle for recheckAfter or longer is checked), or dials a new one
+// (failures are *DialError).
+func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) (*conn, error) {
 	for {
 		u.idleMu.Lock()
 		n := len(u.idle)
@@ -23,8 +24,10 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
+		check := !resendable || !c.idleAt.After(u.staleAt)
 		u.idleMu.Unlock()
-		if (u.idleTimeout > 0 && now.Sub(c.idleAt) >= u.idleTimeout) || !c.usable() {
+		idle := now.Sub(c.idleAt)
+		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || ((check || idle >= u.recheckAfter) && !c.usable()) {
 			c.close()
 			continue
 		}
@@ -81,9 +84,33 @@ func (c *conn) detach() {
 // since its last answer (sockio.Conn.Idle: one non-blocking peek, the
 // check http.Transport's background read makes). A connection sockio did not
 // wrap is not checked.
+//
+// The peek is one system call per reused connection, where nginx learns of
+// a backend's close from its edge-triggered readiness flags for free (Go's
+// poller resets readiness at each RawConn.Read, so a call must look). A
+// request that can be resent (resendable: an idempotent method, no body)
+// skips it on a connection idle for less than recheckAfter — on a busy
+// upstream, every reuse. A backend that closes a connection that young
+// (a graceful restart closing its idle connections at once; no idle
+// timeout is that short) makes such a request fail before any answer byte:
+// a StaleConnError, which the caller's attempt loop resends as it does a
+// request that crossed the close on the wire. A request that cannot be
+// resent (a POST, any body) is always checked, so it never goes out on a
+// connection the backend had closed. After a stale failure (markStale)
+// every connection already idle then is checked again, whatever its age: a
+// backend that closes one young connection (a restart) closed its others
+// too, and one request, not each of them, pays the resend.
 func (c *conn) usable() bool {
 	sc, ok := c.nc.(*sockio.Conn)
 	return !ok || sc.Idle() == nil
+}
+
+// markStale makes the connections idle now checked before reuse (usable):
+// one just failed as stale.
+func (u *Upstream) markStale() {
+	u.idleMu.Lock()
+	u.staleAt = time.Now()
+	u.idleMu.Unlock()
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.
