@@ -172,26 +172,38 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	if now.IsZero() {
 		now = time.Now()
 	}
-	c, err := u.getConn(ctx, now, req.resendable())
-	if err != nil {
+	resendable := req.resendable()
+	for {
+		c, unchecked, err := u.getConn(ctx, now, resendable)
+		if err != nil {
+			u.releaseSlot()
+			return Response{}, err
+		}
+		sent := c.sent
+		res, st, err := c.exchange(ctx, req, dst, now)
+		if err == nil {
+			res.Connect, c.dialed = c.dialed, 0
+			return res, nil
+		}
+		c.stopWatch()
+		c.close()
+		var rbe *BodyReadError
+		if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
+			u.markStale()
+			if unchecked {
+				// The reuse check skipped on this young connection would
+				// have found it closed: do what it would have done, on a
+				// checked connection or a new one, once. The request is
+				// resendable (idempotent, no body), and no answer byte
+				// came: nothing the caller sees, no attempt spent.
+				resendable = false
+				continue
+			}
+			err = &StaleConnError{Err: err, Unsent: c.sent == sent}
+		}
 		u.releaseSlot()
 		return Response{}, err
 	}
-	sent := c.sent
-	res, st, err := c.exchange(ctx, req, dst, now)
-	if err == nil {
-		res.Connect, c.dialed = c.dialed, 0
-		return res, nil
-	}
-	c.stopWatch()
-	c.close()
-	u.releaseSlot()
-	var rbe *BodyReadError
-	if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
-		err = &StaleConnError{Err: err, Unsent: c.sent == sent}
-		u.markStale()
-	}
-	return Response{}, err
 }
 
 func isTimeout(err error) bool {

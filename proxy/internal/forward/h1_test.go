@@ -341,16 +341,6 @@ func goneIdleBackend(t *testing.T, how string) (addr string, conns, reqs *atomic
 	return addr, conns, reqs
 }
 
-// wantStale makes a GET on up that must fail as a *StaleConnError.
-func wantStale(t *testing.T, up *Upstream, what string) {
-	t.Helper()
-	_, _, err := do(up, context.Background(), http.MethodGet)
-	var se *StaleConnError
-	if !errors.As(err, &se) {
-		t.Fatalf("GET on %s: %v, want a *StaleConnError", what, err)
-	}
-}
-
 // wantAtBackend checks the backend's connection and request counts.
 func wantAtBackend(t *testing.T, conns, reqs *atomic.Int64, c, r int64) {
 	t.Helper()
@@ -405,30 +395,88 @@ func TestClosedIdleConnectionNeverReused(t *testing.T) {
 }
 
 // A resendable request (a GET) takes a connection idle for less than
-// recheckAfter without the check: on one the backend had closed, it fails
-// as a *StaleConnError (for the caller's attempt loop to resend), and
-// nothing reached the backend.
+// recheckAfter without the check: on one the backend had closed, the
+// exchange fails before any answer byte and Do sends the request again at
+// once on a new connection — the caller sees the answer, not the failure.
 func TestYoungConnectionUncheckedForResendable(t *testing.T) {
 	addr, conns, reqs := goneIdleBackend(t, "close")
 	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
 	up.recheckAfter = time.Hour
 	pooledGone(t, up, http.MethodGet)
-	wantStale(t, up, "the young closed connection")
-	wantAtBackend(t, conns, reqs, 1, 1)
-	if up.IdleConns() != 0 || up.InUse() != 0 {
-		t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
+	if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
+		t.Fatalf("GET on the young closed connection: %d %q %v, want 200 (sent again on a new connection)", s, b, err)
+	}
+	wantAtBackend(t, conns, reqs, 2, 2)
+	if up.IdleConns() != 1 || up.InUse() != 0 {
+		t.Fatalf("after the GET: %d idle, %d in use, want 1 and 0", up.IdleConns(), up.InUse())
+	}
+}
+
+// Which pooled connections getConn checks: a young one taken for a
+// resendable request is not (unchecked), one for any other request is, as
+// is one idle for recheckAfter, and one idle since before the last stale
+// failure (markStale: a backend that closed one closed the others).
+func TestGetConnChecksWhenItMust(t *testing.T) {
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			if _, err := readReq(br); err != nil {
+				return
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+		}
+	})
+	for _, tc := range []struct {
+		name          string
+		resendable    bool
+		age           time.Duration
+		stale         bool // markStale after the connection went idle
+		wantUnchecked bool
+	}{
+		{"young, resendable", true, 0, false, true},
+		{"young, not resendable", false, 0, false, false},
+		{"idle for recheckAfter, resendable", true, time.Second, false, false},
+		{"idle since before a stale failure, resendable", true, 0, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+			up.recheckAfter = time.Second
+			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
+				t.Fatalf("first GET: %d %q %v", s, b, err)
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+			up.idleMu.Lock()
+			pooled := up.idle[0]
+			up.idleMu.Unlock()
+			now := pooled.idleAt.Add(tc.age)
+			if tc.stale {
+				up.staleAt = pooled.idleAt // markStale as the connection went idle: not after it
+			}
+			c, unchecked, err := up.getConn(context.Background(), now, tc.resendable)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.close()
+			if c != pooled {
+				t.Fatalf("getConn dialled a new connection, want the pooled one (the backend keeps it open)")
+			}
+			if unchecked != tc.wantUnchecked {
+				t.Fatalf("unchecked = %v, want %v", unchecked, tc.wantUnchecked)
+			}
+		})
 	}
 }
 
 // After a stale failure every connection idle since before it is checked,
-// however young: a backend that closed one (a restart) closed the others,
-// and only the first request fails on one.
+// however young: a backend that closed one (a restart) closed the others.
+// The GET that met the first one is sent again on a new connection, the
+// next ones find a checked pool.
 func TestStaleFailureChecksTheOthers(t *testing.T) {
 	addr, conns, reqs := goneIdleBackend(t, "close")
 	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
 	up.recheckAfter = time.Hour
 	var bodies []io.ReadCloser
-	for range 2 { // two connections at once, both pooled when the bodies close
+	for range 3 { // three connections at once, all pooled when the bodies close
 		res, err := up.Do(context.Background(), &Request{Method: http.MethodGet, URI: "/", Host: "b", Header: http.Header{}}, make(http.Header))
 		if err != nil || res.Status != 200 {
 			t.Fatalf("first GETs: %d %v", res.Status, err)
@@ -439,16 +487,34 @@ func TestStaleFailureChecksTheOthers(t *testing.T) {
 		io.Copy(io.Discard, b)
 		b.Close()
 	}
-	poll.EventuallyTrue(t, 20*time.Second, "both pooled and gone", func() bool {
+	poll.EventuallyTrue(t, 20*time.Second, "all pooled and gone", func() bool {
 		up.idleMu.Lock()
 		defer up.idleMu.Unlock()
-		return len(up.idle) == 2 && up.idle[0].nc.(*sockio.Conn).Idle() != nil && up.idle[1].nc.(*sockio.Conn).Idle() != nil
+		if len(up.idle) != 3 {
+			return false
+		}
+		for _, c := range up.idle {
+			if c.nc.(*sockio.Conn).Idle() == nil {
+				return false
+			}
+		}
+		return true
 	})
-	wantStale(t, up, "the first young closed connection")
-	if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
-		t.Fatalf("GET after the stale failure: %d %q %v, want 200 on a new connection", s, b, err)
+	staleAt := func() time.Time {
+		up.idleMu.Lock()
+		defer up.idleMu.Unlock()
+		return up.staleAt
 	}
-	wantAtBackend(t, conns, reqs, 3, 3)
+	before := staleAt()
+	for i := range 2 {
+		if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
+			t.Fatalf("GET %d after the backend closed its connections: %d %q %v, want 200 on a new connection", i, s, b, err)
+		}
+	}
+	if !staleAt().After(before) {
+		t.Fatal("the stale failure was not marked (staleAt unchanged)")
+	}
+	wantAtBackend(t, conns, reqs, 5, 5)
 	if up.IdleConns() != 1 {
 		t.Fatalf("%d idle connections, want 1 (the new one)", up.IdleConns())
 	}
@@ -481,36 +547,61 @@ func TestResendable(t *testing.T) {
 
 // An exchange that fails on a reused connection before any answer byte is a
 // *StaleConnError (Unsent false: the request left), and Do does not resend
-// it: that is the caller's attempt to make.
+// it when it had checked the connection (a POST, or one idle for
+// recheckAfter): that is the caller's attempt to make. On a young
+// connection taken unchecked for a GET, the failure cannot be told from a
+// close the check would have seen: Do sends the GET again, once, on a new
+// connection (as net/http's transport does on a reused one).
 func TestStaleReusedConnectionReported(t *testing.T) {
-	var reqs atomic.Int64
-	addr := rawBackend(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := readReq(br); err != nil {
-			return
-		}
-		reqs.Add(1)
-		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		if _, err := readReq(br); err != nil { // read the next request, never answer it
-			return
-		}
-		reqs.Add(1)
-	})
-	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-	if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
-		t.Fatalf("first: %d %q %v", s, b, err)
-	}
-	poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
-	_, _, err := get(up, context.Background())
-	var se *StaleConnError
-	if !errors.As(err, &se) || se.Unsent {
-		t.Fatalf("second: %v, want a *StaleConnError with Unsent false", err)
-	}
-	if reqs.Load() != 2 {
-		t.Fatalf("backend read %d requests, want 2 (no resend)", reqs.Load())
-	}
-	if up.IdleConns() != 0 || up.InUse() != 0 {
-		t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
+	for _, tc := range []struct {
+		name         string
+		recheckAfter time.Duration
+		wantResent   bool
+	}{
+		{"checked", 0, false},
+		{"young, unchecked", time.Hour, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var reqs atomic.Int64
+			addr := rawBackend(t, func(c net.Conn) {
+				br := bufio.NewReader(c)
+				if _, err := readReq(br); err != nil {
+					return
+				}
+				reqs.Add(1)
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				if _, err := readReq(br); err != nil { // read the next request, never answer it
+					return
+				}
+				reqs.Add(1)
+			})
+			_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+			up.recheckAfter = tc.recheckAfter
+			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
+				t.Fatalf("first: %d %q %v", s, b, err)
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+			s, b, err := get(up, context.Background())
+			if tc.wantResent {
+				if err != nil || s != 200 || b != "ok" {
+					t.Fatalf("second: %d %q %v, want 200 (sent again on a new connection)", s, b, err)
+				}
+				if reqs.Load() != 3 {
+					t.Fatalf("backend read %d requests, want 3 (one resend)", reqs.Load())
+				}
+				return
+			}
+			var se *StaleConnError
+			if !errors.As(err, &se) || se.Unsent {
+				t.Fatalf("second: %v, want a *StaleConnError with Unsent false", err)
+			}
+			if reqs.Load() != 2 {
+				t.Fatalf("backend read %d requests, want 2 (no resend)", reqs.Load())
+			}
+			if up.IdleConns() != 0 || up.InUse() != 0 {
+				t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
+			}
+		})
 	}
 }
 

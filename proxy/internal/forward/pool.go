@@ -12,8 +12,9 @@ import (
 // getConn returns the most recently used idle connection that is not past
 // the idle timeout and still open (see usable; for a resendable request, only
 // one idle for recheckAfter or longer is checked), or dials a new one
-// (failures are *DialError).
-func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) (*conn, error) {
+// (failures are *DialError). unchecked: the connection is a reused one whose
+// check was skipped (Do redials once if it turns out stale).
+func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) (c *conn, unchecked bool, err error) {
 	for {
 		u.idleMu.Lock()
 		n := len(u.idle)
@@ -24,15 +25,15 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		check := !resendable || !c.idleAt.After(u.staleAt)
-		u.idleMu.Unlock()
 		idle := now.Sub(c.idleAt)
-		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || ((check || idle >= u.recheckAfter) && !c.usable()) {
+		check := !resendable || !c.idleAt.After(u.staleAt) || idle >= u.recheckAfter
+		u.idleMu.Unlock()
+		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || (check && !c.usable()) {
 			c.close()
 			continue
 		}
 		c.attach()
-		return c, nil
+		return c, !check, nil
 	}
 	dctx := ctx
 	if u.connect > 0 {
@@ -43,11 +44,11 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 	start := time.Now()
 	nc, err := u.dial(dctx, "tcp", u.hostPort)
 	if err != nil {
-		return nil, &DialError{Err: err}
+		return nil, false, &DialError{Err: err}
 	}
-	c := &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
+	c = &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
 	c.attach()
-	return c, nil
+	return c, false, nil
 }
 
 // An idle pooled connection holds no buffers: putIdle hands its 4 KiB reader
@@ -92,9 +93,11 @@ func (c *conn) detach() {
 // skips it on a connection idle for less than recheckAfter — on a busy
 // upstream, every reuse. A backend that closes a connection that young
 // (a graceful restart closing its idle connections at once; no idle
-// timeout is that short) makes such a request fail before any answer byte:
-// a StaleConnError, which the caller's attempt loop resends as it does a
-// request that crossed the close on the wire. A request that cannot be
+// timeout is that short) makes such a request fail before any answer byte;
+// Do then does what the skipped check would have done and sends it again,
+// once, on a checked or a new connection (net/http's transport retries a
+// request on a reused connection the same way): the caller sees neither a
+// failure nor a spent attempt. A request that cannot be
 // resent (a POST, any body) is always checked, so it never goes out on a
 // connection the backend had closed. After a stale failure (markStale)
 // every connection already idle then is checked again, whatever its age: a
