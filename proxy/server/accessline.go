@@ -94,11 +94,9 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 	b = append(b, `,"upstream_connect_time":`...)
 	b = strconv.AppendInt(b, int64(st.upstreamConnect), 10)
 	b = append(b, `,"trace_id":"`...)
-	if st.span != nil {
-		if sc := st.span.SpanContext(); sc.HasTraceID() {
-			id := sc.TraceID()
-			b = hex.AppendEncode(b, id[:])
-		}
+	if st.sc.HasTraceID() {
+		id := st.sc.TraceID()
+		b = hex.AppendEncode(b, id[:])
 	}
 	return append(b, "\"}\n"...)
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/forward"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 )
 
 // discardWriter is a minimal http.ResponseWriter, reset per request, so the
@@ -104,15 +104,19 @@ func BenchmarkServeHTTP(b *testing.B) {
 
 // fullOptions sets o up as lbproxy's full configuration (bench/run.sh's
 // lbproxy-full, less the file): the JSON access line, to io.Discard, and
-// parent-based trace sampling at ratio (1 % in lbproxy-full) with a no-op
-// exporter.
+// lbproxy's tracing (telemetry.Setup: parent-based sampling at ratio, 1 %
+// in lbproxy-full, the head, W3C propagation) with a no-op exporter
+// behind the batcher.
 func fullOptions(b *testing.B, o *Options, ratio float64) {
 	o.AccessLogWriter = io.Discard
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(ratio))))
-	b.Cleanup(func() { tp.Shutdown(context.Background()) })
-	o.TracerProvider = tp
-	o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "lbproxy",
+		Exporter: telemetry.ExporterNone, SampleRatio: ratio,
+		SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tel.Shutdown(context.Background()) })
+	o.TracerProvider, o.Propagator, o.Head = tel.TracerProvider, tel.Propagator, tel.Head
 }
 
 // benchSnapshot is one cluster of 4 real loopback backends (weights

@@ -53,22 +53,25 @@ type stateKey struct{}
 // reqState is one request's journey. It belongs to the request's goroutine;
 // fields touched by transport goroutines are atomic.
 type reqState struct {
-	s          *Server
-	rt         *runtime
-	c          *clusterRT
-	res        route.Result
-	sel        balance.Selection // started once the cluster is known
-	stripe     uint32            // the client connection's smooth-WRR cursor (see connStripe)
-	clientIP   netip.Addr
-	peer       netip.Addr
-	peerTrust  bool
-	peerText   string          // peer.String() when known without formatting
-	ctx        context.Context // carries the server span
-	span       trace.Span
-	buf        []byte      // replay buffer (nil: no body or streamed)
-	stream     *streamBody // non-nil when the body is streamed
-	replayable bool
-	start      time.Time
+	s         *Server
+	rt        *runtime
+	c         *clusterRT
+	res       route.Result
+	sel       balance.Selection // started once the cluster is known
+	stripe    uint32            // the client connection's smooth-WRR cursor (see connStripe)
+	clientIP  netip.Addr
+	peer      netip.Addr
+	peerTrust bool
+	peerText  string          // peer.String() when known without formatting
+	ctx       context.Context // carries the server span
+	span      trace.Span      // nil when untraced or left unsampled by the head (startTrace)
+	sc        trace.SpanContext
+	// traceparent of a request the head left unsampled, made at its first attempt
+	traceparent string
+	buf         []byte      // replay buffer (nil: no body or streamed)
+	stream      *streamBody // non-nil when the body is streamed
+	replayable  bool
+	start       time.Time
 
 	// decision, for the log and the span
 	subcluster, instance, algorithm, reason string
@@ -133,15 +136,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st.ctx = r.Context()
 	if s.tracing {
-		ctx := s.prop.Extract(r.Context(), requestCarrier(r.Header))
-		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", serverSpan...)
-		// Attributes only for sampled requests: building them is most of a
-		// span's cost, and 99 % of requests are not sampled.
-		if st.recording = st.span.IsRecording(); st.recording {
-			st.span.SetAttributes(attribute.String("http.request.method", r.Method),
-				attribute.String("url.path", r.URL.Path), attribute.String("server.address", r.Host),
-				attribute.String("client.address", st.clientIP.String()))
-		}
+		st.startTrace(r)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -461,11 +456,8 @@ func (st *reqState) bytesIn() int64 {
 
 // traceID is the request's trace id, "" when it is not traced.
 func (st *reqState) traceID() string {
-	if st.span == nil {
-		return ""
-	}
-	if sc := st.span.SpanContext(); sc.HasTraceID() {
-		return sc.TraceID().String()
+	if st.sc.HasTraceID() {
+		return st.sc.TraceID().String()
 	}
 	return ""
 }
