@@ -402,7 +402,8 @@ func (s *Server) newState() *reqState {
 // finish writes the access log line, the metrics and ends the server span.
 func (st *reqState) finish(r *http.Request) {
 	s := st.s
-	took := s.now().Sub(st.start)
+	now := s.now() // the line's time too: one clock reading
+	took := now.Sub(st.start)
 	if st.c != nil {
 		sub := st.subcluster
 		var answers *atomic.Uint64
@@ -437,9 +438,9 @@ func (st *reqState) finish(r *http.Request) {
 	}
 	switch {
 	case s.accessW != nil:
-		s.accessW.write(st, r, time.Now(), took)
+		s.accessW.write(st, r, now, took)
 	case s.access != nil && s.access.Handler().Enabled(context.Background(), slog.LevelInfo):
-		_ = s.access.Handler().Handle(context.Background(), st.accessRecord(r, time.Now(), took))
+		_ = s.access.Handler().Handle(context.Background(), st.accessRecord(r, now, took))
 	}
 }
 
