@@ -96,7 +96,10 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 	b = append(b, `,"upstream_connect_time":`...)
 	b = strconv.AppendInt(b, int64(st.upstreamConnect), 10)
 	b = append(b, `,"trace_id":"`...)
-	if st.sc.HasTraceID() {
+	switch {
+	case st.traceparent != "": // "00-" trace id "-" …, already in hex
+		b = append(b, st.traceparent[3:35]...)
+	case st.sc.HasTraceID():
 		id := st.sc.TraceID()
 		b = hex.AppendEncode(b, id[:])
 	}

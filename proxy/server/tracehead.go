@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/hex"
 	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -68,13 +67,14 @@ func (st *reqState) inject(ctx context.Context, c propagation.TextMapCarrier) {
 // traceparent is the W3C traceparent header of sc, as
 // propagation.TraceContext writes it.
 func traceparent(sc trace.SpanContext) string {
-	var b [55]byte
+	b := [55]byte{0: '0', 1: '0', 2: '-', 35: '-', 52: '-', 53: '0', 54: '0'}
 	tid, sid := sc.TraceID(), sc.SpanID()
-	copy(b[:], "00-")
-	hex.Encode(b[3:35], tid[:])
-	b[35] = '-'
-	hex.Encode(b[36:52], sid[:])
-	copy(b[52:], "-00")
+	for i, v := range tid {
+		b[3+2*i], b[4+2*i] = hexDigits[v>>4], hexDigits[v&0xF]
+	}
+	for i, v := range sid {
+		b[36+2*i], b[37+2*i] = hexDigits[v>>4], hexDigits[v&0xF]
+	}
 	if sc.IsSampled() {
 		b[54] = '1'
 	}

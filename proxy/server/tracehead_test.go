@@ -2,11 +2,15 @@ package server
 
 import (
 	"context"
+	"math/rand/v2"
+	"net/http"
 	"regexp"
 	"testing"
 
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/telemetry"
@@ -112,5 +116,29 @@ func TestHeadSampledRequestIsTraced(t *testing.T) {
 	}
 	if got := buf.lines(t)[0]["trace_id"]; got != id {
 		t.Fatalf("access line trace_id %v, want the span's %s", got, id)
+	}
+}
+
+// traceparent writes what the W3C propagator writes, sampled or not.
+func TestTraceparentIsThePropagators(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for i := range 200 {
+		var cfg trace.SpanContextConfig
+		for k := range cfg.TraceID {
+			cfg.TraceID[k] = byte(rnd.IntN(256))
+		}
+		for k := range cfg.SpanID {
+			cfg.SpanID[k] = byte(rnd.IntN(256))
+		}
+		cfg.TraceID[0], cfg.SpanID[0] = 1, 1 // valid
+		if i%2 == 0 {
+			cfg.TraceFlags = trace.FlagsSampled
+		}
+		sc := trace.NewSpanContext(cfg)
+		h := http.Header{}
+		propagation.TraceContext{}.Inject(trace.ContextWithSpanContext(context.Background(), sc), propagation.HeaderCarrier(h))
+		if got, want := traceparent(sc), h.Get("Traceparent"); got != want {
+			t.Fatalf("traceparent(%v) = %q, want %q", sc, got, want)
+		}
 	}
 }
