@@ -69,14 +69,23 @@ func (st *reqState) inject(ctx context.Context, c propagation.TextMapCarrier) {
 func traceparent(sc trace.SpanContext) string {
 	b := [55]byte{0: '0', 1: '0', 2: '-', 35: '-', 52: '-', 53: '0', 54: '0'}
 	tid, sid := sc.TraceID(), sc.SpanID()
+	th, sh := (*[32]byte)(b[3:35]), (*[16]byte)(b[36:52])
 	for i, v := range tid {
-		b[3+2*i], b[4+2*i] = hexDigits[v>>4], hexDigits[v&0xF]
+		th[2*i], th[2*i+1] = hexPairs[v][0], hexPairs[v][1]
 	}
 	for i, v := range sid {
-		b[36+2*i], b[37+2*i] = hexDigits[v>>4], hexDigits[v&0xF]
+		sh[2*i], sh[2*i+1] = hexPairs[v][0], hexPairs[v][1]
 	}
 	if sc.IsSampled() {
 		b[54] = '1'
 	}
 	return string(b[:])
 }
+
+// hexPairs are the two lower-case hex digits of every byte.
+var hexPairs = func() (t [256][2]byte) {
+	for i := range t {
+		t[i] = [2]byte{hexDigits[i>>4], hexDigits[i&0xF]}
+	}
+	return t
+}()

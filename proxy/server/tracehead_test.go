@@ -4,6 +4,7 @@ import (
 	"context"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -140,5 +142,46 @@ func TestTraceparentIsThePropagators(t *testing.T) {
 		if got, want := traceparent(sc), h.Get("Traceparent"); got != want {
 			t.Fatalf("traceparent(%v) = %q, want %q", sc, got, want)
 		}
+	}
+}
+
+// BenchmarkTraceUnsampled is an unsampled request's tracing, as
+// ServeHTTP, an attempt and finish do it: start, inject into the
+// outbound header, end. sdk: through the propagator and the provider (no
+// head; main before the head); head: the head's decision (startTrace).
+func BenchmarkTraceUnsampled(b *testing.B) {
+	for _, withHead := range []bool{false, true} {
+		b.Run(map[bool]string{false: "sdk", true: "head"}[withHead], func(b *testing.B) {
+			tel, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "lbproxy",
+				Exporter: telemetry.ExporterNone, SampleRatio: 0,
+				SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { tel.Shutdown(context.Background()) })
+			s := &Server{tracer: tel.TracerProvider.Tracer("bench"), tracing: true, prop: tel.Propagator}
+			if withHead {
+				s.head = tel.Head
+			}
+			r := httptest.NewRequest(http.MethodGet, "http://demo.test/", nil)
+			r.Header.Set("User-Agent", "bench")
+			var fr forward.Request
+			st := &reqState{}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				*st = reqState{s: s, ctx: r.Context()}
+				st.startTrace(r)
+				fr.Extra = fr.Extra[:0]
+				st.inject(st.ctx, extraCarrier{&fr})
+				if st.span != nil {
+					st.span.End()
+				}
+				if len(fr.Extra) != 1 || st.traceID() == "" {
+					b.Fatalf("extra %v, trace %q", fr.Extra, st.traceID())
+				}
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }
