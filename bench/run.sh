@@ -31,6 +31,8 @@
 #                 local sink (benchtool sink)
 #   lbproxy-1k    lean, one cluster of 1 000 instances (the 4 backends + 996
 #                 more listeners of the same backend process, weight 1 each)
+#   lbproxy-log, lbproxy-trace, lbproxy-trace0 (measured when in NAMES): the
+#                 full configuration's features one at a time, below
 # nginx runs twice: nginx (access_log off) and nginx-log (a JSON access log
 # of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
 # lbproxy-full is to be compared with.
@@ -70,8 +72,9 @@ echo "building lbproxy and benchtool..." >&2
 (cd "$ROOT/bench" && GOWORK=off CGO_ENABLED=0 go build -o "$WORK/benchtool" ./benchtool)
 
 # Port layout: P+0..P+9 proxies, P+10..P+19 their admin listeners, P+20..P+23
-# the 4 backends, P+30 the trace sink, P+31/P+32 lbproxy-alt-1k and its admin
-# listener, P+40..P+1035 the 996 more instances.
+# the 4 backends, P+24..P+26 the per-feature proxies (admin P+34..P+36), P+30 the
+# trace sink, P+31/P+32 lbproxy-alt-1k and its admin listener, P+40..P+1035 the
+# 996 more instances.
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
 echo "ports $P-$((P + 1039))" >&2
 B=(127.0.0.1:$((P + 20)) 127.0.0.1:$((P + 21)) 127.0.0.1:$((P + 22)) 127.0.0.1:$((P + 23)))
@@ -146,6 +149,21 @@ GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id full --conf
   --trace-sample 0.01 2>"$WORK/full.log" >/dev/null & PIDS+=($!); FULL_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id k1 --config "$WORK/snapshot1k.json" \
   --listen 127.0.0.1:$((P + 5)) --admin 127.0.0.1:$((P + 15)) --access-log off --trace-sample 0 2>"$WORK/1k.log" & PIDS+=($!); K1_PID=$!
+# The full configuration one feature at a time (not in the default NAMES): the
+# lean-to-full step broken down. lbproxy-log: the access log alone;
+# lbproxy-trace: 1 % sampling exported alone; lbproxy-trace0: the tracer
+# with nothing sampled (what the 99 % unsampled requests pay).
+GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id log --config "$WORK/snapshot.json" \
+  --listen 127.0.0.1:$((P + 24)) --admin 127.0.0.1:$((P + 34)) --access-log "$WORK/access-log.log" --access-log-buffer 65536 \
+  --trace-sample 0 2>"$WORK/log.log" >/dev/null & PIDS+=($!); LOG_PID=$!
+for t in "trace 0.01 25" "trace0 0 26"; do
+  set -- $t
+  OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:$((P + 30)) \
+  GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id "$1" --config "$WORK/snapshot.json" \
+    --listen 127.0.0.1:$((P + $3)) --admin 127.0.0.1:$((P + $3 + 10)) --access-log off --trace-exporter otlp \
+    --trace-sample "$2" 2>"$WORK/$1.log" >/dev/null & PIDS+=($!)
+  declare "${1^^}_PID=$!"
+done
 ALT_PID=0
 ALTFULL_PID=0
 ALT1K_PID=0
@@ -161,9 +179,11 @@ if [ -n "${ALT:-}" ]; then # another lbproxy build, lean and full flags: an A/B 
 fi
 
 declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
-  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [lbproxy-alt-1k]=http://127.0.0.1:$((P + 31))/ [direct]=http://${B[0]}/)
+  [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [lbproxy-alt-1k]=http://127.0.0.1:$((P + 31))/
+  [lbproxy-log]=http://127.0.0.1:$((P + 24))/ [lbproxy-trace]=http://127.0.0.1:$((P + 25))/ [lbproxy-trace0]=http://127.0.0.1:$((P + 26))/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
-  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [lbproxy-alt-1k]=$ALT1K_PID [direct]=0)
+  [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [lbproxy-alt-1k]=$ALT1K_PID
+  [lbproxy-log]=$LOG_PID [lbproxy-trace]=$TRACE_PID [lbproxy-trace0]=$TRACE0_PID [direct]=0)
 NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 

@@ -205,10 +205,14 @@ func (p *proxy) buildTelemetryAndServer(ctx context.Context) error {
 	p.reg = balance.NewRegistry(balance.RegistryOptions{Now: cfg.Now, Probe: cfg.Probe, MaxProbes: cfg.MaxProbes, Logger: log, StickySecret: cfg.StickySecret})
 	pools := forward.NewPools(forward.Options{})
 	p.defers(pools.Close)
+	var head server.Head // a nil *telemetry.Head is no head
+	if tel.Head != nil {
+		head = tel.Head
+	}
 	p.srv, err = server.New(server.Options{
 		Registry: p.reg, Pools: pools, TrustedProxies: trusted, MaxBodyBytes: cfg.MaxBodyBytes,
 		UpstreamClient:  cfg.UpstreamClient,
-		AccessLogWriter: accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator,
+		AccessLogWriter: accessLog, Logger: log, TracerProvider: tel.TracerProvider, Propagator: tel.Propagator, Head: head,
 		Metrics: p.promReg,
 	})
 	if err != nil {

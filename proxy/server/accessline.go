@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 )
@@ -41,16 +42,17 @@ func (a *accessWriter) write(st *reqState, r *http.Request, t time.Time, took ti
 
 // appendAccess appends the request's JSON access line, newline included,
 // byte for byte what slog.NewJSONHandler(w, nil) writes for accessRecord.
+// A string field's quotes go out with the key before and after it.
 func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took time.Duration) []byte {
 	b = append(b, `{"time":"`...)
-	b = t.Round(0).AppendFormat(b, time.RFC3339Nano)
-	b = append(b, `","level":"INFO","msg":"request","method":`...)
-	b = appendJSONString(b, r.Method)
-	b = append(b, `,"host":`...)
-	b = appendJSONString(b, r.Host)
-	b = append(b, `,"path":`...)
-	b = appendJSONString(b, r.URL.Path)
-	b = append(b, `,"client_ip":`...)
+	b = appendLineTime(b, t)
+	b = append(b, `","level":"INFO","msg":"request","method":"`...)
+	b = appendJSONBody(b, r.Method)
+	b = append(b, `","host":"`...)
+	b = appendJSONBody(b, r.Host)
+	b = append(b, `","path":"`...)
+	b = appendJSONBody(b, r.URL.Path)
+	b = append(b, `","client_ip":`...)
 	if st.clientIP.IsValid() && st.clientIP.Zone() == "" {
 		// Digits, dots, colons and hex: nothing to escape.
 		b = append(b, '"')
@@ -61,31 +63,31 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 	}
 	b = append(b, `,"version":`...)
 	b = strconv.AppendUint(b, st.version(), 10)
-	b = append(b, `,"product":`...)
-	b = appendJSONString(b, st.res.Product)
-	b = append(b, `,"rule":`...)
-	b = appendJSONString(b, st.res.RuleName)
-	b = append(b, `,"cluster":`...)
-	b = appendJSONString(b, st.res.Cluster)
-	b = append(b, `,"subcluster":`...)
-	b = appendJSONString(b, st.subcluster)
-	b = append(b, `,"instance":`...)
-	b = appendJSONString(b, st.instance)
-	b = append(b, `,"algorithm":`...)
-	b = appendJSONString(b, st.algorithm)
-	b = append(b, `,"pick_reason":`...)
-	b = appendJSONString(b, st.reason)
-	b = append(b, `,"attempts":`...)
+	b = append(b, `,"product":"`...)
+	b = appendJSONBody(b, st.res.Product)
+	b = append(b, `","rule":"`...)
+	b = appendJSONBody(b, st.res.RuleName)
+	b = append(b, `","cluster":"`...)
+	b = appendJSONBody(b, st.res.Cluster)
+	b = append(b, `","subcluster":"`...)
+	b = appendJSONBody(b, st.subcluster)
+	b = append(b, `","instance":"`...)
+	b = appendJSONBody(b, st.instance)
+	b = append(b, `","algorithm":"`...)
+	b = appendJSONBody(b, st.algorithm)
+	b = append(b, `","pick_reason":"`...)
+	b = appendJSONBody(b, st.reason)
+	b = append(b, `","attempts":`...)
 	b = strconv.AppendInt(b, int64(st.attempts), 10)
 	b = append(b, `,"status":`...)
 	b = strconv.AppendInt(b, int64(st.status), 10)
-	b = append(b, `,"error_code":`...)
-	b = appendJSONString(b, st.code)
-	b = append(b, `,"duration":`...)
+	b = append(b, `,"error_code":"`...)
+	b = appendJSONBody(b, st.code)
+	b = append(b, `","duration":`...)
 	b = strconv.AppendInt(b, int64(took), 10)
-	b = append(b, `,"query":`...)
-	b = appendJSONString(b, r.URL.RawQuery)
-	b = append(b, `,"bytes_in":`...)
+	b = append(b, `,"query":"`...)
+	b = appendJSONBody(b, r.URL.RawQuery)
+	b = append(b, `","bytes_in":`...)
 	b = strconv.AppendInt(b, st.bytesIn(), 10)
 	b = append(b, `,"bytes_out":`...)
 	b = strconv.AppendInt(b, st.bytesOut, 10)
@@ -94,13 +96,55 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 	b = append(b, `,"upstream_connect_time":`...)
 	b = strconv.AppendInt(b, int64(st.upstreamConnect), 10)
 	b = append(b, `,"trace_id":"`...)
-	if st.span != nil {
-		if sc := st.span.SpanContext(); sc.HasTraceID() {
-			id := sc.TraceID()
-			b = hex.AppendEncode(b, id[:])
-		}
+	switch {
+	case st.traceparent != "": // "00-" trace id "-" …, already in hex
+		b = append(b, st.traceparent[3:35]...)
+	case st.sc.HasTraceID():
+		id := st.sc.TraceID()
+		b = hex.AppendEncode(b, id[:])
 	}
 	return append(b, "\"}\n"...)
+}
+
+// lineSecond is the text of one second of line times, in one location:
+// what time.RFC3339Nano writes before the fraction, and the zone after it.
+type lineSecond struct {
+	unix       int64
+	loc        *time.Location
+	text, zone []byte
+}
+
+// lastSecond is the second of the latest line: the lines of one second
+// format only their fraction.
+var lastSecond atomic.Pointer[lineSecond]
+
+// appendLineTime appends t as t.Round(0).AppendFormat(b, time.RFC3339Nano)
+// does (slog's time), the date and clock of its second formatted once.
+func appendLineTime(b []byte, t time.Time) []byte {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return t.Round(0).AppendFormat(b, time.RFC3339Nano)
+	}
+	c := lastSecond.Load()
+	if c == nil || c.unix != t.Unix() || c.loc != t.Location() {
+		c = &lineSecond{unix: t.Unix(), loc: t.Location(),
+			text: t.AppendFormat(nil, "2006-01-02T15:04:05"), zone: t.AppendFormat(nil, "Z07:00")}
+		lastSecond.Store(c)
+	}
+	b = append(b, c.text...)
+	if ns := t.Nanosecond(); ns != 0 { // ".999999999": no trailing zeros
+		var d [10]byte
+		d[0] = '.'
+		for i := 9; i > 0; i-- {
+			d[i] = byte('0' + ns%10)
+			ns /= 10
+		}
+		n := len(d)
+		for d[n-1] == '0' {
+			n--
+		}
+		b = append(b, d[:n]...)
+	}
+	return append(b, c.zone...)
 }
 
 // accessRecord is the request's access line as a slog record.
@@ -140,8 +184,31 @@ func (st *reqState) version() uint64 {
 // \ufffd, U+2028 and U+2029 escaped; <, > and & kept.
 func appendJSONString(b []byte, s string) []byte {
 	b = append(b, '"')
+	b = appendJSONBody(b, s)
+	return append(b, '"')
+}
+
+// jsonPlain are the bytes appendJSONString copies as they are: ASCII from
+// the space up, less " and \.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
+// appendJSONBody appends s escaped as appendJSONString does, without the
+// quotes: at once when nothing in it needs escaping (the usual field).
+func appendJSONBody(b []byte, s string) []byte {
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		return append(b, s...)
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		if c := s[i]; c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {
 				i++
@@ -181,8 +248,7 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 		i += size
 	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
+	return append(b, s[start:]...)
 }
 
 const hexDigits = "0123456789abcdef"

@@ -40,6 +40,7 @@ func TestAccessLineMatchesJSONHandler(t *testing.T) {
 	ips := []netip.Addr{{}, netip.MustParseAddr("10.1.2.3"), netip.MustParseAddr("::1"), netip.MustParseAddr("2001:db8::7"),
 		netip.MustParseAddr("fe80::1%eth0"), netip.MustParseAddr("fe80::1%e\"t\\h"), netip.MustParseAddr("::ffff:1.2.3.4")}
 	zones := []*time.Location{time.UTC, time.FixedZone("x", 5*3600+1800), time.FixedZone("y", -7*3600)}
+	var when time.Time
 	for i := range 3000 {
 		st := &reqState{rt: &runtime{version: rnd.Uint64N(1 << 40)}}
 		if rnd.IntN(5) == 0 {
@@ -63,13 +64,16 @@ func TestAccessLineMatchesJSONHandler(t *testing.T) {
 			for k := range tid {
 				tid[k] = byte(rnd.IntN(256))
 			}
-			st.span = trace.SpanFromContext(trace.ContextWithSpanContext(context.Background(),
-				trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}})))
+			st.sc = trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: trace.SpanID{1}})
 		}
 		r := &http.Request{Method: str(), Host: str(), URL: &url.URL{Path: str(), RawQuery: str()}}
-		when := time.Unix(rnd.Int64N(4e9), rnd.Int64N(1e9)).In(zones[rnd.IntN(len(zones))])
-		if rnd.IntN(2) == 0 {
+		prev := when
+		when = time.Unix(rnd.Int64N(4e9), rnd.Int64N(1e9)).In(zones[rnd.IntN(len(zones))])
+		switch rnd.IntN(4) {
+		case 0:
 			when = time.Now() // with a monotonic reading
+		case 1: // the second of the line before (appendLineTime's cached text), maybe another zone
+			when = time.Unix(prev.Unix(), [...]int64{0, 5e8, 120, rnd.Int64N(1e9)}[rnd.IntN(4)]).In(zones[rnd.IntN(len(zones))])
 		}
 		took := time.Duration(rnd.Int64N(1<<40) - 100)
 

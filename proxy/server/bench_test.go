@@ -9,7 +9,6 @@ import (
 	"strings"
 	"testing"
 
-	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/forward"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 )
 
 // discardWriter is a minimal http.ResponseWriter, reset per request, so the
@@ -46,10 +46,14 @@ var body100 = strings.Repeat("x", 99) + "\n"
 func BenchmarkServeHTTP(b *testing.B) {
 	for _, v := range []struct {
 		name, client string
-		access       bool // a JSON access line per request (to io.Discard), as lbproxy writes it
-		full         bool // the access line and 1 % trace sampling (fullOptions)
-	}{{UpstreamFast, UpstreamFast, false, false}, {UpstreamStd, UpstreamStd, false, false},
-		{"fast-accesslog", UpstreamFast, true, false}, {"fast-full", UpstreamFast, false, true}} {
+		access       bool    // a JSON access line per request (to io.Discard), as lbproxy writes it
+		full         bool    // the access line and 1 % trace sampling (fullOptions)
+		sample       float64 // tracing alone, at this ratio (-1: off)
+	}{{UpstreamFast, UpstreamFast, false, false, -1}, {UpstreamStd, UpstreamStd, false, false, -1},
+		{"fast-accesslog", UpstreamFast, true, false, -1}, {"fast-full", UpstreamFast, false, true, -1},
+		// the lean-to-full step a feature at a time: the 99 % unsampled
+		// requests' tracing (ratio 0), and 1 % sampling without the log
+		{"fast-trace0", UpstreamFast, false, false, 0}, {"fast-trace", UpstreamFast, false, false, 0.01}} {
 		client := v.client
 		b.Run(v.name, func(b *testing.B) {
 			snap := benchSnapshot(b)
@@ -63,7 +67,11 @@ func BenchmarkServeHTTP(b *testing.B) {
 				o.AccessLogWriter = io.Discard // as lbproxy writes it
 			}
 			if v.full {
-				fullOptions(b, &o)
+				fullOptions(b, &o, 0.01)
+			}
+			if v.sample >= 0 {
+				fullOptions(b, &o, v.sample)
+				o.AccessLogWriter = nil
 			}
 			s, err := New(o)
 			if err != nil {
@@ -96,14 +104,19 @@ func BenchmarkServeHTTP(b *testing.B) {
 
 // fullOptions sets o up as lbproxy's full configuration (bench/run.sh's
 // lbproxy-full, less the file): the JSON access line, to io.Discard, and
-// parent-based 1 % trace sampling with a no-op exporter.
-func fullOptions(b *testing.B, o *Options) {
+// lbproxy's tracing (telemetry.Setup: parent-based sampling at ratio, 1 %
+// in lbproxy-full, the head, W3C propagation) with a no-op exporter
+// behind the batcher.
+func fullOptions(b *testing.B, o *Options, ratio float64) {
 	o.AccessLogWriter = io.Discard
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(0.01))))
-	b.Cleanup(func() { tp.Shutdown(context.Background()) })
-	o.TracerProvider = tp
-	o.Propagator = propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "lbproxy",
+		Exporter: telemetry.ExporterNone, SampleRatio: ratio,
+		SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { tel.Shutdown(context.Background()) })
+	o.TracerProvider, o.Propagator, o.Head = tel.TracerProvider, tel.Propagator, tel.Head
 }
 
 // benchSnapshot is one cluster of 4 real loopback backends (weights

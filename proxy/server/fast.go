@@ -170,7 +170,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 					attribute.Int("sluice.attempt", pick.Attempt()),
 					attribute.String("server.address", st.instance)))
 		}
-		st.s.prop.Inject(sctx, extraCarrier{fr})
+		st.inject(sctx, extraCarrier{fr})
 	}
 	start := time.Now()
 	fr.Start = start

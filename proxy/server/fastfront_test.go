@@ -206,7 +206,7 @@ func BenchmarkFront(b *testing.B) {
 			snap := benchSnapshot(b)
 			o := Options{UpstreamClient: UpstreamFast}
 			if v.full {
-				fullOptions(b, &o)
+				fullOptions(b, &o, 0.01)
 			}
 			p := newProxy(b, snap, proxyOpts{frontKind: kind, opts: o})
 			conn, err := net.Dial("tcp", p.addr)

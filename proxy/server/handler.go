@@ -53,22 +53,25 @@ type stateKey struct{}
 // reqState is one request's journey. It belongs to the request's goroutine;
 // fields touched by transport goroutines are atomic.
 type reqState struct {
-	s          *Server
-	rt         *runtime
-	c          *clusterRT
-	res        route.Result
-	sel        balance.Selection // started once the cluster is known
-	stripe     uint32            // the client connection's smooth-WRR cursor (see connStripe)
-	clientIP   netip.Addr
-	peer       netip.Addr
-	peerTrust  bool
-	peerText   string          // peer.String() when known without formatting
-	ctx        context.Context // carries the server span
-	span       trace.Span
-	buf        []byte      // replay buffer (nil: no body or streamed)
-	stream     *streamBody // non-nil when the body is streamed
-	replayable bool
-	start      time.Time
+	s         *Server
+	rt        *runtime
+	c         *clusterRT
+	res       route.Result
+	sel       balance.Selection // started once the cluster is known
+	stripe    uint32            // the client connection's smooth-WRR cursor (see connStripe)
+	clientIP  netip.Addr
+	peer      netip.Addr
+	peerTrust bool
+	peerText  string          // peer.String() when known without formatting
+	ctx       context.Context // carries the server span
+	span      trace.Span      // nil when untraced or left unsampled by the head (startTrace)
+	sc        trace.SpanContext
+	// traceparent of a request the head left unsampled, made at its first attempt
+	traceparent string
+	buf         []byte      // replay buffer (nil: no body or streamed)
+	stream      *streamBody // non-nil when the body is streamed
+	replayable  bool
+	start       time.Time
 
 	// decision, for the log and the span
 	subcluster, instance, algorithm, reason string
@@ -133,15 +136,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	st.ctx = r.Context()
 	if s.tracing {
-		ctx := s.prop.Extract(r.Context(), requestCarrier(r.Header))
-		st.ctx, st.span = s.tracer.Start(ctx, "sluice.request", serverSpan...)
-		// Attributes only for sampled requests: building them is most of a
-		// span's cost, and 99 % of requests are not sampled.
-		if st.recording = st.span.IsRecording(); st.recording {
-			st.span.SetAttributes(attribute.String("http.request.method", r.Method),
-				attribute.String("url.path", r.URL.Path), attribute.String("server.address", r.Host),
-				attribute.String("client.address", st.clientIP.String()))
-		}
+		st.startTrace(r)
 	}
 	defer func() {
 		if p := recover(); p != nil {
@@ -407,7 +402,8 @@ func (s *Server) newState() *reqState {
 // finish writes the access log line, the metrics and ends the server span.
 func (st *reqState) finish(r *http.Request) {
 	s := st.s
-	took := s.now().Sub(st.start)
+	now := s.now() // the line's time too: one clock reading
+	took := now.Sub(st.start)
 	if st.c != nil {
 		sub := st.subcluster
 		var answers *atomic.Uint64
@@ -442,9 +438,9 @@ func (st *reqState) finish(r *http.Request) {
 	}
 	switch {
 	case s.accessW != nil:
-		s.accessW.write(st, r, time.Now(), took)
+		s.accessW.write(st, r, now, took)
 	case s.access != nil && s.access.Handler().Enabled(context.Background(), slog.LevelInfo):
-		_ = s.access.Handler().Handle(context.Background(), st.accessRecord(r, time.Now(), took))
+		_ = s.access.Handler().Handle(context.Background(), st.accessRecord(r, now, took))
 	}
 }
 
@@ -461,11 +457,8 @@ func (st *reqState) bytesIn() int64 {
 
 // traceID is the request's trace id, "" when it is not traced.
 func (st *reqState) traceID() string {
-	if st.span == nil {
-		return ""
-	}
-	if sc := st.span.SpanContext(); sc.HasTraceID() {
-		return sc.TraceID().String()
+	if st.sc.HasTraceID() {
+		return st.sc.TraceID().String()
 	}
 	return ""
 }

@@ -66,6 +66,12 @@ type Options struct {
 	TracerProvider trace.TracerProvider
 	// Propagator injects trace context to backends; nil means W3C trace context.
 	Propagator propagation.TextMapPropagator
+	// Head, when set, decides the sampling of a request without trace
+	// context (no traceparent, no baggage header) before any span starts:
+	// those it leaves unsampled get no span (tracehead.go). It is to be
+	// the TracerProvider's own sampler and ID generator (telemetry.Head),
+	// with the W3C propagator.
+	Head Head
 	// Metrics registers the request metrics; nil means none are exported.
 	Metrics prometheus.Registerer
 	// UpstreamClient is UpstreamFast (forward's HTTP/1.1 client for plain
@@ -89,6 +95,7 @@ type Server struct {
 	tracer  trace.Tracer
 	tracing bool
 	prop    propagation.TextMapPropagator
+	head    Head
 	metrics *metrics
 	now     func() time.Time
 	rp      *httputil.ReverseProxy
@@ -175,6 +182,9 @@ func New(o Options) (*Server, error) {
 	_, s.tracing = tp.(noop.TracerProvider)
 	s.tracing = !s.tracing
 	s.tracer = tp.Tracer("github.com/sluicelb/sluice/proxy/server")
+	if s.tracing {
+		s.head = o.Head
+	}
 	s.metrics = newMetrics(o.Metrics)
 	s.rp = s.newReverseProxy()
 	return s, nil

@@ -126,20 +126,7 @@ func TestTraceContinuesTheClientsTrace(t *testing.T) {
 	p := newProxy(t, testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
 		map[string]int{"SC1": 100}, nil)), proxyOpts{opts: Options{TracerProvider: tp, AccessLogWriter: &buf,
 		Propagator: propagation.NewCompositeTextMapPropagator(propagation.TraceContext{}, propagation.Baggage{})}})
-	const clientTrace, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
-	if res, _ := get(t, client(t), p.url+"/in-trace", map[string]string{"Traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}); res.StatusCode != 200 {
-		t.Fatalf("status %d", res.StatusCode)
-	}
-	poll.EventuallyTrue(t, 20e9, "server span exported", func() bool { return len(exp.GetSpans()) >= 2 })
-	var root sdktrace.ReadOnlySpan
-	for _, s := range exp.GetSpans().Snapshots() {
-		if s.Name() == "sluice.request" {
-			root = s
-		}
-	}
-	if root == nil || root.SpanContext().TraceID().String() != clientTrace || root.Parent().SpanID().String() != clientSpan {
-		t.Fatalf("server span %v: want trace %s, parent %s", root, clientTrace, clientSpan)
-	}
+	getInClientTrace(t, client(t), p.url+"/in-trace", exp)
 	backendTrace := func() (trace.SpanContext, string) {
 		tp := b.last().Header.Get("Traceparent")
 		return trace.SpanContextFromContext(propagation.TraceContext{}.Extract(t.Context(),
@@ -159,5 +146,26 @@ func TestTraceContinuesTheClientsTrace(t *testing.T) {
 	lines := buf.lines(t)
 	if len(lines) != 2 || lines[0]["trace_id"] != clientTrace || lines[1]["trace_id"] != sc.TraceID().String() {
 		t.Fatalf("access lines %v: want trace ids %s and %s", lines, clientTrace, sc.TraceID())
+	}
+}
+
+// Client's trace: a request in it (sampled) is served in it — the server
+// span is in the client's trace, its child.
+const clientTrace, clientSpan = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+
+func getInClientTrace(t *testing.T, c *http.Client, url string, exp *tracetest.InMemoryExporter) {
+	t.Helper()
+	if res, _ := get(t, c, url, map[string]string{"Traceparent": "00-" + clientTrace + "-" + clientSpan + "-01"}); res.StatusCode != 200 {
+		t.Fatalf("status %d", res.StatusCode)
+	}
+	poll.EventuallyTrue(t, 20e9, "server span exported", func() bool { return len(exp.GetSpans()) >= 2 })
+	var root sdktrace.ReadOnlySpan
+	for _, s := range exp.GetSpans().Snapshots() {
+		if s.Name() == "sluice.request" {
+			root = s
+		}
+	}
+	if root == nil || root.SpanContext().TraceID().String() != clientTrace || root.Parent().SpanID().String() != clientSpan {
+		t.Fatalf("server span %v: want trace %s, parent %s", root, clientTrace, clientSpan)
 	}
 }

@@ -229,7 +229,7 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 	}
 	var sp trace.Span
 	if st.s.tracing && !st.recording {
-		st.s.prop.Inject(st.ctx, propagation.HeaderCarrier(req.Header))
+		st.inject(st.ctx, propagation.HeaderCarrier(req.Header))
 	}
 	if st.recording {
 		var sctx context.Context

@@ -65,7 +65,10 @@ type Telemetry struct {
 	TracerProvider trace.TracerProvider
 	// Propagator is W3C trace context plus baggage.
 	Propagator propagation.TextMapPropagator
-	sdk        *sdktrace.TracerProvider
+	// Head decides new traces before their spans start (head.go); nil
+	// when nothing is exported.
+	Head *Head
+	sdk  *sdktrace.TracerProvider
 }
 
 // Setup builds the tracer provider. Exporters dial lazily, so Setup does no
@@ -140,9 +143,11 @@ func Setup(ctx context.Context, o Options) (*Telemetry, error) {
 	if o.Version != "" {
 		attrs = append(attrs, attribute.String("service.version", o.Version))
 	}
+	t.Head = &Head{root: sdktrace.TraceIDRatioBased(o.SampleRatio)}
 	opts = append(opts,
 		sdktrace.WithResource(resource.NewSchemaless(attrs...)),
-		sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.TraceIDRatioBased(o.SampleRatio))),
+		sdktrace.WithSampler(sdktrace.ParentBased(t.Head.root)),
+		sdktrace.WithIDGenerator(t.Head),
 	)
 	t.sdk = sdktrace.NewTracerProvider(opts...)
 	t.TracerProvider = t.sdk
