@@ -32,11 +32,9 @@ type loadTree struct {
 	live   atomic.Bool
 	resync atomic.Bool // set by installLoadTrees: the next sync re-reads everything
 	unit   bool        // every available member weighs 1 (first: order by in-flight alone)
-	size   int         // leaves: a power of two ≥ len(eps)
-	eps    []*Endpoint
-	v      *view      // the view whose weights w holds; nil: none yet
-	n      []int64    // in-flight per member, as last read
-	w      []int64    // weight per member in v; 0: not available
+	size   int         // leaves: a power of two ≥ len(m)
+	m      []loadMember
+	v      *view      // the view whose weights m[].w holds; nil: none yet
 	sum    int64      // Σ n over available members
 	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
 	// pend is 1 + the member whose leaf an acquire changed without fixing
@@ -45,6 +43,26 @@ type loadTree struct {
 	// and the fix-up stops at the first node. Every other node equals the
 	// combination of its children; sync fixes the pending path first.
 	pend int32
+	// rel is 1 + a member whose release (Pick.Done) changed its count
+	// without writing it to the tree (0: none): the release swaps itself
+	// in here instead of taking t.mu, and the next sync (a pick, which
+	// takes t.mu anyway) re-reads that member. A release that finds
+	// another member here writes that one under t.mu itself. Either way
+	// the re-read comes after the count moved, so every tree reader sees
+	// every release that finished before its sync.
+	rel atomic.Int32
+}
+
+// loadMember is the tree's record of one member: the endpoint, its
+// in-flight count as last read, its weight in the tree's view (0: not
+// available) and each of the endpoint's count cells as last read, so
+// that a change on one cell (a pick's, a release's) is written by
+// re-reading that cell alone — the line the change has just written —
+// rather than all of the endpoint's. 32 bytes: two to a cache line.
+type loadMember struct {
+	ep    *Endpoint
+	n, w  int32
+	cells [inflightCells]int32
 }
 
 // loadTreeMin is the smallest group that gets a loadTree: below it a scan
@@ -102,13 +120,12 @@ func newLoadTree(g *group, unit bool) *loadTree {
 	for size < len(g.members) {
 		size <<= 1
 	}
-	t := &loadTree{unit: unit, size: size, eps: make([]*Endpoint, len(g.members)),
-		n: make([]int64, len(g.members)), w: make([]int64, len(g.members)), node: make([]loadNode, 2*size)}
+	t := &loadTree{unit: unit, size: size, m: make([]loadMember, len(g.members)), node: make([]loadNode, 2*size)}
 	for i := range t.node {
 		t.node[i] = emptyNode
 	}
 	for i := range g.members {
-		t.eps[i] = g.members[i].ep
+		t.m[i].ep = g.members[i].ep
 	}
 	return t
 }
@@ -129,8 +146,8 @@ func combine(l, r loadNode) loadNode {
 
 // leaf is member i alone (i < 0 or unavailable: the empty node).
 func (t *loadTree) leaf(i int32) loadNode {
-	if i >= 0 && t.w[i] > 0 {
-		return loadNode{i, 1, int32(t.n[i]), int32(t.w[i])}
+	if i >= 0 && t.m[i].w > 0 {
+		return loadNode{i, 1, t.m[i].n, t.m[i].w}
 	}
 	return emptyNode
 }
@@ -138,20 +155,52 @@ func (t *loadTree) leaf(i int32) loadNode {
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
 func (t *loadTree) setLoad(i int) {
 	t.setLeaf(i)
+	t.fixLeaf(i)
+}
+
+// setCellLoad is setLoad re-reading cell k of member i's count alone: a
+// change on that cell is being written, and each other cell's own
+// changes re-read that cell when they are written.
+func (t *loadTree) setCellLoad(i, k int) {
+	t.setCell(i, k, int32(t.m[i].ep.load[k].n.Load()))
+	t.fixLeaf(i)
+}
+
+// fixLeaf fixes the path above member i's leaf (t.mu held).
+func (t *loadTree) fixLeaf(i int) {
 	if t.pend == int32(i)+1 {
 		t.pend = 0 // this fix-up is also the pending one's
 	}
 	t.fixUp(i)
 }
 
-// setLeaf re-reads member i's in-flight count into its leaf alone (t.mu held).
+// setLeaf re-reads member i's in-flight count, every cell, into its leaf alone (t.mu held).
 func (t *loadTree) setLeaf(i int) {
-	n := t.eps[i].InFlight()
-	if t.w[i] > 0 {
-		t.sum += n - t.n[i]
+	m := &t.m[i]
+	var n int32
+	for k := range m.cells {
+		m.cells[k] = int32(m.ep.load[k].n.Load())
+		n += m.cells[k]
 	}
-	t.n[i] = n
-	t.node[t.size+i] = t.leaf(int32(i))
+	t.setN(i, n)
+}
+
+// setCell records v as cell k of member i's count, into its leaf alone (t.mu held).
+func (t *loadTree) setCell(i, k int, v int32) {
+	m := &t.m[i]
+	n := m.n + v - m.cells[k]
+	m.cells[k] = v
+	t.setN(i, n)
+}
+
+// setN makes n member i's in-flight count, in its leaf alone (t.mu held).
+func (t *loadTree) setN(i int, n int32) {
+	m := &t.m[i]
+	if m.w > 0 {
+		t.sum += int64(n - m.n)
+		t.node[t.size+i] = loadNode{int32(i), 1, n, m.w}
+	}
+	m.n = n
 }
 
 // flush fixes the pending path, if any (t.mu held).
@@ -186,9 +235,36 @@ func (t *loadTree) fixUp(i int) {
 	}
 }
 
+// noteRelease writes cell k of member i's count, just taken back by a
+// release, to the tree: lock-free unless another release is still
+// waiting in rel (see rel).
+func (t *loadTree) noteRelease(i int32, k uint32) {
+	if p := t.rel.Swap(i*inflightCells + int32(k) + 1); p != 0 {
+		t.mu.Lock()
+		t.setRel(p)
+		t.mu.Unlock()
+	}
+}
+
+// setRel writes the release p (rel's value, not 0) to the tree (t.mu held).
+func (t *loadTree) setRel(p int32) {
+	p--
+	t.setCellLoad(int(p/inflightCells), int(p%inflightCells))
+}
+
+// drain writes the release waiting in rel, if any (t.mu held).
+func (t *loadTree) drain() {
+	if t.rel.Load() != 0 {
+		if p := t.rel.Swap(0); p != 0 {
+			t.setRel(p)
+		}
+	}
+}
+
 // sync makes the tree hold v's weights and the current in-flight counts,
 // every path fixed (t.mu held).
 func (t *loadTree) sync(v *view) {
+	t.drain()
 	if t.resync.Load() {
 		t.resync.Store(false)
 		t.v = nil
@@ -198,19 +274,18 @@ func (t *loadTree) sync(v *view) {
 		return
 	}
 	t.v, t.sum, t.pend = v, 0, 0
-	for i, e := range t.eps {
-		w := int64(0)
+	for i := range t.m {
+		w := int32(0)
 		if v.avail[i] && v.weights[i] > 0 {
-			w = int64(v.weights[i])
+			w = int32(v.weights[i])
 			if t.unit {
 				w = 1
 			}
 		}
-		t.w[i], t.n[i] = w, e.InFlight()
-		if w > 0 {
-			t.sum += t.n[i]
-		}
-		t.node[t.size+i] = t.leaf(int32(i))
+		m := &t.m[i]
+		m.w, m.n = w, 0
+		t.node[t.size+i] = emptyNode
+		t.setLeaf(i)
 	}
 	for k := t.size - 1; k >= 1; k-- {
 		t.node[k] = combine(t.node[2*k], t.node[2*k+1])
@@ -401,15 +476,14 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 			return int(root.best)
 		case p.tie == tieRandom:
 			k := int(s.c.reg.rand() % uint64(root.ties))
-			if int(root.ties) == len(t.eps) {
+			if int(root.ties) == len(t.m) {
 				return k // every member tied (an idle group): the k-th is member k
 			}
 			return t.kthTie(k)
 		case p.tie == tieRotate:
 			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
 		}
-		return p.scheduled(s, v, root.best, func(i int) bool { return t.leaf(int32(i)).cmp(root) == 0 },
-			func(from int) int { return t.firstTie(from, root.best, nil) })
+		return t.scheduledTie(s, v, root)
 	}
 	ok := func(i int) bool { return !s.isTried(g.members[i].ep) }
 	best := t.leastOK(1, ok)
@@ -427,6 +501,27 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	}
 	return p.scheduled(s, v, best, func(i int) bool { return ok(i) && t.cmp(int32(i), best) == 0 },
 		func(from int) int { return t.firstTie(from, best, ok) })
+}
+
+// scheduledTie is scheduled for a first attempt on the tree (t.mu held,
+// root = t.node[1], tied with another member): a tie is a leaf at root's
+// load, read from the leaf itself.
+func (t *loadTree) scheduledTie(s *Selection, v *view, root loadNode) int {
+	sc := v.sched
+	if len(sc.order) == 0 {
+		return int(root.best)
+	}
+	leaves := t.node[t.size:]
+	var i int
+	for range scheduleTries {
+		if i = int(sc.next(s.stripe)); leaves[i].cmp(root) == 0 {
+			return i
+		}
+	}
+	if i := t.firstLeast(i, root); i >= 0 {
+		return i
+	}
+	return int(root.best) // wrapped around: the leftmost least loaded
 }
 
 // scheduled is the wlc tie-break: the first tied member (isTie) among the
@@ -546,9 +641,10 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		t.mu.Unlock()
 		return i
 	}
-	e := t.eps[i]
-	c := &e.load[s.stripe&(inflightCells-1)]
-	c.n.Add(1)
+	e := t.m[i].ep
+	k := s.stripe & (inflightCells - 1)
+	c := &e.load[k]
+	n := c.n.Add(1)
 	s.acquired = true
 	// Read after the count moved: a table swap that re-points the address
 	// at new trees either shows here or re-reads the count itself. From
@@ -557,7 +653,7 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		// The leaf now, its path later (pend): by this pick's release,
 		// which then undoes the leaf's change, or by the next sync.
 		t.flush() // none after a sync; kept so that one path at most is pending
-		t.setLeaf(i)
+		t.setCell(i, int(k), int32(n))
 		t.pend = int32(i) + 1
 		t.mu.Unlock()
 		return i
