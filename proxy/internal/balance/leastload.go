@@ -17,8 +17,10 @@ import (
 // members of the range share that load. Every change of an address's in-flight count
 // (Endpoint.acquire and release, from any cluster) re-reads the count and
 // fixes the path to the root, under the tree's own mutex: a config update
-// never holds it. (The one exception, the tree's own acquire, writes the
-// leaf and leaves its path to the release or the next sync: pend.) The
+// never holds it. (The two exceptions: the tree's own acquire writes the
+// member's record and leaves its leaf and path to the release or the next
+// sync, pend; the release of a member of one tree alone is written by the
+// next sync, rel.) The
 // weights are those of the view the tree last synced
 // with; a pick first syncs the tree with the view it uses (O(n), only when
 // the view changed). Loads are compared by cross-multiplying, as the scan
@@ -37,12 +39,14 @@ type loadTree struct {
 	v      *view      // the view whose weights m[].w holds; nil: none yet
 	sum    int64      // Σ n over available members
 	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
-	// pend is 1 + the member whose leaf an acquire changed without fixing
-	// the path above it (0: none). Its release usually comes before the
-	// next pick: the leaf then returns to what the path was computed from
-	// and the fix-up stops at the first node. Every other node equals the
-	// combination of its children; sync fixes the pending path first.
-	pend int32
+	// pend is 1 + the member whose record (m) an acquire changed without
+	// writing its leaf (0: none); pendN is the count its leaf holds. Its
+	// release usually comes before the next pick: the count then returns
+	// to pendN and neither the leaf nor the path above it is written. Every
+	// other leaf is its member's record, and every node the combination of
+	// its children; sync writes the pending leaf first.
+	pend  int32
+	pendN int32
 	// rel is 1 + a member whose release (Pick.Done) changed its count
 	// without writing it to the tree (0: none): the release swaps itself
 	// in here instead of taking t.mu, and the next sync (a pick, which
@@ -154,7 +158,7 @@ func (t *loadTree) leaf(i int32) loadNode {
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
 func (t *loadTree) setLoad(i int) {
-	t.setLeaf(i)
+	t.setRecord(i)
 	t.fixLeaf(i)
 }
 
@@ -166,16 +170,29 @@ func (t *loadTree) setCellLoad(i, k int) {
 	t.fixLeaf(i)
 }
 
-// fixLeaf fixes the path above member i's leaf (t.mu held).
+// fixLeaf writes member i's record, just changed, to its leaf and the
+// path above it (t.mu held).
 func (t *loadTree) fixLeaf(i int) {
 	if t.pend == int32(i)+1 {
-		t.pend = 0 // this fix-up is also the pending one's
+		t.pend = 0 // this write is also the pending one's
+		if t.m[i].n == t.pendN {
+			return // back to what the leaf holds (an acquire and its release)
+		}
 	}
-	t.fixUp(i)
+	t.writeLeaf(i)
 }
 
-// setLeaf re-reads member i's in-flight count, every cell, into its leaf alone (t.mu held).
-func (t *loadTree) setLeaf(i int) {
+// writeLeaf makes member i's leaf its record and fixes the path above it
+// (t.mu held).
+func (t *loadTree) writeLeaf(i int) {
+	if nd := t.leaf(int32(i)); t.node[t.size+i] != nd {
+		t.node[t.size+i] = nd
+		t.fixUp(i)
+	}
+}
+
+// setRecord re-reads member i's in-flight count, every cell, into its record alone (t.mu held).
+func (t *loadTree) setRecord(i int) {
 	m := &t.m[i]
 	var n int32
 	for k := range m.cells {
@@ -185,7 +202,7 @@ func (t *loadTree) setLeaf(i int) {
 	t.setN(i, n)
 }
 
-// setCell records v as cell k of member i's count, into its leaf alone (t.mu held).
+// setCell records v as cell k of member i's count, in its record alone (t.mu held).
 func (t *loadTree) setCell(i, k int, v int32) {
 	m := &t.m[i]
 	n := m.n + v - m.cells[k]
@@ -193,28 +210,26 @@ func (t *loadTree) setCell(i, k int, v int32) {
 	t.setN(i, n)
 }
 
-// setN makes n member i's in-flight count, in its leaf alone (t.mu held).
+// setN makes n member i's in-flight count, in its record alone (t.mu held).
 func (t *loadTree) setN(i int, n int32) {
 	m := &t.m[i]
 	if m.w > 0 {
 		t.sum += int64(n - m.n)
-		t.node[t.size+i] = loadNode{int32(i), 1, n, m.w}
 	}
 	m.n = n
 }
 
-// flush fixes the pending path, if any (t.mu held).
+// flush writes the pending leaf and its path, if any (t.mu held).
 func (t *loadTree) flush() {
 	if p := t.pend; p > 0 {
 		t.pend = 0
-		t.fixUp(int(p) - 1)
+		t.writeLeaf(int(p) - 1)
 	}
 }
 
 // fixUp recomputes the nodes above member i's leaf, up to the first that
-// does not change (t.mu held). With the pending path (pend) the only one
-// not fixed, this leaves every node off that path equal to the
-// combination of its children: a node that does not change leaves its
+// does not change (t.mu held): every node above equals the combination
+// of its children (see pend), so a node that does not change leaves its
 // ancestors as they were computed.
 func (t *loadTree) fixUp(i int) {
 	k := t.size + i
@@ -284,8 +299,8 @@ func (t *loadTree) sync(v *view) {
 		}
 		m := &t.m[i]
 		m.w, m.n = w, 0
-		t.node[t.size+i] = emptyNode
-		t.setLeaf(i)
+		t.setRecord(i)
+		t.node[t.size+i] = t.leaf(int32(i))
 	}
 	for k := t.size - 1; k >= 1; k-- {
 		t.node[k] = combine(t.node[2*k], t.node[2*k+1])
@@ -511,10 +526,10 @@ func (t *loadTree) scheduledTie(s *Selection, v *view, root loadNode) int {
 	if len(sc.order) == 0 {
 		return int(root.best)
 	}
-	leaves := t.node[t.size:]
 	var i int
 	for range scheduleTries {
-		if i = int(sc.next(s.stripe)); leaves[i].cmp(root) == 0 {
+		// From the record, not the leaf: the acquire reads that line next.
+		if i = int(sc.next(s.stripe)); t.leaf(int32(i)).cmp(root) == 0 {
 			return i
 		}
 	}
@@ -645,14 +660,16 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 	k := s.stripe & (inflightCells - 1)
 	c := &e.load[k]
 	n := c.n.Add(1)
-	s.acquired = true
+	s.acquired = e
 	// Read after the count moved: a table swap that re-points the address
 	// at new trees either shows here or re-reads the count itself. From
 	// the cell just written: no other line of the endpoint is read.
 	if c.solo.Load() == t {
-		// The leaf now, its path later (pend): by this pick's release,
-		// which then undoes the leaf's change, or by the next sync.
-		t.flush() // none after a sync; kept so that one path at most is pending
+		// The record now, the leaf and its path later (pend): by this
+		// pick's release, which then undoes the record's change, or by
+		// the next sync.
+		t.flush() // none after a sync; kept so that one leaf at most is pending
+		t.pendN = t.m[i].n
 		t.setCell(i, int(k), int32(n))
 		t.pend = int32(i) + 1
 		t.mu.Unlock()

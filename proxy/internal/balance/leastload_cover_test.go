@@ -36,7 +36,7 @@ func TestLoadTreeFirstPickNoneAvailable(t *testing.T) {
 			if i := c.picker.pick(s, g, v); i != -1 {
 				t.Fatalf("pick = %d, want -1: no member is available", i)
 			}
-			if s.acquired {
+			if s.acquired != nil {
 				t.Fatal("the pick counted a member in flight")
 			}
 			for i := range g.members {
