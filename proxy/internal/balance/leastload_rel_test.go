@@ -70,18 +70,8 @@ func TestLoadTreeConcurrentReleasesConsistent(t *testing.T) {
 				workers.Add(1)
 				go func() {
 					defer workers.Done()
-					var held []Pick
-					for k := range 1500 {
-						var s Selection
-						c.Start(&s, nil, netip.AddrFrom4([4]byte{10, 9, byte(w), byte(k)}), uint32(w))
-						var err error
-						if held, err = pickHeld(&s, held, 1+k%4); err != nil {
-							errs <- err
-							return
-						}
-					}
-					for _, p := range held {
-						p.Done(Result{Status: 200})
+					if err := pickWorker(c, 9, w, 1500, func(k int) int { return 1 + k%4 }); err != nil {
+						errs <- err
 					}
 				}()
 			}
