@@ -14,14 +14,16 @@ import (
 //
 // It is a segment tree over the members: each node holds the least-loaded
 // member of its range (the leftmost of equals), its load, and how many
-// members of the range share that load. Every change of an address's in-flight count
-// (Endpoint.acquire and release, from any cluster) re-reads the count and
-// fixes the path to the root, under the tree's own mutex: a config update
-// never holds it. (The two exceptions: the tree's own acquire writes the
-// member's record and leaves its leaf and path to the release or the next
-// sync, pend; the release of a member of one tree alone is written by the
-// next sync, rel.) The
-// weights are those of the view the tree last synced
+// members of the range share that load. Every change of an address's
+// in-flight count (Endpoint.acquire and release, from any cluster) is
+// written after it: the tree re-reads the count (the one cell changed,
+// when it knows which: loadMember) and fixes the path to the root, under
+// the tree's own mutex, which a config update never holds. (The two
+// exceptions: the tree's own acquire writes the member's record and
+// leaves its leaf and path to the release or the next sync, pend; the
+// release of an address one tree alone tracks is written by the next
+// sync, rel.) Whatever order those writes run in, the last one re-reads
+// after the last change: the tree ends exact. The weights are those of the view the tree last synced
 // with; a pick first syncs the tree with the view it uses (O(n), only when
 // the view changed). Loads are compared by cross-multiplying, as the scan
 // did: the order is exact.
