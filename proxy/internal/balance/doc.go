@@ -51,9 +51,12 @@
 // tree's own mutex, which no config update takes) for every cluster
 // referencing the address; a least-loaded pick acquires its instance under
 // the lock it picked under (loadTree.acquire), writing only the
-// instance's leaf: the path above it is fixed by the release if that
-// comes first (it then stops at the first node, the leaf being back where
-// the path was computed from), else by the next pick's sync. Sticky cookies are signed
+// instance's record (loadMember: endpoint, count, weight and the count's
+// cells as last read, one line): its leaf and path are written by the
+// release if that comes first (nothing to write then: the count is back
+// to what the leaf holds), else by the next pick's sync. A release of an
+// address one tree tracks takes no lock: it swaps itself into the tree's
+// rel slot and the next sync re-reads that one cell. Sticky cookies are signed
 // once per table (cookie.go): a pick allocates nothing. A table's trees serve from its Holder.Store
 // until the next; a selection still on a replaced table scans (the same
 // answers, tested pick for pick). Groups under loadTreeMin members scan.

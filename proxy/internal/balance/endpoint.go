@@ -183,21 +183,18 @@ func (e *Endpoint) release(c *cell) (tracked bool) {
 	return c.flags.Load()&cellTracked != 0
 }
 
-// noteRelease is noteLoad after a release on c: through c's solo tree
+// noteRelease is noteLoad after a release on c, cell k of e.load: through c's solo tree
 // when one tracks the address alone (c's line is the one just written),
-// else through trees. The index is checked under the tree's lock: a
-// track running alongside (solo and soloAt are two words) sends the
-// update the long way.
-func (e *Endpoint) noteRelease(c *cell) {
+// lock-free (loadTree.noteRelease), else through trees. The index is
+// checked against the tree's members (fixed when it was made): a track
+// running alongside (solo and soloAt are two words) sends the update the
+// long way.
+func (e *Endpoint) noteRelease(c *cell, k uint32) {
 	if t := c.solo.Load(); t != nil {
-		i := int(c.soloAt.Load())
-		t.mu.Lock()
-		if i < len(t.eps) && t.eps[i] == e {
-			t.setLoad(i)
-			t.mu.Unlock()
+		if i := c.soloAt.Load(); int(i) < len(t.m) && t.m[i].ep == e {
+			t.noteRelease(i, k)
 			return
 		}
-		t.mu.Unlock()
 	}
 	e.noteLoad()
 }

@@ -14,12 +14,16 @@ import (
 //
 // It is a segment tree over the members: each node holds the least-loaded
 // member of its range (the leftmost of equals), its load, and how many
-// members of the range share that load. Every change of an address's in-flight count
-// (Endpoint.acquire and release, from any cluster) re-reads the count and
-// fixes the path to the root, under the tree's own mutex: a config update
-// never holds it. (The one exception, the tree's own acquire, writes the
-// leaf and leaves its path to the release or the next sync: pend.) The
-// weights are those of the view the tree last synced
+// members of the range share that load. Every change of an address's
+// in-flight count (Endpoint.acquire and release, from any cluster) is
+// written after it: the tree re-reads the count (the one cell changed,
+// when it knows which: loadMember) and fixes the path to the root, under
+// the tree's own mutex, which a config update never holds. (The two
+// exceptions: the tree's own acquire writes the member's record and
+// leaves its leaf and path to the release or the next sync, pend; the
+// release of an address one tree alone tracks is written by the next
+// sync, rel.) Whatever order those writes run in, the last one re-reads
+// after the last change: the tree ends exact. The weights are those of the view the tree last synced
 // with; a pick first syncs the tree with the view it uses (O(n), only when
 // the view changed). Loads are compared by cross-multiplying, as the scan
 // did: the order is exact.
@@ -32,19 +36,39 @@ type loadTree struct {
 	live   atomic.Bool
 	resync atomic.Bool // set by installLoadTrees: the next sync re-reads everything
 	unit   bool        // every available member weighs 1 (first: order by in-flight alone)
-	size   int         // leaves: a power of two ≥ len(eps)
-	eps    []*Endpoint
-	v      *view      // the view whose weights w holds; nil: none yet
-	n      []int64    // in-flight per member, as last read
-	w      []int64    // weight per member in v; 0: not available
+	size   int         // leaves: a power of two ≥ len(m)
+	m      []loadMember
+	v      *view      // the view whose weights m[].w holds; nil: none yet
 	sum    int64      // Σ n over available members
 	node   []loadNode // node k has children 2k and 2k+1; member i's leaf is size+i
-	// pend is 1 + the member whose leaf an acquire changed without fixing
-	// the path above it (0: none). Its release usually comes before the
-	// next pick: the leaf then returns to what the path was computed from
-	// and the fix-up stops at the first node. Every other node equals the
-	// combination of its children; sync fixes the pending path first.
-	pend int32
+	// pend is 1 + the member whose record (m) an acquire changed without
+	// writing its leaf (0: none); pendN is the count its leaf holds. Its
+	// release usually comes before the next pick: the count then returns
+	// to pendN and neither the leaf nor the path above it is written. Every
+	// other leaf is its member's record, and every node the combination of
+	// its children; sync writes the pending leaf first.
+	pend  int32
+	pendN int32
+	// rel is 1 + a member whose release (Pick.Done) changed its count
+	// without writing it to the tree (0: none): the release swaps itself
+	// in here instead of taking t.mu, and the next sync (a pick, which
+	// takes t.mu anyway) re-reads that member. A release that finds
+	// another member here writes that one under t.mu itself. Either way
+	// the re-read comes after the count moved, so every tree reader sees
+	// every release that finished before its sync.
+	rel atomic.Int32
+}
+
+// loadMember is the tree's record of one member: the endpoint, its
+// in-flight count as last read, its weight in the tree's view (0: not
+// available) and each of the endpoint's count cells as last read, so
+// that a change on one cell (a pick's, a release's) is written by
+// re-reading that cell alone — the line the change has just written —
+// rather than all of the endpoint's. 32 bytes: two to a cache line.
+type loadMember struct {
+	ep    *Endpoint
+	n, w  int32
+	cells [inflightCells]int32
 }
 
 // loadTreeMin is the smallest group that gets a loadTree: below it a scan
@@ -102,13 +126,12 @@ func newLoadTree(g *group, unit bool) *loadTree {
 	for size < len(g.members) {
 		size <<= 1
 	}
-	t := &loadTree{unit: unit, size: size, eps: make([]*Endpoint, len(g.members)),
-		n: make([]int64, len(g.members)), w: make([]int64, len(g.members)), node: make([]loadNode, 2*size)}
+	t := &loadTree{unit: unit, size: size, m: make([]loadMember, len(g.members)), node: make([]loadNode, 2*size)}
 	for i := range t.node {
 		t.node[i] = emptyNode
 	}
 	for i := range g.members {
-		t.eps[i] = g.members[i].ep
+		t.m[i].ep = g.members[i].ep
 	}
 	return t
 }
@@ -129,43 +152,86 @@ func combine(l, r loadNode) loadNode {
 
 // leaf is member i alone (i < 0 or unavailable: the empty node).
 func (t *loadTree) leaf(i int32) loadNode {
-	if i >= 0 && t.w[i] > 0 {
-		return loadNode{i, 1, int32(t.n[i]), int32(t.w[i])}
+	if i >= 0 && t.m[i].w > 0 {
+		return loadNode{i, 1, t.m[i].n, t.m[i].w}
 	}
 	return emptyNode
 }
 
 // setLoad re-reads member i's in-flight count and fixes the path to the root (t.mu held).
 func (t *loadTree) setLoad(i int) {
-	t.setLeaf(i)
+	t.setRecord(i)
+	t.fixLeaf(i)
+}
+
+// setCellLoad is setLoad re-reading cell k of member i's count alone: a
+// change on that cell is being written, and each other cell's own
+// changes re-read that cell when they are written.
+func (t *loadTree) setCellLoad(i, k int) {
+	t.setCell(i, k, int32(t.m[i].ep.load[k].n.Load()))
+	t.fixLeaf(i)
+}
+
+// fixLeaf writes member i's record, just changed, to its leaf and the
+// path above it (t.mu held).
+func (t *loadTree) fixLeaf(i int) {
 	if t.pend == int32(i)+1 {
-		t.pend = 0 // this fix-up is also the pending one's
+		t.pend = 0 // this write is also the pending one's
+		if t.m[i].n == t.pendN {
+			return // back to what the leaf holds (an acquire and its release)
+		}
 	}
-	t.fixUp(i)
+	t.writeLeaf(i)
 }
 
-// setLeaf re-reads member i's in-flight count into its leaf alone (t.mu held).
-func (t *loadTree) setLeaf(i int) {
-	n := t.eps[i].InFlight()
-	if t.w[i] > 0 {
-		t.sum += n - t.n[i]
+// writeLeaf makes member i's leaf its record and fixes the path above it
+// (t.mu held).
+func (t *loadTree) writeLeaf(i int) {
+	if nd := t.leaf(int32(i)); t.node[t.size+i] != nd {
+		t.node[t.size+i] = nd
+		t.fixUp(i)
 	}
-	t.n[i] = n
-	t.node[t.size+i] = t.leaf(int32(i))
 }
 
-// flush fixes the pending path, if any (t.mu held).
+// setRecord re-reads member i's in-flight count, every cell, into its record alone (t.mu held).
+func (t *loadTree) setRecord(i int) {
+	m := &t.m[i]
+	var n int32
+	for k := range m.cells {
+		m.cells[k] = int32(m.ep.load[k].n.Load())
+		n += m.cells[k]
+	}
+	t.setN(i, n)
+}
+
+// setCell records v as cell k of member i's count, in its record alone (t.mu held).
+func (t *loadTree) setCell(i, k int, v int32) {
+	m := &t.m[i]
+	n := m.n + v - m.cells[k]
+	m.cells[k] = v
+	t.setN(i, n)
+}
+
+// setN makes n member i's in-flight count, in its record alone (t.mu held).
+func (t *loadTree) setN(i int, n int32) {
+	m := &t.m[i]
+	if m.w > 0 {
+		t.sum += int64(n - m.n)
+	}
+	m.n = n
+}
+
+// flush writes the pending leaf and its path, if any (t.mu held).
 func (t *loadTree) flush() {
 	if p := t.pend; p > 0 {
 		t.pend = 0
-		t.fixUp(int(p) - 1)
+		t.writeLeaf(int(p) - 1)
 	}
 }
 
 // fixUp recomputes the nodes above member i's leaf, up to the first that
-// does not change (t.mu held). With the pending path (pend) the only one
-// not fixed, this leaves every node off that path equal to the
-// combination of its children: a node that does not change leaves its
+// does not change (t.mu held): every node above equals the combination
+// of its children (see pend), so a node that does not change leaves its
 // ancestors as they were computed.
 func (t *loadTree) fixUp(i int) {
 	k := t.size + i
@@ -186,9 +252,36 @@ func (t *loadTree) fixUp(i int) {
 	}
 }
 
+// noteRelease writes cell k of member i's count, just taken back by a
+// release, to the tree: lock-free unless another release is still
+// waiting in rel (see rel).
+func (t *loadTree) noteRelease(i int32, k uint32) {
+	if p := t.rel.Swap(i*inflightCells + int32(k) + 1); p != 0 {
+		t.mu.Lock()
+		t.setRel(p)
+		t.mu.Unlock()
+	}
+}
+
+// setRel writes the release p (rel's value, not 0) to the tree (t.mu held).
+func (t *loadTree) setRel(p int32) {
+	p--
+	t.setCellLoad(int(p/inflightCells), int(p%inflightCells))
+}
+
+// drain writes the release waiting in rel, if any (t.mu held).
+func (t *loadTree) drain() {
+	if t.rel.Load() != 0 {
+		if p := t.rel.Swap(0); p != 0 {
+			t.setRel(p)
+		}
+	}
+}
+
 // sync makes the tree hold v's weights and the current in-flight counts,
 // every path fixed (t.mu held).
 func (t *loadTree) sync(v *view) {
+	t.drain()
 	if t.resync.Load() {
 		t.resync.Store(false)
 		t.v = nil
@@ -198,18 +291,17 @@ func (t *loadTree) sync(v *view) {
 		return
 	}
 	t.v, t.sum, t.pend = v, 0, 0
-	for i, e := range t.eps {
-		w := int64(0)
+	for i := range t.m {
+		w := int32(0)
 		if v.avail[i] && v.weights[i] > 0 {
-			w = int64(v.weights[i])
+			w = int32(v.weights[i])
 			if t.unit {
 				w = 1
 			}
 		}
-		t.w[i], t.n[i] = w, e.InFlight()
-		if w > 0 {
-			t.sum += t.n[i]
-		}
+		m := &t.m[i]
+		m.w, m.n = w, 0
+		t.setRecord(i)
 		t.node[t.size+i] = t.leaf(int32(i))
 	}
 	for k := t.size - 1; k >= 1; k-- {
@@ -401,15 +493,14 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 			return int(root.best)
 		case p.tie == tieRandom:
 			k := int(s.c.reg.rand() % uint64(root.ties))
-			if int(root.ties) == len(t.eps) {
+			if int(root.ties) == len(t.m) {
 				return k // every member tied (an idle group): the k-th is member k
 			}
 			return t.kthTie(k)
 		case p.tie == tieRotate:
 			return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), root.best, nil)
 		}
-		return p.scheduled(s, v, root.best, func(i int) bool { return t.leaf(int32(i)).cmp(root) == 0 },
-			func(from int) int { return t.firstTie(from, root.best, nil) })
+		return t.scheduledTie(s, v, root)
 	}
 	ok := func(i int) bool { return !s.isTried(g.members[i].ep) }
 	best := t.leastOK(1, ok)
@@ -427,6 +518,27 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	}
 	return p.scheduled(s, v, best, func(i int) bool { return ok(i) && t.cmp(int32(i), best) == 0 },
 		func(from int) int { return t.firstTie(from, best, ok) })
+}
+
+// scheduledTie is scheduled for a first attempt on the tree (t.mu held,
+// root = t.node[1], tied with another member): a tie is a leaf at root's
+// load, read from the leaf itself.
+func (t *loadTree) scheduledTie(s *Selection, v *view, root loadNode) int {
+	sc := v.sched
+	if len(sc.order) == 0 {
+		return int(root.best)
+	}
+	var i int
+	for range scheduleTries {
+		// From the record, not the leaf: the acquire reads that line next.
+		if i = int(sc.next(s.stripe)); t.leaf(int32(i)).cmp(root) == 0 {
+			return i
+		}
+	}
+	if i := t.firstLeast(i, root); i >= 0 {
+		return i
+	}
+	return int(root.best) // wrapped around: the leftmost least loaded
 }
 
 // scheduled is the wlc tie-break: the first tied member (isTie) among the
@@ -546,18 +658,21 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		t.mu.Unlock()
 		return i
 	}
-	e := t.eps[i]
-	c := &e.load[s.stripe&(inflightCells-1)]
-	c.n.Add(1)
-	s.acquired = true
+	e := t.m[i].ep
+	k := s.stripe & (inflightCells - 1)
+	c := &e.load[k]
+	n := c.n.Add(1)
+	s.acquired = e
 	// Read after the count moved: a table swap that re-points the address
 	// at new trees either shows here or re-reads the count itself. From
 	// the cell just written: no other line of the endpoint is read.
 	if c.solo.Load() == t {
-		// The leaf now, its path later (pend): by this pick's release,
-		// which then undoes the leaf's change, or by the next sync.
-		t.flush() // none after a sync; kept so that one path at most is pending
-		t.setLeaf(i)
+		// The record now, the leaf and its path later (pend): by this
+		// pick's release, which then undoes the record's change, or by
+		// the next sync.
+		t.flush() // none after a sync; kept so that one leaf at most is pending
+		t.pendN = t.m[i].n
+		t.setCell(i, int(k), int32(n))
 		t.pend = int32(i) + 1
 		t.mu.Unlock()
 		return i

@@ -80,7 +80,7 @@ func BenchmarkLoadTreeSetLoad(b *testing.B) {
 			cpu0, cpuOK := threadCPU()
 			for k := 0; k < b.N; k++ {
 				i := order[(k>>1)&1023]
-				c := &t.eps[i].load[0].n
+				c := &t.m[i].ep.load[0].n
 				if k&1 == 0 {
 					c.Add(1)
 				} else {

@@ -36,12 +36,12 @@ func TestLoadTreeFirstPickNoneAvailable(t *testing.T) {
 			if i := c.picker.pick(s, g, v); i != -1 {
 				t.Fatalf("pick = %d, want -1: no member is available", i)
 			}
-			if s.acquired {
+			if s.acquired != nil {
 				t.Fatal("the pick counted a member in flight")
 			}
 			for i := range g.members {
-				if n := g.members[i].ep.InFlight(); n != 0 || g.load.n[i] != 0 {
-					t.Fatalf("member %d: in flight %d, tree %d; want 0", i, n, g.load.n[i])
+				if n := g.members[i].ep.InFlight(); n != 0 || g.load.m[i].n != 0 {
+					t.Fatalf("member %d: in flight %d, tree %d; want 0", i, n, g.load.m[i].n)
 				}
 			}
 			if root := g.load.node[1]; root.best != -1 || root.ties != 0 {
@@ -93,8 +93,8 @@ func TestLoadTreeRetryAllTried(t *testing.T) {
 				t.Fatalf("third attempt: %v, want %v", err, ErrNoAvailable)
 			}
 			for i := range g.members {
-				if n := g.members[i].ep.InFlight(); n != 0 || g.load.n[i] != 0 {
-					t.Fatalf("member %d: in flight %d, tree %d; want 0", i, n, g.load.n[i])
+				if n := g.members[i].ep.InFlight(); n != 0 || g.load.m[i].n != 0 {
+					t.Fatalf("member %d: in flight %d, tree %d; want 0", i, n, g.load.m[i].n)
 				}
 			}
 		})

@@ -132,7 +132,8 @@ func (p Pick) Done(res Result) {
 			r.bump()
 		}
 	}
-	cl := &e.load[uint32(p.meta>>48)&(inflightCells-1)]
+	k := uint32(p.meta>>48) & (inflightCells - 1)
+	cl := &e.load[k]
 	if !failed && res.Kind != KindLocalLimit && (res.Err == nil || res.Kind == KindStatus) {
 		if e.reportSuccess(cl, r) {
 			r.bump()
@@ -142,7 +143,7 @@ func (p Pick) Done(res Result) {
 		e.observeLatency(res.Latency)
 	}
 	if e.release(cl) {
-		e.noteRelease(cl)
+		e.noteRelease(cl, k)
 	}
 	if cl.flags.Load()&cellReleased != 0 && e.InFlight() == 0 {
 		r.maybeSweep(e)

@@ -24,8 +24,8 @@ type Selection struct {
 	stripe   uint32
 	keyOK    bool
 	keyDone  bool
-	acquired bool // the picker already counted its pick in flight (loadTree.acquire)
-	live     bool // started and not released
+	acquired *Endpoint // the picker already counted its pick in flight (loadTree.acquire): that endpoint
+	live     bool      // started and not released
 	pooled   bool
 	triedArr [4]*Endpoint
 }
@@ -62,7 +62,7 @@ func (c *Cluster) Start(s *Selection, req *http.Request, clientIP netip.Addr, st
 	s.nTried = 0
 	s.attempt, s.primary, s.primUsed, s.crossUse = 0, -1, 0, 0
 	s.stripe = stripe & uint32(c.reg.stripes-1)
-	s.keyDone, s.acquired, s.live = false, false, true
+	s.keyDone, s.acquired, s.live = false, nil, true
 	c.reg.active[s.stripe].n.Add(1)
 }
 
@@ -386,10 +386,10 @@ func (s *Selection) takeFirst(g *group, e *Endpoint, why reason) Pick {
 
 // take records the pick and builds it.
 func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
-	e := g.members[i].ep
-	if s.acquired {
-		s.acquired = false
-	} else if e.acquire(s.stripe) {
+	e := s.acquired // member i's endpoint, read by the picker: one line less here
+	if e != nil {
+		s.acquired = nil
+	} else if e = g.members[i].ep; e.acquire(s.stripe) {
 		e.noteLoad()
 	}
 	s.addTried(e)

@@ -120,7 +120,7 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 	var sel Selection
 	old.mu.Lock()
 	old.acquire(&sel, 0)
-	busy := old.eps[0]
+	busy := old.m[0].ep
 	var held []Pick
 	for range 2 {
 		p := soloPick(t, e.cluster())
@@ -154,7 +154,7 @@ func TestReleaseWithStaleSoloIndexReachesTheTree(t *testing.T) {
 	}
 	p.Done(Result{Status: 200})
 	tr.mu.Lock()
-	n := tr.n[i]
+	n := tr.m[i].n
 	tr.mu.Unlock()
 	if n != 0 {
 		t.Fatalf("tree holds %d in flight for %s after its one pick was answered, want 0", n, ep.Addr())
