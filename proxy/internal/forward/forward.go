@@ -119,7 +119,7 @@ func (p *Pools) newUpstream(k key) *Upstream {
 	}
 	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D(),
 		dial: dial, connect: connect, rht: k.responseHeader, maxIdle: k.pool.MaxIdleConnsPerHost,
-		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0, recheckAfter: recheckAfter}
+		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0}
 	if k.pool.MaxConnsPerHost > 0 {
 		u.slots = make(chan struct{}, k.pool.MaxConnsPerHost)
 	}
@@ -165,19 +165,17 @@ type Upstream struct {
 	queueTimeout time.Duration
 
 	// The HTTP/1.1 client of Do (h1.go, pool.go).
-	dial         func(ctx context.Context, network, addr string) (net.Conn, error)
-	connect      time.Duration // dial timeout (0: none)
-	rht          time.Duration // response-header timeout (0: none)
-	maxIdle      int           // idle connections kept (0: no keep-alive)
-	idleTimeout  time.Duration // idle connections closed after (0: never)
-	recheckAfter time.Duration // a resendable request checks a connection idle this long (conn.usable)
-	noKeepAlive  bool
-	idleMu       sync.Mutex
-	idle         []*conn   // oldest first; Do takes the newest
-	staleAt      time.Time // the last stale failure: connections idle since before it are checked (markStale)
-	closed       bool
-	reaper       *time.Timer
-	reaperAt     time.Time // when the reaper fires (zero: not armed)
+	dial        func(ctx context.Context, network, addr string) (net.Conn, error)
+	connect     time.Duration // dial timeout (0: none)
+	rht         time.Duration // response-header timeout (0: none)
+	maxIdle     int           // idle connections kept (0: no keep-alive)
+	idleTimeout time.Duration // idle connections closed after (0: never)
+	noKeepAlive bool
+	idleMu      sync.Mutex
+	idle        []*conn // oldest first; Do takes the newest
+	closed      bool
+	reaper      *time.Timer
+	reaperAt    time.Time // when the reaper fires (zero: not armed)
 }
 
 // RoundTrip sends req to the backend. Over the connection cap it waits up to

@@ -58,25 +58,6 @@ type Request struct {
 	Start time.Time
 }
 
-// resendable reports whether r may go out again after it failed on a stale
-// connection (the server's attempt loop resends it: an idempotent method,
-// no body), so that its connection needs no check when it is young
-// (conn.usable).
-func (r *Request) resendable() bool {
-	if r.Body != nil || r.BodyBytes != nil {
-		return false
-	}
-	switch r.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace:
-		return true
-	}
-	return false
-}
-
-// recheckAfter is how long a connection stays idle before a resendable
-// request checks it (conn.usable); Upstream.recheckAfter starts at it.
-const recheckAfter = 4 * time.Millisecond
-
 // ContinueTimeout is how long Do waits for "100 Continue" before sending the
 // body anyway (http.Transport.ExpectContinueTimeout in the std path).
 const ContinueTimeout = time.Second
@@ -172,38 +153,25 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 	if now.IsZero() {
 		now = time.Now()
 	}
-	resendable := req.resendable()
-	for {
-		c, unchecked, err := u.getConn(ctx, now, resendable)
-		if err != nil {
-			u.releaseSlot()
-			return Response{}, err
-		}
-		sent := c.sent
-		res, st, err := c.exchange(ctx, req, dst, now)
-		if err == nil {
-			res.Connect, c.dialed = c.dialed, 0
-			return res, nil
-		}
-		c.stopWatch()
-		c.close()
-		var rbe *BodyReadError
-		if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
-			u.markStale()
-			if unchecked {
-				// The reuse check skipped on this young connection would
-				// have found it closed: do what it would have done, on a
-				// checked connection or a new one, once. The request is
-				// resendable (idempotent, no body), and no answer byte
-				// came: nothing the caller sees, no attempt spent.
-				resendable = false
-				continue
-			}
-			err = &StaleConnError{Err: err, Unsent: c.sent == sent}
-		}
+	c, err := u.getConn(ctx, now)
+	if err != nil {
 		u.releaseSlot()
 		return Response{}, err
 	}
+	sent := c.sent
+	res, st, err := c.exchange(ctx, req, dst, now)
+	if err == nil {
+		res.Connect, c.dialed = c.dialed, 0
+		return res, nil
+	}
+	c.stopWatch()
+	c.close()
+	u.releaseSlot()
+	var rbe *BodyReadError
+	if c.reused && st.noResponse && ctx.Err() == nil && !isTimeout(err) && !errors.As(err, &rbe) {
+		err = &StaleConnError{Err: err, Unsent: c.sent == sent}
+	}
+	return Response{}, err
 }
 
 func isTimeout(err error) bool {

@@ -301,11 +301,9 @@ func readReq(br *bufio.Reader) (string, error) {
 	}
 }
 
-func get(up *Upstream, ctx context.Context) (int, string, error) { return do(up, ctx, http.MethodGet) }
-
-func do(up *Upstream, ctx context.Context, method string) (int, string, error) {
+func get(up *Upstream, ctx context.Context) (int, string, error) {
 	h := make(http.Header)
-	res, err := up.Do(ctx, &Request{Method: method, URI: "/", Host: "b", Header: http.Header{}}, h)
+	res, err := up.Do(ctx, &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{}}, h)
 	if err != nil {
 		return 0, "", err
 	}
@@ -314,294 +312,84 @@ func do(up *Upstream, ctx context.Context, method string) (int, string, error) {
 	return res.Status, string(b), err
 }
 
-// goneIdleBackend is a backend that answers each connection's first
-// request, promising keep-alive, then closes, half-closes or resets the
-// connection (how). It counts connections and requests read.
-func goneIdleBackend(t *testing.T, how string) (addr string, conns, reqs *atomic.Int64) {
-	conns, reqs = new(atomic.Int64), new(atomic.Int64)
-	addr = rawBackend(t, func(c net.Conn) {
-		conns.Add(1)
+// A keep-alive connection the backend closed, half-closed or reset while it
+// sat idle is never chosen: the request goes out on a new connection.
+func TestClosedIdleConnectionNeverReused(t *testing.T) {
+	for _, how := range []string{"close", "half-close", "reset"} {
+		t.Run(how, func(t *testing.T) {
+			var conns, reqs atomic.Int64
+			addr := rawBackend(t, func(c net.Conn) {
+				conns.Add(1)
+				br := bufio.NewReader(c)
+				if _, err := readReq(br); err != nil {
+					return
+				}
+				reqs.Add(1)
+				// Promises keep-alive, then goes away.
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				switch how {
+				case "half-close":
+					c.(*net.TCPConn).CloseWrite()
+					c.SetReadDeadline(time.Now().Add(5 * time.Second))
+					readReq(br) // a request sent now would be read
+				case "reset":
+					c.(*net.TCPConn).SetLinger(0)
+				}
+			})
+			_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
+				t.Fatalf("first: %d %q %v", s, b, err)
+			}
+			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
+			// The FIN/RST crosses loopback asynchronously: poll until the
+			// idle connection's check sees it.
+			poll.EventuallyTrue(t, 20*time.Second, "backend went away", func() bool {
+				up.idleMu.Lock()
+				defer up.idleMu.Unlock()
+				return len(up.idle) == 1 && up.idle[0].nc.(*sockio.Conn).Idle() != nil
+			})
+			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
+				t.Fatalf("second: %d %q %v, want 200 on a new connection", s, b, err)
+			}
+			if conns.Load() != 2 || reqs.Load() != 2 {
+				t.Fatalf("%d connections, %d requests at the backend, want 2 and 2", conns.Load(), reqs.Load())
+			}
+		})
+	}
+}
+
+// An exchange that fails on a reused connection before any answer byte is a
+// *StaleConnError (Unsent false: the request left), and Do does not resend
+// it: that is the caller's attempt to make.
+func TestStaleReusedConnectionReported(t *testing.T) {
+	var reqs atomic.Int64
+	addr := rawBackend(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
 		if _, err := readReq(br); err != nil {
 			return
 		}
 		reqs.Add(1)
 		io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		switch how {
-		case "half-close":
-			c.(*net.TCPConn).CloseWrite()
-			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			if _, err := readReq(br); err == nil { // a request sent now would be read
-				reqs.Add(1)
-			}
-		case "reset":
-			c.(*net.TCPConn).SetLinger(0)
+		if _, err := readReq(br); err != nil { // read the next request, never answer it
+			return
 		}
+		reqs.Add(1)
 	})
-	return addr, conns, reqs
-}
-
-// wantAtBackend checks the backend's connection and request counts.
-func wantAtBackend(t *testing.T, conns, reqs *atomic.Int64, c, r int64) {
-	t.Helper()
-	if conns.Load() != c || reqs.Load() != r {
-		t.Fatalf("%d connections, %d requests at the backend, want %d and %d", conns.Load(), reqs.Load(), c, r)
-	}
-}
-
-// pooledGone makes one request (method) to up and waits until its
-// connection is back in the pool and the backend's FIN or RST reached it.
-func pooledGone(t *testing.T, up *Upstream, method string) {
-	t.Helper()
-	if s, b, err := do(up, context.Background(), method); err != nil || s != 200 || b != "ok" {
-		t.Fatalf("first %s: %d %q %v", method, s, b, err)
+	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
+	if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
+		t.Fatalf("first: %d %q %v", s, b, err)
 	}
 	poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
-	// The FIN/RST crosses loopback asynchronously: poll until the
-	// idle connection's check sees it.
-	poll.EventuallyTrue(t, 20*time.Second, "backend went away", func() bool {
-		up.idleMu.Lock()
-		defer up.idleMu.Unlock()
-		return len(up.idle) == 1 && up.idle[0].nc.(*sockio.Conn).Idle() != nil
-	})
-}
-
-// A keep-alive connection the backend closed, half-closed or reset while it
-// sat idle is never chosen for a request that cannot be resent (a POST),
-// however young the connection, nor for a resendable one (a GET) once it
-// was idle for recheckAfter: the request goes out on a new connection.
-func TestClosedIdleConnectionNeverReused(t *testing.T) {
-	for _, how := range []string{"close", "half-close", "reset"} {
-		for _, method := range []string{http.MethodPost, http.MethodGet} {
-			t.Run(how+"/"+method, func(t *testing.T) {
-				addr, conns, reqs := goneIdleBackend(t, how)
-				_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-				if method == http.MethodPost {
-					up.recheckAfter = time.Hour // a POST is checked however young its connection
-				}
-				pooledGone(t, up, method)
-				if method == http.MethodGet {
-					up.idleMu.Lock()
-					up.idle[0].idleAt = time.Now().Add(-recheckAfter) // idle for recheckAfter exactly
-					up.idleMu.Unlock()
-				}
-				if s, b, err := do(up, context.Background(), method); err != nil || s != 200 || b != "ok" {
-					t.Fatalf("second: %d %q %v, want 200 on a new connection", s, b, err)
-				}
-				wantAtBackend(t, conns, reqs, 2, 2)
-			})
-		}
+	_, _, err := get(up, context.Background())
+	var se *StaleConnError
+	if !errors.As(err, &se) || se.Unsent {
+		t.Fatalf("second: %v, want a *StaleConnError with Unsent false", err)
 	}
-}
-
-// A resendable request (a GET) takes a connection idle for less than
-// recheckAfter without the check: on one the backend had closed, the
-// exchange fails before any answer byte and Do sends the request again at
-// once on a new connection — the caller sees the answer, not the failure.
-func TestYoungConnectionUncheckedForResendable(t *testing.T) {
-	addr, conns, reqs := goneIdleBackend(t, "close")
-	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-	up.recheckAfter = time.Hour
-	pooledGone(t, up, http.MethodGet)
-	if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
-		t.Fatalf("GET on the young closed connection: %d %q %v, want 200 (sent again on a new connection)", s, b, err)
+	if reqs.Load() != 2 {
+		t.Fatalf("backend read %d requests, want 2 (no resend)", reqs.Load())
 	}
-	wantAtBackend(t, conns, reqs, 2, 2)
-	if up.IdleConns() != 1 || up.InUse() != 0 {
-		t.Fatalf("after the GET: %d idle, %d in use, want 1 and 0", up.IdleConns(), up.InUse())
-	}
-}
-
-// Which pooled connections getConn checks: a young one taken for a
-// resendable request is not (unchecked), one for any other request is, as
-// is one idle for recheckAfter, and one idle since before the last stale
-// failure (markStale: a backend that closed one closed the others).
-func TestGetConnChecksWhenItMust(t *testing.T) {
-	addr := rawBackend(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			if _, err := readReq(br); err != nil {
-				return
-			}
-			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-		}
-	})
-	for _, tc := range []struct {
-		name          string
-		resendable    bool
-		age           time.Duration
-		stale         bool // markStale after the connection went idle
-		wantUnchecked bool
-	}{
-		{"young, resendable", true, 0, false, true},
-		{"young, not resendable", false, 0, false, false},
-		{"idle for recheckAfter, resendable", true, time.Second, false, false},
-		{"idle since before a stale failure, resendable", true, 0, true, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-			up.recheckAfter = time.Second
-			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
-				t.Fatalf("first GET: %d %q %v", s, b, err)
-			}
-			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
-			up.idleMu.Lock()
-			pooled := up.idle[0]
-			up.idleMu.Unlock()
-			now := pooled.idleAt.Add(tc.age)
-			if tc.stale {
-				up.staleAt = pooled.idleAt // markStale as the connection went idle: not after it
-			}
-			c, unchecked, err := up.getConn(context.Background(), now, tc.resendable)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.close()
-			if c != pooled {
-				t.Fatalf("getConn dialled a new connection, want the pooled one (the backend keeps it open)")
-			}
-			if unchecked != tc.wantUnchecked {
-				t.Fatalf("unchecked = %v, want %v", unchecked, tc.wantUnchecked)
-			}
-		})
-	}
-}
-
-// After a stale failure every connection idle since before it is checked,
-// however young: a backend that closed one (a restart) closed the others.
-// The GET that met the first one is sent again on a new connection, the
-// next ones find a checked pool.
-func TestStaleFailureChecksTheOthers(t *testing.T) {
-	addr, conns, reqs := goneIdleBackend(t, "close")
-	_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-	up.recheckAfter = time.Hour
-	var bodies []io.ReadCloser
-	for range 3 { // three connections at once, all pooled when the bodies close
-		res, err := up.Do(context.Background(), &Request{Method: http.MethodGet, URI: "/", Host: "b", Header: http.Header{}}, make(http.Header))
-		if err != nil || res.Status != 200 {
-			t.Fatalf("first GETs: %d %v", res.Status, err)
-		}
-		bodies = append(bodies, res.Body)
-	}
-	for _, b := range bodies {
-		io.Copy(io.Discard, b)
-		b.Close()
-	}
-	poll.EventuallyTrue(t, 20*time.Second, "all pooled and gone", func() bool {
-		up.idleMu.Lock()
-		defer up.idleMu.Unlock()
-		if len(up.idle) != 3 {
-			return false
-		}
-		for _, c := range up.idle {
-			if c.nc.(*sockio.Conn).Idle() == nil {
-				return false
-			}
-		}
-		return true
-	})
-	staleAt := func() time.Time {
-		up.idleMu.Lock()
-		defer up.idleMu.Unlock()
-		return up.staleAt
-	}
-	before := staleAt()
-	for i := range 2 {
-		if s, b, err := do(up, context.Background(), http.MethodGet); err != nil || s != 200 || b != "ok" {
-			t.Fatalf("GET %d after the backend closed its connections: %d %q %v, want 200 on a new connection", i, s, b, err)
-		}
-	}
-	if !staleAt().After(before) {
-		t.Fatal("the stale failure was not marked (staleAt unchanged)")
-	}
-	wantAtBackend(t, conns, reqs, 5, 5)
-	if up.IdleConns() != 1 {
-		t.Fatalf("%d idle connections, want 1 (the new one)", up.IdleConns())
-	}
-}
-
-// Only a request with an idempotent method and no body skips the check of
-// a young connection.
-func TestResendable(t *testing.T) {
-	for _, tc := range []struct {
-		r    Request
-		want bool
-	}{
-		{Request{Method: http.MethodGet}, true},
-		{Request{Method: http.MethodHead}, true},
-		{Request{Method: http.MethodOptions}, true},
-		{Request{Method: http.MethodTrace}, true},
-		{Request{Method: http.MethodGet, BodyBytes: []byte{}}, false},
-		{Request{Method: http.MethodGet, Body: strings.NewReader("x"), BodyLength: 1}, false},
-		{Request{Method: http.MethodPost}, false},
-		{Request{Method: http.MethodPut}, false},
-		{Request{Method: http.MethodDelete}, false},
-		{Request{Method: http.MethodPatch}, false},
-		{Request{Method: "get"}, false},
-	} {
-		if got := tc.r.resendable(); got != tc.want {
-			t.Errorf("%s body=%v stream=%v: resendable %v, want %v", tc.r.Method, tc.r.BodyBytes != nil, tc.r.Body != nil, got, tc.want)
-		}
-	}
-}
-
-// An exchange that fails on a reused connection before any answer byte is a
-// *StaleConnError (Unsent false: the request left), and Do does not resend
-// it when it had checked the connection (a POST, or one idle for
-// recheckAfter): that is the caller's attempt to make. On a young
-// connection taken unchecked for a GET, the failure cannot be told from a
-// close the check would have seen: Do sends the GET again, once, on a new
-// connection (as net/http's transport does on a reused one).
-func TestStaleReusedConnectionReported(t *testing.T) {
-	for _, tc := range []struct {
-		name         string
-		recheckAfter time.Duration
-		wantResent   bool
-	}{
-		{"checked", 0, false},
-		{"young, unchecked", time.Hour, true},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var reqs atomic.Int64
-			addr := rawBackend(t, func(c net.Conn) {
-				br := bufio.NewReader(c)
-				if _, err := readReq(br); err != nil {
-					return
-				}
-				reqs.Add(1)
-				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
-				if _, err := readReq(br); err != nil { // read the next request, never answer it
-					return
-				}
-				reqs.Add(1)
-			})
-			_, up := upstreamFor(t, addr, testPool(4, 0, 0, time.Minute), 0)
-			up.recheckAfter = tc.recheckAfter
-			if s, b, err := get(up, context.Background()); err != nil || s != 200 || b != "ok" {
-				t.Fatalf("first: %d %q %v", s, b, err)
-			}
-			poll.EventuallyTrue(t, 20*time.Second, "pooled", func() bool { return up.IdleConns() == 1 })
-			s, b, err := get(up, context.Background())
-			if tc.wantResent {
-				if err != nil || s != 200 || b != "ok" {
-					t.Fatalf("second: %d %q %v, want 200 (sent again on a new connection)", s, b, err)
-				}
-				if reqs.Load() != 3 {
-					t.Fatalf("backend read %d requests, want 3 (one resend)", reqs.Load())
-				}
-				return
-			}
-			var se *StaleConnError
-			if !errors.As(err, &se) || se.Unsent {
-				t.Fatalf("second: %v, want a *StaleConnError with Unsent false", err)
-			}
-			if reqs.Load() != 2 {
-				t.Fatalf("backend read %d requests, want 2 (no resend)", reqs.Load())
-			}
-			if up.IdleConns() != 0 || up.InUse() != 0 {
-				t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
-			}
-		})
+	if up.IdleConns() != 0 || up.InUse() != 0 {
+		t.Fatalf("after the failure: %d idle, %d in use, want 0 and 0", up.IdleConns(), up.InUse())
 	}
 }
 

@@ -10,11 +10,9 @@ import (
 )
 
 // getConn returns the most recently used idle connection that is not past
-// the idle timeout and still open (see usable; for a resendable request, only
-// one idle for recheckAfter or longer is checked), or dials a new one
-// (failures are *DialError). unchecked: the connection is a reused one whose
-// check was skipped (Do redials once if it turns out stale).
-func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) (c *conn, unchecked bool, err error) {
+// the idle timeout and still open (see usable), or dials a new one (failures
+// are *DialError).
+func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 	for {
 		u.idleMu.Lock()
 		n := len(u.idle)
@@ -25,15 +23,13 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 		c := u.idle[n-1]
 		u.idle[n-1] = nil
 		u.idle = u.idle[:n-1]
-		idle := now.Sub(c.idleAt)
-		check := !resendable || !c.idleAt.After(u.staleAt) || idle >= u.recheckAfter
 		u.idleMu.Unlock()
-		if (u.idleTimeout > 0 && idle >= u.idleTimeout) || (check && !c.usable()) {
+		if (u.idleTimeout > 0 && now.Sub(c.idleAt) >= u.idleTimeout) || !c.usable() {
 			c.close()
 			continue
 		}
 		c.attach()
-		return c, !check, nil
+		return c, nil
 	}
 	dctx := ctx
 	if u.connect > 0 {
@@ -44,11 +40,11 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time, resendable bool) 
 	start := time.Now()
 	nc, err := u.dial(dctx, "tcp", u.hostPort)
 	if err != nil {
-		return nil, false, &DialError{Err: err}
+		return nil, &DialError{Err: err}
 	}
-	c = &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
+	c := &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
 	c.attach()
-	return c, false, nil
+	return c, nil
 }
 
 // An idle pooled connection holds no buffers: putIdle hands its 4 KiB reader
@@ -85,35 +81,9 @@ func (c *conn) detach() {
 // since its last answer (sockio.Conn.Idle: one non-blocking peek, the
 // check http.Transport's background read makes). A connection sockio did not
 // wrap is not checked.
-//
-// The peek is one system call per reused connection, where nginx learns of
-// a backend's close from its edge-triggered readiness flags for free (Go's
-// poller resets readiness at each RawConn.Read, so a call must look). A
-// request that can be resent (resendable: an idempotent method, no body)
-// skips it on a connection idle for less than recheckAfter — on a busy
-// upstream, every reuse. A backend that closes a connection that young
-// (a graceful restart closing its idle connections at once; no idle
-// timeout is that short) makes such a request fail before any answer byte;
-// Do then does what the skipped check would have done and sends it again,
-// once, on a checked or a new connection (net/http's transport retries a
-// request on a reused connection the same way): the caller sees neither a
-// failure nor a spent attempt. A request that cannot be
-// resent (a POST, any body) is always checked, so it never goes out on a
-// connection the backend had closed. After a stale failure (markStale)
-// every connection already idle then is checked again, whatever its age: a
-// backend that closes one young connection (a restart) closed its others
-// too, and one request, not each of them, pays the resend.
 func (c *conn) usable() bool {
 	sc, ok := c.nc.(*sockio.Conn)
 	return !ok || sc.Idle() == nil
-}
-
-// markStale makes the connections idle now checked before reuse (usable):
-// one just failed as stale.
-func (u *Upstream) markStale() {
-	u.idleMu.Lock()
-	u.staleAt = time.Now()
-	u.idleMu.Unlock()
 }
 
 // putIdle keeps c for reuse, or closes it when the pool is full or released.
