@@ -532,3 +532,34 @@ func TestFastFrontIdleTimeoutBeforeTheHeaderTimeout(t *testing.T) {
 		}
 	}
 }
+
+// TestFastFrontParkedAnswersAtOnce: a request on a parked connection is
+// answered without waiting for the park sweep: the parked wait wakes on the
+// socket becoming readable. The connection parks at once after its first
+// request; ParkIdleAfter (the sweep's tick) is 10 s and the second answer
+// must come within 2 s (the race detector on a loaded 2-core machine), far
+// below one tick (s9-latency: open-loop p50 of seconds under CPU contention
+// was the load, not this path).
+func TestFastFrontParkedAnswersAtOnce(t *testing.T) {
+	const tick, bound = 10 * time.Second, 2 * time.Second
+	p, _ := parkProxy(t, FrontOptions{ParkIdleAfter: tick, IdleTimeout: time.Minute})
+	f := p.hs.(*FastFront)
+	conn, br := dialFront(t, p.addr)
+	small := len("small body\n")
+	if _, err := io.WriteString(conn, smallGET); err != nil {
+		t.Fatal(err)
+	}
+	readAnswers(t, br, small)
+	poll.EventuallyTrue(t, 5*time.Second, "the connection parked after its first request", func() bool { return parkedConns(f) == 1 })
+	start := time.Now()
+	if _, err := io.WriteString(conn, smallGET); err != nil {
+		t.Fatal(err)
+	}
+	readAnswers(t, br, small)
+	if d := time.Since(start); d > bound {
+		t.Fatalf("the parked connection's request answered after %v, want within %v (ParkIdleAfter %v)", d, bound, tick)
+	}
+	if n := parkedConns(f); n != 0 {
+		t.Fatalf("%d connections parked just after the answer on a busy connection, want 0", n)
+	}
+}
