@@ -45,6 +45,9 @@ func (p *proxy) limitConns() {
 		Name: "sluice_proxy_client_conns",
 		Help: "Client connections open now (HTTP and HTTPS listeners).",
 	}, func() float64 { return float64(lim.Open()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sluice_proxy_client_conns_idle",
+		Help: "Client connections open now that wait for a request (the ones --max-client-conns may close, the oldest idle first); 0 without --max-client-conns.",
+	}, func() float64 { return float64(lim.IdleConns()) }), prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "sluice_proxy_client_conns_max",
 		Help: "Bound on open client connections (--max-client-conns); 0: none.",
 	}, func() float64 { return float64(lim.Max()) }),

@@ -78,12 +78,15 @@ func TestClientConnLimitsAndMetrics(t *testing.T) {
 	if err := askOnce(a); err != nil {
 		t.Fatal(err)
 	}
+	// The proxy marks a connection idle just after its answer left: wait for
+	// it, so that a is idle before b (the eviction takes the oldest idle).
+	metrics("sluice_proxy_client_conns_idle 1")
 	readsEOF(t, dialFrom(t, addr, "127.0.0.2"), "127.0.0.2's second (over the per-IP limit)")
 	b := dialFrom(t, addr, "127.0.0.3")
 	if err := askOnce(b); err != nil {
 		t.Fatal(err)
 	}
-	metrics("sluice_proxy_client_conns 2", "sluice_proxy_client_conns_max 2",
+	metrics("sluice_proxy_client_conns 2", "sluice_proxy_client_conns_idle 2", "sluice_proxy_client_conns_max 2",
 		`sluice_proxy_client_conns_rejected_total{reason="per_ip"} 1`, `sluice_proxy_client_conns_rejected_total{reason="max"} 0`,
 		"sluice_proxy_client_conns_evicted_total 0")
 	c := dialFrom(t, addr, "127.0.0.4") // a is the oldest idle
