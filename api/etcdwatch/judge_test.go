@@ -110,6 +110,31 @@ func TestJudgeRechecks(t *testing.T) {
 	step(2, 1600*time.Millisecond, replaced, 3) // below the one explained: read, and it is back
 }
 
+// A confirmation explains later responses for less than recheck: one
+// exactly recheck after it is read again (the recheck window is open at
+// its start, closed at its end).
+func TestJudgeRecheckWindowEndsAtRecheck(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	id := newStore(7, 100, "")
+	f := &fakeConfirm{r: reading{cluster: 7, rev: 110}}
+	for i, s := range []struct {
+		rev       int64
+		at        time.Duration
+		want      judgement
+		wantCalls int
+	}{
+		{95, 0, behind, 1},
+		{95, time.Second - time.Nanosecond, stillBehind, 1}, // the last instant explained
+		{96, time.Second, behind, 2},                        // recheck over: read again
+	} {
+		j, err := id.judge(ctx, 7, s.rev, t0.Add(s.at), time.Second, false, f.read)
+		if j != s.want || f.calls != s.wantCalls {
+			t.Fatalf("step %d (rev %d at %v): judgement %d after %d reads (err %v), want %d after %d", i, s.rev, s.at, j, f.calls, err, s.want, s.wantCalls)
+		}
+	}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""
