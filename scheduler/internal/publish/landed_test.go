@@ -1,0 +1,106 @@
+package publish
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+
+	"github.com/sluicelb/sluice/testkit/etcdtest"
+)
+
+// errAnswerLost is what the test client answers for a pointer commit.
+var errAnswerLost = errors.New("test: the commit's answer was lost")
+
+// pointerCommits makes the client's transactions that put key fail: after
+// reaching etcd (applied, answer lost) or before (not applied).
+type pointerCommits struct {
+	key     string
+	applied bool
+	n       atomic.Int32 // pointer commits seen
+}
+
+func (c *pointerCommits) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	txn, ok := req.(*etcdserverpb.TxnRequest)
+	if !ok || !putsKey(txn, c.key) {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	c.n.Add(1)
+	if c.applied {
+		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
+			return err
+		}
+	}
+	return errAnswerLost
+}
+
+func putsKey(txn *etcdserverpb.TxnRequest, key string) bool {
+	for _, op := range txn.Success {
+		if p := op.GetRequestPut(); p != nil && string(p.Key) == key {
+			return true
+		}
+	}
+	return false
+}
+
+func clientWith(t *testing.T, srv *etcdtest.Server, c *pointerCommits) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints, DialTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(c.intercept)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// A pointer commit applied by etcd whose answer was lost is found by the
+// read after it (landed): the publish reports that version published, once;
+// a commit that did not reach etcd is an error, and nothing was published.
+func TestCommitAnswerLost(t *testing.T) {
+	ck, _ := layout.Current("BFE1")
+	for _, applied := range []bool{true, false} {
+		srv, cli := etcdtest.New(t)
+		ctx := ctxT(t)
+		l := lead(t, cli, "S1")
+		r1, err := New(cli, layout, Options{Author: "lbscheduler/S1"}).Publish(ctx, l, snap(50, 0), "a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc := &pointerCommits{key: ck, applied: applied}
+		p := New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"})
+		s := snap(40, 0)
+		r, err := p.Publish(ctx, l, s, "answer lost")
+		if pc.n.Load() != 1 {
+			t.Fatalf("applied %v: %d pointer commits, want 1", applied, pc.n.Load())
+		}
+		ptr, _, cerr := p.Current(ctx, "BFE1")
+		if cerr != nil {
+			t.Fatal(cerr)
+		}
+		if applied {
+			want := Result{Outcome: Published, Version: 2, Hash: s.Meta.Hash, Lineage: r1.Lineage}
+			if err != nil || r != want {
+				t.Fatalf("applied, answer lost: %+v, %v; want %+v", r, err, want)
+			}
+			if ptr.Version != 2 || ptr.Hash != s.Meta.Hash || p.Count("published") != 1 {
+				t.Fatalf("pointer v%d %s, %v counted published; want v2 %s, 1", ptr.Version, ptr.Hash, p.Count("published"), s.Meta.Hash)
+			}
+			continue
+		}
+		if !errors.Is(err, errAnswerLost) || r != (Result{}) {
+			t.Fatalf("not applied: %+v, %v; want the commit's error", r, err)
+		}
+		if want := "publish BFE1 v2: commit: "; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
+			t.Fatalf("err %q, want it to start %q", err, want)
+		}
+		if ptr.Version != 1 || ptr.Hash != r1.Hash || p.Count("published") != 0 {
+			t.Fatalf("pointer v%d %s, %v counted published; want v1 %s, 0", ptr.Version, ptr.Hash, p.Count("published"), r1.Hash)
+		}
+	}
+}
