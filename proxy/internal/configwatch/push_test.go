@@ -250,10 +250,7 @@ func TestPushedVersionWithCollectedPartsSuperseded(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := idleWatcher(t, cli)
 	ctx := context.Background()
 	if _, _, err := w.fetch(ctx, v2.ptr.For(""), v2.ptr.Push); err == nil || errors.Is(err, errSuperseded) || !strings.Contains(err.Error(), "snapshot part missing") {
 		t.Fatalf("v2 still current: %v; want a missing part error", err)
@@ -276,10 +273,7 @@ func TestMissingManifestSupersededOrRejected(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), mk); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := idleWatcher(t, cli)
 	ctx := context.Background()
 	const want = "manifest /sluicetest/snapshots/BFE1/00000000000000000002 is missing"
 	if _, _, err := w.fetch(ctx, pointerOf(v2), nil); err == nil || err.Error() != want {

@@ -223,10 +223,7 @@ func TestOldLayoutCacheThenSplit(t *testing.T) {
 // same.)
 func TestSnapshotReadsCountsPartTransactions(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := idleWatcher(t, cli)
 	for _, c := range []struct{ parts, reads uint64 }{{snapio.MaxGetsPerTxn - 1, 1}, {snapio.MaxGetsPerTxn, 1}, {snapio.MaxGetsPerTxn + 1, 2}} {
 		ds := make([]string, c.parts)
 		for i := range ds {
