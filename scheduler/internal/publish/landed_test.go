@@ -11,6 +11,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 
+	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 )
 
@@ -102,5 +103,32 @@ func TestCommitAnswerLost(t *testing.T) {
 		if ptr.Version != 1 || ptr.Hash != r1.Hash || p.Count("published") != 0 {
 			t.Fatalf("pointer v%d %s, %v counted published; want v1 %s, 0", ptr.Version, ptr.Hash, p.Count("published"), r1.Hash)
 		}
+	}
+}
+
+// A staged rollout's candidate commit whose answer was lost is found too:
+// the pointer read back carries that candidate (version and hash), and the
+// publish reports the candidate's version.
+func TestCandidateCommitAnswerLost(t *testing.T) {
+	ck, _ := layout.Current("BFE1")
+	srv, cli := etcdtest.New(t)
+	ctx := ctxT(t)
+	l := lead(t, cli, "S1")
+	r1, err := New(cli, layout, Options{Author: "lbscheduler/S1"}).Publish(ctx, l, snap(50, 0), "stable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := &pointerCommits{key: ck, applied: true}
+	p := New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"})
+	c := snap(40, 0)
+	r, err := p.PublishCandidate(ctx, l, "BFE1", c.Meta.Hash, func() (*snapshot.Snapshot, string) { return c, "canary" },
+		func(uint64) snapshot.Candidate { return snapshot.Candidate{Rollout: "r1", Percent: 10} }, nil)
+	want := Result{Outcome: Published, Version: 2, Hash: c.Meta.Hash, Lineage: r1.Lineage}
+	if err != nil || r != want || pc.n.Load() != 1 {
+		t.Fatalf("candidate, answer lost: %+v, %v after %d pointer commits; want %+v after 1", r, err, pc.n.Load(), want)
+	}
+	ptr, _, err := p.Current(ctx, "BFE1")
+	if err != nil || ptr.Version != 1 || ptr.Hash != r1.Hash || ptr.Candidate == nil || ptr.Candidate.Version != 2 || ptr.Candidate.Hash != c.Meta.Hash {
+		t.Fatalf("pointer %+v (candidate %+v), %v; want stable v1 with candidate v2 %s", ptr, ptr.Candidate, err, c.Meta.Hash)
 	}
 }
