@@ -60,21 +60,29 @@ func clientWith(t *testing.T, srv *etcdtest.Server, c *pointerCommits) *clientv3
 	return cli
 }
 
+// lostAnswer publishes v1 on a fresh etcd and returns a publisher whose
+// pointer commits fail (after reaching etcd when applied), with its leader
+// and the v1 result.
+func lostAnswer(t *testing.T, applied bool) (context.Context, *Leadership, Result, *Publisher, *pointerCommits) {
+	t.Helper()
+	srv, cli := etcdtest.New(t)
+	ctx := ctxT(t)
+	l := lead(t, cli, "S1")
+	r1, err := New(cli, layout, Options{Author: "lbscheduler/S1"}).Publish(ctx, l, snap(50, 0), "stable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ck, _ := layout.Current("BFE1")
+	pc := &pointerCommits{key: ck, applied: applied}
+	return ctx, l, r1, New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"}), pc
+}
+
 // A pointer commit applied by etcd whose answer was lost is found by the
 // read after it (landed): the publish reports that version published, once;
 // a commit that did not reach etcd is an error, and nothing was published.
 func TestCommitAnswerLost(t *testing.T) {
-	ck, _ := layout.Current("BFE1")
 	for _, applied := range []bool{true, false} {
-		srv, cli := etcdtest.New(t)
-		ctx := ctxT(t)
-		l := lead(t, cli, "S1")
-		r1, err := New(cli, layout, Options{Author: "lbscheduler/S1"}).Publish(ctx, l, snap(50, 0), "a")
-		if err != nil {
-			t.Fatal(err)
-		}
-		pc := &pointerCommits{key: ck, applied: applied}
-		p := New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"})
+		ctx, l, r1, p, pc := lostAnswer(t, applied)
 		s := snap(40, 0)
 		r, err := p.Publish(ctx, l, s, "answer lost")
 		if pc.n.Load() != 1 {
@@ -110,16 +118,7 @@ func TestCommitAnswerLost(t *testing.T) {
 // the pointer read back carries that candidate (version and hash), and the
 // publish reports the candidate's version.
 func TestCandidateCommitAnswerLost(t *testing.T) {
-	ck, _ := layout.Current("BFE1")
-	srv, cli := etcdtest.New(t)
-	ctx := ctxT(t)
-	l := lead(t, cli, "S1")
-	r1, err := New(cli, layout, Options{Author: "lbscheduler/S1"}).Publish(ctx, l, snap(50, 0), "stable")
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc := &pointerCommits{key: ck, applied: true}
-	p := New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"})
+	ctx, l, r1, p, pc := lostAnswer(t, true)
 	c := snap(40, 0)
 	r, err := p.PublishCandidate(ctx, l, "BFE1", c.Meta.Hash, func() (*snapshot.Snapshot, string) { return c, "canary" },
 		func(uint64) snapshot.Candidate { return snapshot.Candidate{Rollout: "r1", Percent: 10} }, nil)
