@@ -2,11 +2,15 @@ package etcdwatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // fakeConfirm stands for the quorum read: it answers r (or err) and counts.
@@ -222,5 +226,25 @@ func TestStoreCheckPermissionDeniedEndsTheWatch(t *testing.T) {
 	const want = "store check /b/current/X: read permission lost: etcdserver: permission denied"
 	if got := errString(err); got != want {
 		t.Errorf("err %q\n want %q", got, want)
+	}
+}
+
+// LineageOf reads the lineage record's id; none or an unreadable one is "".
+func TestLineageOf(t *testing.T) {
+	rec, err := json.Marshal(snapshot.LineageRecord{ID: "20261201T000000Z-0a1b2c3d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		kvs  []*mvccpb.KeyValue
+		want string
+	}{
+		{[]*mvccpb.KeyValue{{Value: rec}}, "20261201T000000Z-0a1b2c3d"},
+		{[]*mvccpb.KeyValue{{Value: []byte("{not json")}}, ""},
+		{nil, ""},
+	} {
+		if got := LineageOf(c.kvs); got != c.want {
+			t.Errorf("LineageOf(%q) = %q, want %q", c.kvs, got, c.want)
+		}
 	}
 }
