@@ -12,6 +12,7 @@ require (
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/goleak v1.3.0
 	gonum.org/v1/gonum v0.17.0
+	google.golang.org/grpc v1.83.2
 )
 
 require (
@@ -70,7 +71,6 @@ require (
 	golang.org/x/time v0.15.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
-	google.golang.org/grpc v1.83.2 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	gopkg.in/natefinch/lumberjack.v2 v2.2.1 // indirect
 	k8s.io/utils v0.0.0-20260108192941-914a6e750570 // indirect

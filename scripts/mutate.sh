@@ -8,7 +8,9 @@
 # runs mutants in parallel; MUTATE_ARGS is passed to `gremlins unleash`,
 # split at spaces and not unquoted: MUTATE_ARGS='-E (solve|view)\.go$'
 # leaves files out, while MUTATE_ARGS="-E 'solve\.go$'" passes the quotes
-# into the regexp, which then matches nothing. Not part of .ci/run.
+# into the regexp, which then matches nothing. MUTATE_SINCE=<commit> mutates
+# only the lines changed since that commit (gremlins --diff; a file added
+# since counts whole). Not part of .ci/run.
 set -uo pipefail
 gremlins=$1; shift
 pkgs=("$@")
@@ -17,6 +19,25 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 out=$root/bin/mutate
 mkdir -p "$out"
 status=0
+# mutate_base ROOT COMMIT PKG DIR: a git repository in DIR (the staged
+# package) whose HEAD holds PKG's .go files as of COMMIT (a file added since
+# is absent from it), with the current files in the work tree.
+mutate_base() {
+  local root=$1 since=$2 pkg=$3 dir=$4 f keep
+  keep=$(mktemp -d) || return 1
+  cp -a "$dir"/*.go "$keep"/ || return 1
+  git -C "$root" rev-parse --verify -q "$since^{commit}" >/dev/null || { echo "MUTATE_SINCE=$since: no such commit"; return 1; }
+  for f in "$dir"/*.go; do
+    f=${f##*/}
+    if git -C "$root" cat-file -e "$since:$pkg/$f" 2>/dev/null; then
+      git -C "$root" show "$since:$pkg/$f" >"$dir/$f" || return 1
+    else
+      rm "$dir/$f"
+    fi
+  done
+  (cd "$dir" && git init -q && git add -A . && git -c user.name=mutate -c user.email=mutate@localhost commit -q -m "as of $since") || return 1
+  cp -a "$keep"/*.go "$dir"/ && rm -rf "$keep"
+}
 for p in "${pkgs[@]}"; do
   mod=${p%%/*} dir=${p#*/}
   log=$out/${p//\//_}.log
@@ -34,7 +55,23 @@ for p in "${pkgs[@]}"; do
     rm -rf "$stage"
     echo "mutate $p: the unmutated tests do not pass in the staged copy; see $log"; status=1; continue
   fi
-  if ! (cd "$stage/$mod" && GOWORK=off GOFLAGS=-mod=mod "$gremlins" unleash --workers "${MUTATE_WORKERS:-1}" --test-cpu 1 --timeout-coefficient 3 ${MUTATE_ARGS:-} "./$dir") >>"$log" 2>&1; then
+  # No --test-cpu: gremlins v0.6.0 passes it to go test as the one argument
+  # "-cpu N", which the test binary refuses ("flag provided but not
+  # defined"): go test exits 1 and every mutant counts as KILLED.
+  # gremlins --diff runs `git diff --merge-base REF` where it is started and
+  # matches the names in it against the package's files (relative to the
+  # package): with MUTATE_SINCE, a repository in the staged package whose
+  # HEAD holds the package's files as of that commit, gremlins started there.
+  run=("$stage/$mod" "./$dir") diffargs=()
+  if [ -n "${MUTATE_SINCE:-}" ]; then
+    pd=$stage/$mod/$dir
+    if ! mutate_base "$root" "$MUTATE_SINCE" "$p" "$pd" >>"$log" 2>&1; then
+      rm -rf "$stage"
+      echo "mutate $p: cannot stage $p as of $MUTATE_SINCE; see $log"; status=1; continue
+    fi
+    run=("$pd" "$pd") diffargs=(--diff HEAD)
+  fi
+  if ! (cd "${run[0]}" && GOWORK=off GOFLAGS=-mod=mod "$gremlins" unleash --workers "${MUTATE_WORKERS:-1}" --timeout-coefficient 3 "${diffargs[@]}" ${MUTATE_ARGS:-} "${run[1]}") >>"$log" 2>&1; then
     rm -rf "$stage"
     echo "mutate $p: gremlins failed; see $log"; status=1; continue
   fi

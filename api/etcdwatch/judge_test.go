@@ -2,11 +2,15 @@ package etcdwatch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // fakeConfirm stands for the quorum read: it answers r (or err) and counts.
@@ -110,6 +114,31 @@ func TestJudgeRechecks(t *testing.T) {
 	step(2, 1600*time.Millisecond, replaced, 3) // below the one explained: read, and it is back
 }
 
+// A confirmation explains later responses for less than recheck: one
+// exactly recheck after it is read again (the recheck window is open at
+// its start, closed at its end).
+func TestJudgeRecheckWindowEndsAtRecheck(t *testing.T) {
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	ctx := context.Background()
+	id := newStore(7, 100, "")
+	f := &fakeConfirm{r: reading{cluster: 7, rev: 110}}
+	for i, s := range []struct {
+		rev       int64
+		at        time.Duration
+		want      judgement
+		wantCalls int
+	}{
+		{95, 0, behind, 1},
+		{95, time.Second - time.Nanosecond, stillBehind, 1}, // the last instant explained
+		{96, time.Second, behind, 2},                        // recheck over: read again
+	} {
+		j, err := id.judge(ctx, 7, s.rev, t0.Add(s.at), time.Second, false, f.read)
+		if j != s.want || f.calls != s.wantCalls {
+			t.Fatalf("step %d (rev %d at %v): judgement %d after %d reads (err %v), want %d after %d", i, s.rev, s.at, j, f.calls, err, s.want, s.wantCalls)
+		}
+	}
+}
+
 func errString(err error) string {
 	if err == nil {
 		return ""
@@ -197,5 +226,25 @@ func TestStoreCheckPermissionDeniedEndsTheWatch(t *testing.T) {
 	const want = "store check /b/current/X: read permission lost: etcdserver: permission denied"
 	if got := errString(err); got != want {
 		t.Errorf("err %q\n want %q", got, want)
+	}
+}
+
+// LineageOf reads the lineage record's id; none or an unreadable one is "".
+func TestLineageOf(t *testing.T) {
+	rec, err := json.Marshal(snapshot.LineageRecord{ID: "20261201T000000Z-0a1b2c3d"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		kvs  []*mvccpb.KeyValue
+		want string
+	}{
+		{[]*mvccpb.KeyValue{{Value: rec}}, "20261201T000000Z-0a1b2c3d"},
+		{[]*mvccpb.KeyValue{{Value: []byte("{not json")}}, ""},
+		{nil, ""},
+	} {
+		if got := LineageOf(c.kvs); got != c.want {
+			t.Errorf("LineageOf(%q) = %q, want %q", c.kvs, got, c.want)
+		}
 	}
 }

@@ -165,6 +165,17 @@ func Classify(st report.ProxyStatus, tg Target, now time.Time) Proxy {
 		if st.PointerLineage == tg.Lineage && st.RejectedVersion >= target {
 			p.State, p.Reason = Rejected, st.RejectedReason
 		}
+	case st.AppliedVersion == target && tg.Hash != "" && st.AppliedHash != "" && st.AppliedHash != tg.Hash:
+		// The target's version number with other content (a scheduler
+		// behind a restored etcd numbered a new snapshot like one the
+		// proxy had applied): the proxy refuses it as a hash conflict and
+		// runs what it had, which is not the target.
+		p.State = Pending
+		p.Reason = fmt.Sprintf("applied v%d of lineage %s has hash %s, the target hash %s", st.AppliedVersion,
+			snapshot.LineageName(tg.Lineage), st.AppliedHash, tg.Hash)
+		if st.RejectedVersion >= target {
+			p.State, p.Reason = Rejected, st.RejectedReason
+		}
 	case st.AppliedVersion == target || st.AppliedVersion > target && tg.AtLeast:
 		p.State = Synced
 	case st.AppliedVersion > target:

@@ -42,6 +42,19 @@ func TestClassify(t *testing.T) {
 		}), tg, Rejected, "refused"},
 		{"stale by age", st("p1", "L1", 7, func(s *report.ProxyStatus) { s.UpdatedAt = now.Add(-11 * time.Second) }), tg, Stale, "last seen 2026-12-01T09:59:49Z (11s ago)"},
 		{"fresh within two intervals", st("p1", "L1", 7, func(s *report.ProxyStatus) { s.UpdatedAt = now.Add(-9 * time.Second) }), tg, Synced, ""},
+		// The target's version with other content (a restored etcd's
+		// scheduler re-used the number): not SYNCED, whatever the version.
+		{"same version, other hash", st("p1", "L1", 7, func(s *report.ProxyStatus) { s.AppliedHash = "h-old" }),
+			Target{Pointer: snapshot.Pointer{Lineage: "L1", Version: 7, Hash: "h-new"}}, Pending,
+			"applied v7 of lineage L1 has hash h-old, the target hash h-new"},
+		{"same version, other hash, refused", st("p1", "L1", 7, func(s *report.ProxyStatus) {
+			s.AppliedHash, s.RejectedVersion, s.RejectedReason = "h-old", 7, "version 7 of lineage L1 is already applied with hash h-old; pointer says hash h-new"
+		}), Target{Pointer: snapshot.Pointer{Lineage: "L1", Version: 7, Hash: "h-new"}}, Rejected,
+			"version 7 of lineage L1 is already applied with hash h-old; pointer says hash h-new"},
+		{"same version, same hash", st("p1", "L1", 7, func(s *report.ProxyStatus) { s.AppliedHash = "h7" }),
+			Target{Pointer: snapshot.Pointer{Lineage: "L1", Version: 7, Hash: "h7"}}, Synced, ""},
+		{"hash unknown to an older proxy", st("p1", "L1", 7, nil),
+			Target{Pointer: snapshot.Pointer{Lineage: "L1", Version: 7, Hash: "h7"}}, Synced, ""},
 		{"stale disconnected", st("p1", "L1", 7, func(s *report.ProxyStatus) { s.EtcdConnected = false }), tg, Stale, "not connected to etcd"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -213,6 +213,7 @@ func (s *pointerSink) Reset(kvs []*mvccpb.KeyValue, _ int64) error {
 	s.w.setSynced()
 	if len(kvs) == 0 {
 		s.w.log.Info("no snapshot published yet", "key", s.w.currentKey)
+		s.w.notePointerGone()
 		return nil
 	}
 	return s.w.handlePointer(s.ctx, kvs[0].Value)
@@ -225,6 +226,7 @@ func (s *pointerSink) Apply(evs []*clientv3.Event, _ int64) error {
 	ev := evs[len(evs)-1]
 	if ev.Type == clientv3.EventTypeDelete {
 		s.w.log.Error("snapshot pointer deleted; keeping the last good snapshot", "key", s.w.currentKey)
+		s.w.notePointerGone()
 		return nil
 	}
 	return s.w.handlePointer(s.ctx, ev.Kv.Value)

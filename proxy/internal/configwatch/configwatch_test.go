@@ -413,6 +413,12 @@ func TestPointerDeletedKeepsLastGood(t *testing.T) {
 	if _, err := cli.Delete(ctx, layout.Root(), clientv3PrefixOpt()); err != nil {
 		t.Fatal(err)
 	}
+	// The status keeps what is applied and no longer names the pointer.
+	poll.EventuallyTrue(t, 20*time.Second, "the deleted pointer noticed", func() bool { return w.Status().PointerVersion == 0 })
+	if st := w.Status(); st.AppliedVersion != 1 || st.PointerLineage != "" || st.Ahead || st.RejectedVersion != 0 {
+		t.Fatalf("after the delete: applied v%d, pointer lineage %q, ahead %v, rejected v%d; want v1, \"\", false, none",
+			st.AppliedVersion, st.PointerLineage, st.Ahead, st.RejectedVersion)
+	}
 	publish(t, cli, testSnapshot(2))
 	waitApplied(t, w, rec, 2, 20*time.Second, "v2 applied after the prefix was wiped")
 	if got := rec.versions(); !equal(got, []uint64{1, 2}) || w.Status().AppliedVersion != 2 {

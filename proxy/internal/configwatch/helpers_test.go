@@ -173,6 +173,16 @@ func waitApplied(t testing.TB, w *Watcher, rec *recorder, v uint64, within time.
 	poll.EventuallyTrue(t, within, what, func() bool { return rec.last() == v && w.Status().AppliedVersion == v })
 }
 
+// idleWatcher is a watcher that is not run: a test calls its fetch steps.
+func idleWatcher(t testing.TB, cli *clientv3.Client) *Watcher {
+	t.Helper()
+	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // start runs a watcher until the test ends.
 func start(t testing.TB, cfg Config) *Watcher {
 	t.Helper()

@@ -76,6 +76,22 @@ func (w *Watcher) notePointer(p snapshot.Pointer) verdict {
 	return v
 }
 
+// notePointerGone records that the pointer names nothing (deleted, or
+// absent from a store listed again): the status no longer reports what a
+// pointer that is gone named, nor a proxy ahead of it or in its stage.
+func (w *Watcher) notePointerGone() {
+	w.mu.Lock()
+	st := &w.st
+	changed := st.PointerLineage != "" || st.PointerVersion != 0 || st.Ahead || st.Rollout != "" || st.Stage != 0 || st.InStage
+	st.PointerLineage, st.PointerVersion, st.Ahead = "", 0, false
+	st.Rollout, st.Stage, st.InStage = "", 0, false
+	w.aheadLog = snapshot.Pointer{}
+	w.mu.Unlock()
+	if changed {
+		w.changed()
+	}
+}
+
 // noteStage records the staged rollout the pointer carries (if any) and
 // whether its stage selects this proxy.
 func (w *Watcher) noteStage(p snapshot.Pointer) {

@@ -252,3 +252,45 @@ func putLineage(t *testing.T, cli *clientv3.Client, id string) {
 		t.Fatal(err)
 	}
 }
+
+// A pointer that is gone — deleted, or absent from a store listed again
+// (wiped) — is not reported as still naming a version, nor the proxy as
+// ahead of it; the applied snapshot stays (I3).
+func TestPointerGoneIsNotReported(t *testing.T) {
+	srv, cli := etcdtest.New(t)
+	rec := newRecorder()
+	putLineage(t, cli, "L1")
+	v1 := lineageSnapshot("L1", 1)
+	publish(t, cli, v1)
+	publish(t, cli, lineageSnapshot("L1", 2))
+	w := start(t, Config{Client: cli, Apply: rec.apply, StoreCheckInterval: 100 * time.Millisecond})
+	waitApplied(t, w, rec, 2, 20*time.Second, "L1 v2 applied")
+	movePointer(t, cli, v1)
+	poll.EventuallyTrue(t, 20*time.Second, "ahead of the moved-back pointer", func() bool {
+		st := w.Status()
+		return st.Ahead && st.PointerVersion == 1
+	})
+	ck, _ := layout.Current(pc)
+	if _, err := cli.Delete(context.Background(), ck); err != nil {
+		t.Fatal(err)
+	}
+	poll.EventuallyTrue(t, 20*time.Second, "the deleted pointer noticed", func() bool { return w.Status().PointerVersion == 0 })
+	if st := w.Status(); st.AppliedVersion != 2 || st.PointerLineage != "" || st.Ahead {
+		t.Fatalf("after the delete: applied v%d, pointer lineage %q, ahead %v; want v2, \"\", false", st.AppliedVersion, st.PointerLineage, st.Ahead)
+	}
+	movePointer(t, cli, v1)
+	poll.EventuallyTrue(t, 20*time.Second, "the pointer back", func() bool { st := w.Status(); return st.Ahead && st.PointerVersion == 1 })
+	if err := srv.Wipe(); err != nil {
+		t.Fatal(err)
+	}
+	poll.EventuallyTrue(t, 20*time.Second, "the empty store listed", func() bool {
+		st := w.Status()
+		return st.WatchRestarts[ReasonStoreReplaced] >= 1 && st.PointerVersion == 0 && st.Connected
+	})
+	if st := w.Status(); st.AppliedVersion != 2 || st.AppliedLineage != "L1" || st.PointerLineage != "" || st.Ahead {
+		t.Fatalf("after the wipe: applied %s v%d, pointer lineage %q, ahead %v; want L1 v2, \"\", false", st.AppliedLineage, st.AppliedVersion, st.PointerLineage, st.Ahead)
+	}
+	if got := rec.versions(); !equal(got, []uint64{2}) {
+		t.Fatalf("applied %v, want [2]", got)
+	}
+}

@@ -250,10 +250,7 @@ func TestPushedVersionWithCollectedPartsSuperseded(t *testing.T) {
 	if _, err := cli.Delete(context.Background(), k); err != nil {
 		t.Fatal(err)
 	}
-	w, err := New(Config{Client: cli, Layout: layout, ProxyCluster: pc, Apply: newRecorder().apply, Logger: discard()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	w := idleWatcher(t, cli)
 	ctx := context.Background()
 	if _, _, err := w.fetch(ctx, v2.ptr.For(""), v2.ptr.Push); err == nil || errors.Is(err, errSuperseded) || !strings.Contains(err.Error(), "snapshot part missing") {
 		t.Fatalf("v2 still current: %v; want a missing part error", err)
@@ -261,5 +258,32 @@ func TestPushedVersionWithCollectedPartsSuperseded(t *testing.T) {
 	publishPushed(t, cli, manyClusters(3, 40, map[int]int{3: 22}), written, nil)
 	if _, _, err := w.fetch(ctx, v2.ptr.For(""), v2.ptr.Push); !errors.Is(err, errSuperseded) {
 		t.Fatalf("v2 after v3 was published: %v; want errSuperseded", err)
+	}
+}
+
+// A pointer whose manifest is missing (history trimming removed it before
+// a late watch replay read it) is skipped when the pointer has moved on,
+// and rejected naming the manifest key while the pointer still names it.
+func TestMissingManifestSupersededOrRejected(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	publish(t, cli, testSnapshot(1))
+	v2 := testSnapshot(2)
+	publish(t, cli, v2)
+	mk, _ := layout.Snapshot(pc, 2)
+	if _, err := cli.Delete(context.Background(), mk); err != nil {
+		t.Fatal(err)
+	}
+	w := idleWatcher(t, cli)
+	ctx := context.Background()
+	const want = "manifest /sluicetest/snapshots/BFE1/00000000000000000002 is missing"
+	if _, _, err := w.fetch(ctx, pointerOf(v2), nil); err == nil || err.Error() != want {
+		t.Fatalf("v2 still current: %v; want %q", err, want)
+	}
+	publish(t, cli, testSnapshot(3))
+	if _, _, err := w.fetch(ctx, pointerOf(v2), nil); !errors.Is(err, errSuperseded) {
+		t.Fatalf("v2 after v3 was published: %v; want errSuperseded", err)
+	}
+	if st := w.Status(); st.SnapshotReads != 2 || st.ManifestsPushed != 0 {
+		t.Fatalf("%d snapshot reads, %d pushed manifests; want 2 (one manifest get per fetch), 0", st.SnapshotReads, st.ManifestsPushed)
 	}
 }

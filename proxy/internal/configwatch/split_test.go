@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"
@@ -213,5 +214,32 @@ func TestOldLayoutCacheThenSplit(t *testing.T) {
 	// v2 was not yet there; either way v2 read just its bucket and cluster.
 	if st.PartsRead != 2 {
 		t.Fatalf("v2 read %d parts, want 2 (the cache seeded the rest)", st.PartsRead)
+	}
+}
+
+// Status.SnapshotReads counts one request per transaction of up to
+// snapio.MaxGetsPerTxn part reads: 99, 100 and 101 parts read are 1, 1
+// and 2 requests. (Parts absent from etcd read as nil: the count is the
+// same.)
+func TestSnapshotReadsCountsPartTransactions(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	w := idleWatcher(t, cli)
+	for _, c := range []struct{ parts, reads uint64 }{{snapio.MaxGetsPerTxn - 1, 1}, {snapio.MaxGetsPerTxn, 1}, {snapio.MaxGetsPerTxn + 1, 2}} {
+		ds := make([]string, c.parts)
+		for i := range ds {
+			ds[i] = fmt.Sprintf("%064x", uint64(i)+c.parts<<32)
+		}
+		before := w.Status()
+		out, err := w.partsGetter(context.Background(), nil, map[string][]byte{})(ds)
+		if err != nil || uint64(len(out)) != c.parts {
+			t.Fatalf("%d parts: %d answers, %v", c.parts, len(out), err)
+		}
+		st := w.Status()
+		if n := st.SnapshotReads - before.SnapshotReads; n != c.reads {
+			t.Errorf("%d parts read: %d snapshot reads counted, want %d", c.parts, n, c.reads)
+		}
+		if n := st.PartsRead - before.PartsRead; n != c.parts {
+			t.Errorf("%d parts read: %d counted", c.parts, n)
+		}
 	}
 }
