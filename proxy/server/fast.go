@@ -104,7 +104,7 @@ func (a fastAttempter) release(rep *reply) {
 // the forwarding headers of rewrite.
 func (st *reqState) outbound(r *http.Request) *forward.Request {
 	fr := &st.fwd
-	fr.Method, fr.URI, fr.Host, fr.Header, fr.Skip = r.Method, r.URL.RequestURI(), r.Host, r.Header, forwardedSkip
+	fr.Method, fr.URI, fr.Host, fr.Header, fr.Skip = r.Method, requestURI(r), r.Host, r.Header, forwardedSkip
 	peer := st.peerString()
 	xff := peer
 	if prior := r.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
@@ -136,6 +136,19 @@ func (st *reqState) outbound(r *http.Request) *forward.Request {
 		fr.ExpectContinue = hasExpectContinue(r.Header)
 	}
 	return fr
+}
+
+// requestURI is r.URL.RequestURI() without its allocation (the path and
+// query joined) when the client's own target is plain (plainTarget) and
+// r.URL is still what that target parses to: then the two are the same
+// text.
+func requestURI(r *http.Request) string {
+	u := r.URL
+	if path, query, ok := plainTarget(r.RequestURI); ok && u.Path == path && u.RawQuery == query &&
+		u.Opaque == "" && u.RawPath == "" && !u.ForceQuery {
+		return r.RequestURI
+	}
+	return u.RequestURI()
 }
 
 func hasExpectContinue(h http.Header) bool {

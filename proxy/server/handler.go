@@ -96,6 +96,10 @@ type reqState struct {
 	fwd   forward.Request
 	extra [5]forward.HeaderField
 	rep   reply
+	// the router's view of the request: in the state (not on the stack,
+	// where Match's interface calls made it escape: one allocation per
+	// request), its query and cookie caches kept across reuses
+	route route.Request
 }
 
 // connStripe derives a stripe from the client connection's address and
@@ -168,9 +172,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
 	}
-	var rr route.Request
-	rr.Reset(r, st.clientIP, r.TLS != nil)
-	res, ok := rt.router.Match(&rr)
+	st.route.Reset(r, st.clientIP, r.TLS != nil)
+	res, ok := rt.router.Match(&st.route)
 	if !ok {
 		s.metrics.unrouted.WithLabelValues(CodeNoRoute).Inc()
 		st.generated(w, &genError{status: http.StatusNotFound, code: CodeNoRoute})
@@ -384,6 +387,7 @@ func (st *reqState) end() {
 	}
 	st.finish(st.r)
 	if st.reuse {
+		st.route.Reset(nil, netip.Addr{}, false) // the pooled state holds no request
 		st.s.reqPool.Put(st)
 	}
 }
@@ -393,7 +397,8 @@ func (st *reqState) end() {
 func (s *Server) newState() *reqState {
 	if v := s.reqPool.Get(); v != nil {
 		st := v.(*reqState)
-		*st = reqState{}
+		rr := st.route
+		*st = reqState{route: rr}
 		return st
 	}
 	return new(reqState)

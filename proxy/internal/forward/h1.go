@@ -115,25 +115,35 @@ var aLongTimeAgo = time.Unix(1, 0)
 // conn is one pooled connection. It serves one exchange at a time; its Body
 // is reused by the next exchange.
 type conn struct {
-	nc      net.Conn
-	br      *bufio.Reader
-	bw      *bufio.Writer // writes through sockWriter
-	await   bool          // the next flush is a whole request (see sockWriter)
-	rdl     time.Time     // read deadline last set on nc
-	wdl     time.Time     // write deadline last set on nc
-	u       *Upstream
-	idleAt  time.Time
-	sent    int64         // bytes written to nc over its life
-	dialed  time.Duration // connect time, until the first exchange reports it
-	reused  bool          // served an exchange before this one
-	stop    func() bool
-	body    Body
-	line    []byte // scratch for header lines longer than the read buffer
-	fields  []field
-	chunked bodyWriter
+	nc     net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer // writes through sockWriter
+	await  bool          // the next flush is a whole request (see sockWriter)
+	rdl    time.Time     // read deadline last set on nc
+	wdl    time.Time     // write deadline last set on nc
+	u      *Upstream
+	idleAt time.Time
+	sent   int64         // bytes written to nc over its life
+	dialed time.Duration // connect time, until the first exchange reports it
+	reused bool          // served an exchange before this one
+	stop   func() bool
+	// interrupt, made once with the conn, is what a cancelled exchange
+	// context runs (context.AfterFunc): a closure made per exchange was one
+	// more allocation per request
+	interrupt func()
+	body      Body
+	line      []byte // scratch for header lines longer than the read buffer
+	fields    []field
+	vals      []byte // readFields' scratch: the values of one header, back to back
+	chunked   bodyWriter
 }
 
-type field struct{ k, v string }
+// field is one header field being read: its value is vals[start:end] of
+// the conn's value scratch until readFields turns them all into one string.
+type field struct {
+	k          string
+	start, end int
+}
 
 func (c *conn) close() { c.nc.Close() }
 
@@ -214,8 +224,7 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now 
 		return Response{}, st, err
 	}
 	if ctx.Done() != nil {
-		nc := c.nc
-		c.stop = context.AfterFunc(ctx, func() { nc.SetDeadline(aLongTimeAgo) })
+		c.stop = context.AfterFunc(ctx, c.interrupt)
 	}
 	expect := streamed && req.ExpectContinue
 	c.writeHead(req, expect)

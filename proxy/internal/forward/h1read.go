@@ -84,7 +84,7 @@ func trim(b []byte) []byte {
 // readFields reads header (or trailer) fields up to the empty line into dst,
 // values of one key in one shared backing array like net/textproto.
 func (c *conn) readFields(dst http.Header, total *int) error {
-	c.fields = c.fields[:0]
+	c.fields, c.vals = c.fields[:0], c.vals[:0]
 	for {
 		line, err := c.readLine(total)
 		if err != nil {
@@ -116,13 +116,23 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 				return protoErr("header %s value has a control byte", k)
 			}
 		}
-		c.fields = append(c.fields, field{k, string(v)})
+		start := len(c.vals)
+		c.vals = append(c.vals, v...)
+		c.fields = append(c.fields, field{k, start, len(c.vals)})
 	}
+	if len(c.fields) == 0 {
+		return nil
+	}
+	// One string holds all the values (one allocation, not one a field);
+	// each value is a slice of it.
+	all := string(c.vals)
+	c.vals = c.vals[:0]
 	strs := make([]string, len(c.fields))
 	for i, f := range c.fields {
-		strs[i] = f.v
+		v := all[f.start:f.end]
+		strs[i] = v
 		if vv, ok := dst[f.k]; ok {
-			dst[f.k] = append(vv, f.v)
+			dst[f.k] = append(vv, v)
 		} else {
 			dst[f.k] = strs[i : i+1 : i+1]
 		}

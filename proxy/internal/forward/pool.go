@@ -43,6 +43,7 @@ func (u *Upstream) getConn(ctx context.Context, now time.Time) (*conn, error) {
 		return nil, &DialError{Err: err}
 	}
 	c := &conn{nc: sockio.Wrap(nc), u: u, dialed: time.Since(start)}
+	c.interrupt = func() { c.nc.SetDeadline(aLongTimeAgo) }
 	c.attach()
 	return c, nil
 }
