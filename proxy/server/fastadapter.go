@@ -35,6 +35,21 @@ type fastAdapter struct {
 	wrote  bool
 	handed bool // the body was handed to fasthttp: release on its Close
 	body   bodyReader
+
+	// reset's scratch, kept with the pooled adapter: the request's text
+	// (target, host, header values) back to back before it becomes one
+	// string, the header fields being read, and the backing array of the
+	// request header's value slices (a.in's, so no longer-lived than it)
+	text   []byte
+	fields []inField
+	vals   []string
+}
+
+// inField is one request header field reset read: its canonical name and
+// where its value lies in the adapter's text.
+type inField struct {
+	key        string
+	start, end int
 }
 
 func (a *fastAdapter) release() {
@@ -53,7 +68,35 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	rh := &ctx.Request.Header
 	r := &a.req
 	r.Method = internMethod(rh.Method())
-	r.RequestURI = string(rh.RequestURI())
+	// The target, the host and the header values are copied into one
+	// string (one allocation, not one each): none is a view of fasthttp's
+	// buffers, which the connection reuses.
+	a.text = append(a.text[:0], rh.RequestURI()...)
+	uriEnd := len(a.text)
+	a.text = append(a.text, rh.Host()...)
+	hostEnd := len(a.text)
+	chunked := rh.ContentLength() == -1
+	hosts := 0
+	a.fields = a.fields[:0]
+	for k, v := range rh.All() {
+		key := internKey(k)
+		switch key {
+		case "Host":
+			hosts++
+			continue
+		case "Transfer-Encoding":
+			continue
+		case "Content-Length":
+			if chunked {
+				continue
+			}
+		}
+		start := len(a.text)
+		a.text = append(a.text, v...)
+		a.fields = append(a.fields, inField{key, start, len(a.text)})
+	}
+	text := string(a.text)
+	r.RequestURI = text[:uriEnd]
 	if path, query, ok := plainTarget(r.RequestURI); ok {
 		a.url = url.URL{Path: path, RawQuery: query}
 	} else {
@@ -73,22 +116,16 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	if !rh.IsHTTP11() {
 		r.Proto, r.ProtoMinor = "HTTP/1.0", 0
 	}
-	chunked := rh.ContentLength() == -1
-	hosts := 0
-	for k, v := range rh.All() {
-		key := internKey(k)
-		switch key {
-		case "Host":
-			hosts++
-			continue
-		case "Transfer-Encoding":
-			continue
-		case "Content-Length":
-			if chunked {
-				continue
-			}
+	a.vals = a.vals[:0]
+	for _, f := range a.fields {
+		a.vals = append(a.vals, text[f.start:f.end])
+	}
+	for i, f := range a.fields {
+		if vv, ok := a.in[f.key]; ok {
+			a.in[f.key] = append(vv, a.vals[i]) // a repeated field: copied out
+		} else {
+			a.in[f.key] = a.vals[i : i+1 : i+1]
 		}
-		a.in[key] = append(a.in[key], string(v))
 	}
 	if rh.ConnectionClose() && len(a.in["Connection"]) == 0 {
 		a.in["Connection"] = []string{"close"}
@@ -98,7 +135,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	if u.Host != "" {
 		r.Host = u.Host
 	} else {
-		r.Host = string(rh.Host())
+		r.Host = text[uriEnd:hostEnd]
 	}
 	if r.ProtoMinor == 1 && hosts == 0 && u.Host == "" {
 		return errors.New("missing required Host header")
