@@ -269,9 +269,13 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now 
 	default:
 		werr = c.writeBody(req)
 	}
-	var rbe *BodyReadError
-	if errors.As(werr, &rbe) {
-		return Response{}, st, werr
+	if werr != nil {
+		// (rbe is on the heap: declared here, it costs only a failed write
+		// its allocation, not every exchange)
+		var rbe *BodyReadError
+		if errors.As(werr, &rbe) {
+			return Response{}, st, werr
+		}
 	}
 	// After a write error the backend may still have answered (an early
 	// 413, say): read what it sent; without an answer the write error wins.
