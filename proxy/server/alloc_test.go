@@ -14,7 +14,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
-	"sync"
 	"testing"
 	"time"
 
@@ -50,59 +49,25 @@ var rawAnswer = []byte("HTTP/1.1 200 OK\r\nContent-Length: 100\r\nContent-Type: 
 // no pipelining: the proxy sends one request at a time). Counting the
 // process's allocations then counts the proxy's.
 func rawBackend(t testing.TB) netip.AddrPort {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		conns []net.Conn
-	)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return rawListen(t, func(c net.Conn) {
+		var buf [4096]byte
+		n := 0
 		for {
-			c, err := l.Accept()
+			m, err := c.Read(buf[n:])
 			if err != nil {
 				return
 			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				var buf [4096]byte
-				n := 0
-				for {
-					m, err := c.Read(buf[n:])
-					if err != nil {
-						return
-					}
-					n += m
-					if bytes.Contains(buf[:n], []byte("\r\n\r\n")) {
-						n = 0
-						if _, err := c.Write(rawAnswer); err != nil {
-							return
-						}
-					} else if n == len(buf) {
-						return
-					}
+			n += m
+			if bytes.Contains(buf[:n], []byte("\r\n\r\n")) {
+				n = 0
+				if _, err := c.Write(rawAnswer); err != nil {
+					return
 				}
-			}()
+			} else if n == len(buf) {
+				return
+			}
 		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return mustAddrPort(l.Addr().String())
+	}, nil)
 }
 
 // deadlineWriter is discardWriter with the deadlines both fronts' writers

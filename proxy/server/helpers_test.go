@@ -268,3 +268,53 @@ func checked(t testing.TB, s *snapshot.Snapshot) validate.Checked {
 	s.Meta.Hash = hash
 	return c
 }
+
+// rawListen serves each loopback connection with serve, on a goroutine of
+// its own; the connection is closed when serve returns, and closed (when
+// set) called after. Cleanup closes the listener and every connection
+// still open, and waits for the goroutines.
+func rawListen(t testing.TB, serve func(net.Conn), closed func()) netip.AddrPort {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]bool{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = true
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				serve(c)
+				mu.Lock()
+				delete(conns, c)
+				mu.Unlock()
+				c.Close()
+				if closed != nil {
+					closed()
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return netip.MustParseAddrPort(l.Addr().String())
+}

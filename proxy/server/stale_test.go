@@ -60,43 +60,9 @@ type rawInstance struct {
 
 func newRawInstance(t *testing.T) *rawInstance {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ri := &rawInstance{addr: netip.MustParseAddrPort(l.Addr().String()), seen: map[string]int{}}
+	ri := &rawInstance{seen: map[string]int{}}
 	ri.mode.Store("ok")
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	conns := map[net.Conn]bool{}
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns[c] = true
-			mu.Unlock()
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { mu.Lock(); delete(conns, c); mu.Unlock(); c.Close(); ri.closed.Add(1) }()
-				ri.serve(c)
-			}()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
+	ri.addr = rawListen(t, ri.serve, func() { ri.closed.Add(1) })
 	return ri
 }
 
