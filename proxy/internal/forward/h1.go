@@ -115,27 +115,28 @@ var aLongTimeAgo = time.Unix(1, 0)
 // conn is one pooled connection. It serves one exchange at a time; its Body
 // is reused by the next exchange.
 type conn struct {
-	nc     net.Conn
-	br     *bufio.Reader
-	bw     *bufio.Writer // writes through sockWriter
-	await  bool          // the next flush is a whole request (see sockWriter)
-	rdl    time.Time     // read deadline last set on nc
-	wdl    time.Time     // write deadline last set on nc
-	u      *Upstream
-	idleAt time.Time
-	sent   int64         // bytes written to nc over its life
-	dialed time.Duration // connect time, until the first exchange reports it
-	reused bool          // served an exchange before this one
-	stop   func() bool
+	nc      net.Conn
+	br      *bufio.Reader
+	bw      *bufio.Writer // writes through sockWriter
+	await   bool          // the next flush is a whole request (see sockWriter)
+	rdl     time.Time     // read deadline last set on nc
+	wdl     time.Time     // write deadline last set on nc
+	u       *Upstream
+	idleAt  time.Time
+	sent    int64         // bytes written to nc over its life
+	dialed  time.Duration // connect time, until the first exchange reports it
+	reused  bool          // served an exchange before this one
+	stop    func() bool
+	body    Body
+	line    []byte // scratch for header lines longer than the read buffer
+	fields  []field
+	vals    []byte // readFields' scratch: the values of one header, back to back
+	chunked bodyWriter
+
 	// interrupt, made once with the conn, is what a cancelled exchange
 	// context runs (context.AfterFunc): a closure made per exchange was one
 	// more allocation per request
 	interrupt func()
-	body      Body
-	line      []byte // scratch for header lines longer than the read buffer
-	fields    []field
-	vals      []byte // readFields' scratch: the values of one header, back to back
-	chunked   bodyWriter
 }
 
 // field is one header field being read: its value is vals[start:end] of
