@@ -96,9 +96,9 @@ type reqState struct {
 	fwd   forward.Request
 	extra [5]forward.HeaderField
 	rep   reply
-	// the router's view of the request: in the state (not on the stack,
-	// where Match's interface calls made it escape: one allocation per
-	// request), its query and cookie caches kept across reuses
+	// the router's view of the request: in the state, not on the stack,
+	// where Match's interface calls made it escape (one allocation per
+	// request)
 	route route.Request
 }
 
@@ -387,7 +387,6 @@ func (st *reqState) end() {
 	}
 	st.finish(st.r)
 	if st.reuse {
-		st.route.Reset(nil, netip.Addr{}, false) // the pooled state holds no request
 		st.s.reqPool.Put(st)
 	}
 }
@@ -397,8 +396,7 @@ func (st *reqState) end() {
 func (s *Server) newState() *reqState {
 	if v := s.reqPool.Get(); v != nil {
 		st := v.(*reqState)
-		rr := st.route
-		*st = reqState{route: rr}
+		*st = reqState{}
 		return st
 	}
 	return new(reqState)
