@@ -21,12 +21,15 @@ build:
 	@mkdir -p bin
 	CGO_ENABLED=0 $(GO) build -trimpath -o bin/ $(BINARIES)
 
-## test: unit and package tests of every module with the race detector
+## test: unit and package tests of every module with the race detector, then the
+##       allocation-count tests (build tag !race: the race detector's sync.Pool drops objects) without it
 test:
 	@set -e; for m in $(MODULES); do \
 	  echo "== go test $$m"; \
 	  (cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
 	done
+	@echo "== go test proxy (allocation counts, no race detector)"
+	cd proxy && $(GO) test -count=1 -timeout 5m -run 'Allocs$$' ./server/
 
 ## devtools: the demo backend and the local fleet launcher
 devtools:
