@@ -311,6 +311,20 @@ func TestStateRules(t *testing.T) {
 			"clusters.demo-main.policy.timeouts.per_try: 10s is longer than timeouts.request 5s",
 			"clusters.demo-main.policy.timeouts.response_header: 0s must be greater than 0",
 		}},
+		// The path and status rules are for http and https probes only.
+		{"https probe path and status", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Health.Probe = config.Probe{Scheme: "https", Path: "healthz"}
+			s.Clusters["demo-main"] = cl
+		}, []string{
+			"clusters.demo-main.policy.health.probe.path: \"healthz\" must start with \"/\"",
+			"clusters.demo-main.policy.health.probe.status: is empty; an https probe needs the statuses that count as success, e.g. \"2xx\"",
+		}},
+		{"tcp probe ignores path and status", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Health.Probe = config.Probe{Scheme: "tcp", Path: "healthz"}
+			s.Clusters["demo-main"] = cl
+		}, nil},
 		{"empty cluster", func(s *config.State) {
 			s.Clusters["empty"] = config.Cluster{Policy: config.DefaultPolicy()}
 		}, []string{"clusters.empty.subclusters: is empty; a cluster needs at least one sub-cluster"}},
