@@ -311,6 +311,11 @@ func TestStateRules(t *testing.T) {
 			"clusters.demo-main.policy.timeouts.per_try: 10s is longer than timeouts.request 5s",
 			"clusters.demo-main.policy.timeouts.response_header: 0s must be greater than 0",
 		}},
+		{"sticky-cookie mode without a cookie name", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Balance.Instance, cl.Policy.Balance.StickyCookie = config.InstanceStickyCookie, ""
+			s.Clusters["demo-main"] = cl
+		}, []string{"clusters.demo-main.policy.balance.sticky_cookie: is empty; instance mode sticky-cookie needs a cookie name"}},
 		// The path and status rules are for http and https probes only.
 		{"https probe path and status", func(s *config.State) {
 			cl := s.Clusters["demo-main"]
