@@ -19,6 +19,9 @@ func TestShiftResultsSayWhatMoved(t *testing.T) {
 		{sh("capped", 50, "IDC2"), ShiftResult{Asked: 50, Moved: 15, Reason: "IDC1 had 15"}},
 		{sh("fits", 10, "IDC2"), ShiftResult{Asked: 10, Moved: 10}},
 		{sh("nowhere", 10, "IDC3"), ShiftResult{Asked: 10, Reason: "no available sub-cluster in IDC3"}},
+		// Applied 0 % so far (a paced shift before its first step): nothing
+		// to do, and nothing to explain.
+		{sh("not started", 0, "IDC2"), ShiftResult{}},
 	} {
 		pl, err := NewPlanner().ComputePlan(View{State: st, Demand: demand(100, 100), Shifts: []ActiveShift{c.sh}}, nil)
 		if err != nil {
