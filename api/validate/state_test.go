@@ -2,6 +2,7 @@ package validate
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,9 @@ func TestDocsExample(t *testing.T) {
 	}
 }
 
+// cond80 is a valid condition of exactly 80 characters, not the default.
+var cond80 = `req_path_prefix_in("/` + strings.Repeat("x", 50) + `", false)`
+
 func TestStateRules(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -161,6 +165,28 @@ func TestStateRules(t *testing.T) {
 			sc.Excluded = true
 			s.Clusters["demo-main"].SubClusters["SC2"] = sc
 		}, []string{"pins[0].weights.SC2: 45 gives traffic to sub-cluster \"SC2\", which is excluded"}},
+		{"pin with no weight on an excluded sub-cluster", func(s *config.State) {
+			sc := s.Clusters["demo-main"].SubClusters["SC2"]
+			sc.Excluded = true
+			s.Clusters["demo-main"].SubClusters["SC2"] = sc
+			s.Pins[0].Weights = map[string]int{"SC1": 100, "SC2": 0}
+		}, nil},
+		// A condition in an error is quoted whole up to 80 characters, and
+		// clipped to 80 and "…" beyond.
+		{"last rule not default, 80 characters", func(s *config.State) {
+			s.Products["demo"].Rules[2].Cond = cond80
+		}, []string{"products.demo.rules[2].cond: " + strconv.Quote(cond80) + ": the last rule must be the default rule \"default_t()\""}},
+		{"last rule not default, 81 characters", func(s *config.State) {
+			s.Products["demo"].Rules[2].Cond = cond80[:21] + "y" + cond80[21:]
+		}, []string{"products.demo.rules[2].cond: " + strconv.Quote(cond80[:21]+"y"+cond80[21:79]+"…") + ": the last rule must be the default rule \"default_t()\""}},
+		{"duplicate instance at port 1", func(s *config.State) {
+			in := s.Clusters["demo-main"].SubClusters["SC1"].Instances
+			in[0].Port, in[1].Port = 1, 1
+		}, []string{"clusters.demo-main.subclusters.SC1.instances[1]: 127.0.0.1:1 duplicates instances[0]"}},
+		{"duplicate instance at port 65535", func(s *config.State) {
+			in := s.Clusters["demo-main"].SubClusters["SC1"].Instances
+			in[0].Port, in[1].Port = 65535, 65535
+		}, []string{"clusters.demo-main.subclusters.SC1.instances[1]: 127.0.0.1:65535 duplicates instances[0]"}},
 		{"rules", func(s *config.State) {
 			p := s.Products["demo"]
 			p.Rules = []config.Rule{
