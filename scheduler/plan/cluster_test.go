@@ -1,0 +1,72 @@
+package plan
+
+import (
+	"maps"
+	"reflect"
+	"testing"
+
+	"github.com/sluicelb/sluice/api/config"
+)
+
+// TestNormaliseZeroIsDefault: a State built in Go has zero settings; each
+// zero means the default, as in a decoded State.
+func TestNormaliseZeroIsDefault(t *testing.T) {
+	d := config.DefaultSchedulerSettings()
+	got := normalise(config.SchedulerSettings{})
+	want := settings{den: d.Denominator, maxStep: d.MaxStepPercent, target: d.TargetUtilisationPercent,
+		perWeight: d.CapacityPerWeightRPS, stepInterval: config.DefaultStepInterval}
+	if got != want {
+		t.Fatalf("normalise(zero) = %+v, want %+v", got, want)
+	}
+}
+
+// TestAvailable: an instance takes traffic when its weight is positive and
+// it is healthy (or says nothing).
+func TestAvailable(t *testing.T) {
+	for _, c := range []struct {
+		in   config.Instance
+		want bool
+	}{
+		{config.Instance{Weight: 1}, true},
+		{config.Instance{Weight: 1, State: config.StateHealthy}, true},
+		{config.Instance{Weight: 0}, false},
+		{config.Instance{Weight: 1, State: config.StateDraining}, false},
+		{config.Instance{Weight: 1, State: config.StateUnhealthy}, false},
+	} {
+		if got := Available(c.in); got != c.want {
+			t.Errorf("Available(%+v) = %v, want %v", c.in, got, c.want)
+		}
+	}
+}
+
+// TestFixRowSum: a row that does not sum to den gets the difference on its
+// largest entry (the first by name among equals); a row that does, or an
+// empty one, is left as it is.
+func TestFixRowSum(t *testing.T) {
+	for _, c := range []struct {
+		row, want map[string]int
+	}{
+		{map[string]int{"A": 33, "B": 34, "C": 32}, map[string]int{"A": 33, "B": 35, "C": 32}},
+		{map[string]int{"A": 33, "B": 33, "C": 33}, map[string]int{"A": 34, "B": 33, "C": 33}},
+		{map[string]int{"A": 60, "B": 41}, map[string]int{"A": 59, "B": 41}},
+		{map[string]int{"A": 60, "B": 40}, map[string]int{"A": 60, "B": 40}},
+		{map[string]int{}, map[string]int{}},
+	} {
+		row := maps.Clone(c.row)
+		fixRowSum(row, 100)
+		if !reflect.DeepEqual(row, c.want) {
+			t.Errorf("fixRowSum(%v, 100) = %v, want %v", c.row, row, c.want)
+		}
+	}
+}
+
+func TestJoinComma(t *testing.T) {
+	for _, c := range []struct {
+		in   []string
+		want string
+	}{{nil, ""}, {[]string{"a"}, "a"}, {[]string{"a", "b", "c"}, "a, b, c"}} {
+		if got := joinComma(c.in); got != c.want {
+			t.Errorf("joinComma(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
