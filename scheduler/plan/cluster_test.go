@@ -70,3 +70,17 @@ func TestJoinComma(t *testing.T) {
 		}
 	}
 }
+
+// TestCapacityFromWeight: an instance without capacity_rps serves its
+// weight × capacity_per_weight_rps; the design example planned that way
+// (SC1 weight 6, SC2 weight 8, 100 rps per weight) gives the rows of the
+// same capacities given as capacity_rps (600 and 800).
+func TestCapacityFromWeight(t *testing.T) {
+	st := twoIDC(0, 0)
+	for name, w := range map[string]int{"SC1": 6, "SC2": 8} {
+		st.Clusters["demo-main"].SubClusters[name].Instances[0].Weight = w
+	}
+	res := mustCompute(t, NewPlanner(), View{State: st, Demand: demand(1000, 400)}, nil)
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 60, "SC2": 40})
+	wantRow(t, res, "BFE2", "demo-main", map[string]int{"SC1": 0, "SC2": 100})
+}
