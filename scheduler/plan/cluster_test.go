@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/snapshot"
 )
 
 // TestNormaliseZeroIsDefault: a State built in Go has zero settings; each
@@ -83,4 +84,30 @@ func TestCapacityFromWeight(t *testing.T) {
 	res := mustCompute(t, NewPlanner(), View{State: st, Demand: demand(1000, 400)}, nil)
 	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 60, "SC2": 40})
 	wantRow(t, res, "BFE2", "demo-main", map[string]int{"SC1": 0, "SC2": 100})
+}
+
+// TestPinMovesOffToWeightedOthersOnly: a pinned sub-cluster that is drained
+// or has no available instance gives its points to the pin's other
+// sub-clusters only when they have weight in the pin; sub-clusters at 0 in
+// the pin are not "the pin's": the points go to the available ones by
+// capacity (SC2 1, SC3 3: 25 and 75), not in equal shares.
+func TestPinMovesOffToWeightedOthersOnly(t *testing.T) {
+	scs := []string{"SC1", "SC2", "SC3"}
+	byCap := func(k string) float64 { return map[string]float64{"SC2": 1, "SC3": 3}[k] }
+	want := map[string]int{"SC1": 0, "SC2": 25, "SC3": 75}
+
+	row := map[string]int{"SC1": 100, "SC2": 0, "SC3": 0}
+	var e snapshot.Explanation
+	subs := map[string]config.SubCluster{"SC1": {Excluded: true}, "SC2": {}, "SC3": {}}
+	applyDrainToPin(row, scs, subs, []string{"SC2", "SC3"}, byCap, &e)
+	if !reflect.DeepEqual(row, want) || !reflect.DeepEqual(e.Guardrails, []string{GuardDrain + ": SC1 is drained: its 100 pinned points moved to available sub-clusters by capacity"}) {
+		t.Errorf("drain: row %v, guardrails %q; want %v, by capacity", row, e.Guardrails, want)
+	}
+
+	row = map[string]int{"SC1": 100, "SC2": 0, "SC3": 0}
+	e = snapshot.Explanation{}
+	applyUnavailableToPin(row, scs, map[string]bool{"SC2": true, "SC3": true}, []string{"SC2", "SC3"}, byCap, &e)
+	if !reflect.DeepEqual(row, want) || !reflect.DeepEqual(e.Guardrails, []string{GuardUnavailable + ": SC1 has no available instance: its 100 pinned points moved to available sub-clusters by capacity"}) {
+		t.Errorf("unavailable: row %v, guardrails %q; want %v, by capacity", row, e.Guardrails, want)
+	}
 }
