@@ -111,3 +111,27 @@ func TestPinMovesOffToWeightedOthersOnly(t *testing.T) {
 		t.Errorf("unavailable: row %v, guardrails %q; want %v, by capacity", row, e.Guardrails, want)
 	}
 }
+
+// TestUnavailableRowKeepsPreviousOfSameDenominator: with no instance
+// available anywhere the previous row is kept (a drained sub-cluster's
+// points would go to the blackhole; SC3, drained at 0, adds no blackhole
+// entry) — but only a previous row of the same denominator; another is
+// spread by configured weight over the sub-clusters not drained.
+func TestUnavailableRowKeepsPreviousOfSameDenominator(t *testing.T) {
+	scs := []string{"SC1", "SC2", "SC3"}
+	subs := map[string]config.SubCluster{"SC1": {}, "SC2": {}, "SC3": {Excluded: true}}
+	weightSum := map[string]float64{"SC1": 1, "SC2": 1, "SC3": 1}
+	var e snapshot.Explanation
+	prev := &snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 70, "SC2": 30, "SC3": 0}}
+	if got, want := unavailableRow(prev, scs, subs, weightSum, 100, &e), map[string]int{"SC1": 70, "SC2": 30}; !reflect.DeepEqual(got, want) {
+		t.Errorf("same denominator: row %v, want %v", got, want)
+	}
+	e = snapshot.Explanation{}
+	prev.Denominator = 10000
+	if got, want := unavailableRow(prev, scs, subs, weightSum, 100, &e), map[string]int{"SC1": 50, "SC2": 50}; !reflect.DeepEqual(got, want) {
+		t.Errorf("other denominator: row %v, want %v", got, want)
+	}
+	if want := []string{"no sub-cluster has an available instance and there is no previous row: spread by configured instance weight"}; !reflect.DeepEqual(e.Notes, want) {
+		t.Errorf("notes %q, want %q", e.Notes, want)
+	}
+}
