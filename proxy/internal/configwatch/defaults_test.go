@@ -8,14 +8,15 @@ import (
 	"github.com/sluicelb/sluice/api/validate"
 )
 
-// TestNewFillsDefaults: zero durations in Config mean the defaults.
+// TestNewFillsDefaults: zero durations in Config mean the defaults, and a
+// nil Rand a seeded one.
 func TestNewFillsDefaults(t *testing.T) {
 	w, err := New(Config{Client: &clientv3.Client{}, ProxyCluster: pc, Layout: layout, Apply: func(validate.Checked) error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if w.cfg.StallTimeout != DefaultStallTimeout || w.cfg.OpTimeout != DefaultOpTimeout || w.cfg.StoreCheckInterval != DefaultStoreCheckInterval {
-		t.Fatalf("stall %v, op %v, store check %v; want %v, %v, %v", w.cfg.StallTimeout, w.cfg.OpTimeout, w.cfg.StoreCheckInterval,
-			DefaultStallTimeout, DefaultOpTimeout, DefaultStoreCheckInterval)
+	if w.cfg.StallTimeout != DefaultStallTimeout || w.cfg.OpTimeout != DefaultOpTimeout || w.cfg.StoreCheckInterval != DefaultStoreCheckInterval || w.rnd == nil {
+		t.Fatalf("stall %v, op %v, store check %v, rand %v; want %v, %v, %v, a source", w.cfg.StallTimeout, w.cfg.OpTimeout, w.cfg.StoreCheckInterval,
+			w.rnd, DefaultStallTimeout, DefaultOpTimeout, DefaultStoreCheckInterval)
 	}
 }
