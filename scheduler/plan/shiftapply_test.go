@@ -33,3 +33,15 @@ func TestShiftResultsSayWhatMoved(t *testing.T) {
 		}
 	}
 }
+
+// TestShiftThatMovedNothingKeepsMaxStep: only a shift that moved points
+// takes over the pace of its row; one applied at 0 % leaves the max step
+// on (prev 50/50, optimum 100/0, max_step_percent=10: 60/40).
+func TestShiftThatMovedNothingKeepsMaxStep(t *testing.T) {
+	st := twoIDC(1000, 1000)
+	st.Scheduler.MaxStepPercent = 10
+	prev := prevWith(st, map[string]map[string]int{"BFE1": {"SC1": 50, "SC2": 50}})
+	sh := ActiveShift{Shift: config.Shift{ID: "s", ProxyCluster: "BFE1", Cluster: "demo-main", From: "IDC1", To: "IDC2", Percent: 50}}
+	res := mustCompute(t, NewPlanner(), View{State: st, Demand: demand(100, 100), Shifts: []ActiveShift{sh}}, prev)
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 60, "SC2": 40})
+}
