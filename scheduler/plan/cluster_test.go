@@ -2,6 +2,7 @@ package plan
 
 import (
 	"maps"
+	"math"
 	"reflect"
 	"testing"
 
@@ -133,5 +134,18 @@ func TestUnavailableRowKeepsPreviousOfSameDenominator(t *testing.T) {
 	}
 	if want := []string{"no sub-cluster has an available instance and there is no previous row: spread by configured instance weight"}; !reflect.DeepEqual(e.Notes, want) {
 		t.Errorf("notes %q, want %q", e.Notes, want)
+	}
+}
+
+// TestReadDemandZeroIsUnknown: an observed demand of 0 (or none, or not a
+// number) counts as unknown and takes default_demand_rps, like a missing one.
+func TestReadDemandZeroIsUnknown(t *testing.T) {
+	in := &clusterInput{name: "c", proxies: []string{"A", "B", "C", "D"}}
+	readDemand(in, map[string]map[string]float64{"A": {"c": 0}, "B": {"c": 30}, "C": {"c": math.NaN()}}, settings{defaultDemand: 50})
+	if want := []float64{50, 30, 50, 50}; !reflect.DeepEqual(in.demand, want) {
+		t.Errorf("demand %v, want %v", in.demand, want)
+	}
+	if want := []bool{true, true, true, true}; !reflect.DeepEqual(in.known, want) {
+		t.Errorf("known %v, want %v", in.known, want)
 	}
 }
