@@ -57,6 +57,12 @@ func TestSnapshotRules(t *testing.T) {
 			`settings.idc: IDC name "x/y" has '/' at 1; want 1..128 characters of A-Z a-z 0-9 . _ -, starting with a letter or digit`,
 			`settings.trusted_proxies[0]: "nope" is not a CIDR like 10.0.0.0/8 or fd00::/8`,
 		}},
+		{"first version", func(s *snapshot.Snapshot) {
+			s.Meta.Version, s.Meta.Parent = 1, 0
+		}, true, nil},
+		{"parent equal to version", func(s *snapshot.Snapshot) {
+			s.Meta.Version, s.Meta.Parent = 3, 3
+		}, true, []string{`meta.parent: 3 is not older than version 3`}},
 		{"rows", func(s *snapshot.Snapshot) {
 			cl := s.Clusters["demo-main"]
 			cl.Row = snapshot.Row{Denominator: 10000, Weights: map[string]int{"SC1": 4500, "SC2": 4500, "SC7": 1}}

@@ -2,6 +2,7 @@ package validate
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -99,6 +100,9 @@ func TestDocsExample(t *testing.T) {
 	}
 }
 
+// cond80 is a valid condition of exactly 80 characters, not the default.
+var cond80 = `req_path_prefix_in("/` + strings.Repeat("x", 50) + `", false)`
+
 func TestStateRules(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -161,6 +165,28 @@ func TestStateRules(t *testing.T) {
 			sc.Excluded = true
 			s.Clusters["demo-main"].SubClusters["SC2"] = sc
 		}, []string{"pins[0].weights.SC2: 45 gives traffic to sub-cluster \"SC2\", which is excluded"}},
+		{"pin with no weight on an excluded sub-cluster", func(s *config.State) {
+			sc := s.Clusters["demo-main"].SubClusters["SC2"]
+			sc.Excluded = true
+			s.Clusters["demo-main"].SubClusters["SC2"] = sc
+			s.Pins[0].Weights = map[string]int{"SC1": 100, "SC2": 0}
+		}, nil},
+		// A condition in an error is quoted whole up to 80 characters, and
+		// clipped to 80 and "…" beyond.
+		{"last rule not default, 80 characters", func(s *config.State) {
+			s.Products["demo"].Rules[2].Cond = cond80
+		}, []string{"products.demo.rules[2].cond: " + strconv.Quote(cond80) + ": the last rule must be the default rule \"default_t()\""}},
+		{"last rule not default, 81 characters", func(s *config.State) {
+			s.Products["demo"].Rules[2].Cond = cond80[:21] + "y" + cond80[21:]
+		}, []string{"products.demo.rules[2].cond: " + strconv.Quote(cond80[:21]+"y"+cond80[21:79]+"…") + ": the last rule must be the default rule \"default_t()\""}},
+		{"duplicate instance at port 1", func(s *config.State) {
+			in := s.Clusters["demo-main"].SubClusters["SC1"].Instances
+			in[0].Port, in[1].Port = 1, 1
+		}, []string{"clusters.demo-main.subclusters.SC1.instances[1]: 127.0.0.1:1 duplicates instances[0]"}},
+		{"duplicate instance at port 65535", func(s *config.State) {
+			in := s.Clusters["demo-main"].SubClusters["SC1"].Instances
+			in[0].Port, in[1].Port = 65535, 65535
+		}, []string{"clusters.demo-main.subclusters.SC1.instances[1]: 127.0.0.1:65535 duplicates instances[0]"}},
 		{"rules", func(s *config.State) {
 			p := s.Products["demo"]
 			p.Rules = []config.Rule{
@@ -311,6 +337,25 @@ func TestStateRules(t *testing.T) {
 			"clusters.demo-main.policy.timeouts.per_try: 10s is longer than timeouts.request 5s",
 			"clusters.demo-main.policy.timeouts.response_header: 0s must be greater than 0",
 		}},
+		{"sticky-cookie mode without a cookie name", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Balance.Instance, cl.Policy.Balance.StickyCookie = config.InstanceStickyCookie, ""
+			s.Clusters["demo-main"] = cl
+		}, []string{"clusters.demo-main.policy.balance.sticky_cookie: is empty; instance mode sticky-cookie needs a cookie name"}},
+		// The path and status rules are for http and https probes only.
+		{"https probe path and status", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Health.Probe = config.Probe{Scheme: "https", Path: "healthz"}
+			s.Clusters["demo-main"] = cl
+		}, []string{
+			"clusters.demo-main.policy.health.probe.path: \"healthz\" must start with \"/\"",
+			"clusters.demo-main.policy.health.probe.status: is empty; an https probe needs the statuses that count as success, e.g. \"2xx\"",
+		}},
+		{"tcp probe ignores path and status", func(s *config.State) {
+			cl := s.Clusters["demo-main"]
+			cl.Policy.Health.Probe = config.Probe{Scheme: "tcp", Path: "healthz"}
+			s.Clusters["demo-main"] = cl
+		}, nil},
 		{"empty cluster", func(s *config.State) {
 			s.Clusters["empty"] = config.Cluster{Policy: config.DefaultPolicy()}
 		}, []string{"clusters.empty.subclusters: is empty; a cluster needs at least one sub-cluster"}},

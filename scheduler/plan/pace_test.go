@@ -137,3 +137,29 @@ func TestFullDropIsNotPacedBack(t *testing.T) {
 		t.Fatalf("notes %q do not say why max-step was not applied", n)
 	}
 }
+
+// TestMaxStep100IsNotPaced: max_step_percent=100 turns the guardrail off,
+// pacing included: a row that moved at t0 moves again 50 ms later, within
+// its step_interval.
+func TestMaxStep100IsNotPaced(t *testing.T) {
+	settings := func(st *config.State) *config.State {
+		st.Scheduler.MaxStepPercent = 100
+		st.Scheduler.StepInterval = config.Duration(30 * time.Second)
+		return st
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p := NewPlanner()
+	st := settings(twoIDC(1000, 1000))
+	prev := prevWith(st, map[string]map[string]int{"BFE1": {"SC1": 50, "SC2": 50}, "BFE2": {"SC1": 0, "SC2": 100}})
+	res := mustCompute(t, p, View{State: st, Demand: demand(100, 100), Now: t0}, prev)
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 100, "SC2": 0})
+	next := map[string]*snapshot.Snapshot{}
+	for pc, s := range res.Snapshots {
+		c := *s
+		c.Meta.CreatedAt = t0
+		next[pc] = &c
+	}
+	// SC1 now serves 50 rps of BFE1's 100.
+	res = mustCompute(t, p, View{State: settings(twoIDC(50, 1000)), Demand: demand(100, 100), Now: t0.Add(50 * time.Millisecond)}, next)
+	wantRow(t, res, "BFE1", "demo-main", map[string]int{"SC1": 50, "SC2": 50})
+}

@@ -214,8 +214,8 @@ func TestHysteresis(t *testing.T) {
 	prev := map[string]*snapshot.Snapshot{"BFE1": {Clusters: map[string]snapshot.Cluster{"demo-main": {Row: snapshot.Row{Denominator: 10000, Weights: prevRow}}}}}
 	res := mustCompute(t, p, View{State: st, Demand: demand(1050, 0)}, prev)
 	wantRow(t, res, "BFE1", "demo-main", prevRow)
-	if g := guardrails(res, "BFE1", "demo-main"); !strings.HasPrefix(g, GuardHysteresis+":") {
-		t.Fatalf("guardrails %q, want hysteresis", g)
+	if g, want := guardrails(res, "BFE1", "demo-main"), GuardHysteresis+": every row of this proxy cluster moved less than 100 points (hysteresis_percent=1): previous row SC1=9500 SC2=500 kept instead of SC1=9524 SC2=476"; g != want {
+		t.Fatalf("guardrails %q, want %q", g, want)
 	}
 	// A change of 200 points is published.
 	res = mustCompute(t, p, View{State: st, Demand: demand(1250, 0)}, prev)

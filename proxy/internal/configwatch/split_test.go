@@ -164,9 +164,18 @@ func TestSplitBadPartRejected(t *testing.T) {
 // A proxy whose disk cache holds a snapshot published in the old layout
 // starts from it and applies a split one, reading only the parts that
 // changed (the cache seeds the part set).
+// The cache seeds the parts from snapshot.SplitMinClusters clusters on
+// (the smallest split snapshot: manyClusters adds n to testSnapshot's) as
+// well as from more.
 func TestOldLayoutCacheThenSplit(t *testing.T) {
+	for _, n := range []int{40, snapshot.SplitMinClusters - len(testSnapshot(1).Clusters)} {
+		t.Run(fmt.Sprint(n, " clusters added"), func(t *testing.T) { oldLayoutCacheThenSplit(t, n) })
+	}
+}
+
+func oldLayoutCacheThenSplit(t *testing.T, n int) {
 	_, cli := etcdtest.New(t)
-	v1 := manyClusters(1, 40, nil)
+	v1 := manyClusters(1, n, nil)
 	publish(t, cli, v1) // the old layout
 	dir := t.TempDir()
 	func() {
@@ -190,7 +199,7 @@ func TestOldLayoutCacheThenSplit(t *testing.T) {
 	}()
 	// The split publication of v1's content (as the upgraded scheduler
 	// would store it) is in etcd; v2 changes one cluster.
-	if _, parts, err := snapshot.EncodeStore(manyClusters(1, 40, nil)); err != nil {
+	if _, parts, err := snapshot.EncodeStore(manyClusters(1, n, nil)); err != nil {
 		t.Fatal(err)
 	} else {
 		for _, p := range parts {
@@ -203,7 +212,7 @@ func TestOldLayoutCacheThenSplit(t *testing.T) {
 	rec := newRecorder()
 	w := start(t, Config{Client: cli, Apply: rec.apply, Cache: openCache(t, dir)})
 	poll.EventuallyTrue(t, 20*time.Second, "cached v1 applied", func() bool { return len(rec.versions()) >= 1 })
-	v2 := manyClusters(2, 40, map[int]int{3: 33})
+	v2 := manyClusters(2, n, map[int]int{3: 33})
 	publishSplit(t, cli, v2)
 	waitApplied(t, w, rec, 2, 20*time.Second, "v2 (split) applied")
 	st := w.Status()
