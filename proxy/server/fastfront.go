@@ -82,7 +82,8 @@ type FastFront struct {
 
 	mu        sync.Mutex
 	conns     map[net.Conn]struct{}
-	closing   bool          // Shutdown or Close began: parked connections close
+	lns       []net.Listener // Serve's, closed by beginClose
+	closing   bool           // Shutdown or Close began: parked connections close
 	serving   int           // parked connections handed back to fasthttp
 	drained   chan struct{} // closed when closing and serving is 0
 	drainOnce sync.Once
@@ -191,10 +192,25 @@ type discardLogger struct{}
 
 func (discardLogger) Printf(string, ...any) {}
 
-// Serve accepts connections on l until Shutdown or Close.
+// Serve accepts connections on l until Shutdown or Close, then answers
+// http.ErrServerClosed, as net/http's Serve does; called after them, it
+// answers so at once. (fasthttp's Serve after its Shutdown would serve on:
+// Shutdown closes only the listeners Serve had registered, and lbproxy
+// starts Serve in a goroutine that may run only after an early Shutdown.)
 func (f *FastFront) Serve(l net.Listener) error {
+	f.mu.Lock()
+	if f.closing {
+		f.mu.Unlock()
+		return http.ErrServerClosed
+	}
+	f.lns = append(f.lns, l) // beginClose closes it, registered with fasthttp or not yet
+	f.mu.Unlock()
 	f.sweepOnce.Do(func() { go f.sweep(f.parkAfter, f.stop, f.swept) }) // ends at Shutdown or Close
-	return f.fs.Serve(addrListener{Listener: l, f: f})
+	err := f.fs.Serve(addrListener{Listener: l, f: f})
+	if f.closingErr() != nil {
+		return http.ErrServerClosed
+	}
+	return err
 }
 
 // addrListener wraps each client connection in an addrConn.
@@ -313,6 +329,9 @@ func (c *addrConn) remoteAddr() string {
 func (f *FastFront) Shutdown(ctx context.Context) error {
 	f.beginClose()
 	err := f.fs.ShutdownWithContext(ctx)
+	if errors.Is(err, net.ErrClosed) {
+		err = nil // beginClose closed the listeners already
+	}
 	f.beginClose() // those that parked meanwhile
 	select {
 	case <-f.drained:

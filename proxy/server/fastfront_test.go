@@ -3,7 +3,10 @@ package server
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -268,5 +271,98 @@ func TestPlainTargetMatchesParseRequestURI(t *testing.T) {
 		if want := (url.URL{Path: path, RawQuery: query}); *u != want {
 			t.Fatalf("%q: plainTarget gives %#v, ParseRequestURI %#v", target, want, *u)
 		}
+	}
+}
+
+// TestShutdownBeforeServe: lbproxy starts each front's Serve in a goroutine,
+// and a proxy stopped at once may shut a front down before that goroutine
+// runs. Serve must then answer http.ErrServerClosed at once for every front
+// (fasthttp's own Serve would serve on and Run would never return).
+func TestShutdownBeforeServe(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")}),
+		UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := testCertificate(t)
+	fronts := map[string]func() (Front, error){
+		FrontStd:               func() (Front, error) { return s.NewFront(FrontStd, FrontOptions{}) },
+		FrontFastHTTP:          func() (Front, error) { return s.NewFront(FrontFastHTTP, FrontOptions{}) },
+		"tls+" + FrontStd:      func() (Front, error) { return s.TLSFront(FrontStd, FrontOptions{Certificates: []tls.Certificate{cert}}) },
+		"tls+" + FrontFastHTTP: func() (Front, error) { return s.TLSFront(FrontFastHTTP, FrontOptions{Certificates: []tls.Certificate{cert}}) },
+	}
+	for name, mk := range fronts {
+		for _, stop := range []string{"Shutdown", "Close"} {
+			f, err := mk()
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			if stop == "Shutdown" {
+				err = f.Shutdown(context.Background())
+			} else {
+				err = f.Close()
+			}
+			if err != nil {
+				t.Fatalf("%s: %s before Serve: %v", name, stop, err)
+			}
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			served := make(chan error, 1)
+			go func() { served <- f.Serve(l) }()
+			select {
+			case err := <-served:
+				if !errors.Is(err, http.ErrServerClosed) {
+					t.Errorf("%s: Serve after %s: %v, want http.ErrServerClosed", name, stop, err)
+				}
+			case <-time.After(10 * time.Second):
+				l.Close() // ends the Serve that did not return
+				t.Fatalf("%s: Serve after %s did not return", name, stop)
+			}
+			l.Close()
+		}
+	}
+}
+
+// TestServeThenShutdownReturnsServerClosed: the fasthttp front's Serve
+// answers http.ErrServerClosed after a Shutdown, as net/http's does.
+func TestServeThenShutdownReturnsServerClosed(t *testing.T) {
+	s, err := New(Options{Registry: balance.NewRegistry(balance.RegistryOptions{StickySecret: []byte("test-secret-0123456789")}),
+		UpstreamClient: UpstreamFast})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := s.NewFront(FrontFastHTTP, FrontOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	served := make(chan error, 1)
+	go func() { served <- f.Serve(l) }()
+	c, err := net.Dial("tcp", l.Addr().String()) // an answer: Serve is serving
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	io.WriteString(c, "GET / HTTP/1.1\r\nHost: demo.test\r\nConnection: close\r\n\r\n")
+	if _, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil {
+		t.Fatalf("answer: %v", err)
+	}
+	c.Close()
+	if err := f.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-served:
+		if !errors.Is(err, http.ErrServerClosed) {
+			t.Fatalf("Serve: %v, want http.ErrServerClosed", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after Shutdown")
 	}
 }

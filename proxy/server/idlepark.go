@@ -280,14 +280,17 @@ func (f *FastFront) leave() {
 	}
 }
 
-// beginClose stops parked connections from going back to fasthttp and
-// closes the parked ones (their goroutines end).
+// beginClose closes Serve's listeners, stops parked connections from going
+// back to fasthttp and closes the parked ones (their goroutines end).
 func (f *FastFront) beginClose() {
 	f.stopOnce.Do(func() { close(f.stop) })
 	f.sweepOnce.Do(func() { close(f.swept) }) // no Serve yet: no sweep to wait for, and none starts
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.closing = true
+	for _, l := range f.lns {
+		_ = l.Close() // fasthttp's Shutdown closes it too, if its Serve registered it already
+	}
 	if f.serving == 0 {
 		f.drainOnce.Do(func() { close(f.drained) })
 	}
