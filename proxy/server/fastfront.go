@@ -84,8 +84,8 @@ type FastFront struct {
 	conns     map[net.Conn]struct{}
 	lns       []net.Listener // Serve's, closed by beginClose
 	closing   bool           // Shutdown or Close began: parked connections close
-	serving   int           // parked connections handed back to fasthttp
-	drained   chan struct{} // closed when closing and serving is 0
+	serving   int            // parked connections handed back to fasthttp
+	drained   chan struct{}  // closed when closing and serving is 0
 	drainOnce sync.Once
 
 	parkAfter time.Duration // FrontOptions.ParkIdleAfter: the sweep's tick (idlepark.go)

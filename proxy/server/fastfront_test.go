@@ -286,10 +286,14 @@ func TestShutdownBeforeServe(t *testing.T) {
 	}
 	cert, _ := testCertificate(t)
 	fronts := map[string]func() (Front, error){
-		FrontStd:               func() (Front, error) { return s.NewFront(FrontStd, FrontOptions{}) },
-		FrontFastHTTP:          func() (Front, error) { return s.NewFront(FrontFastHTTP, FrontOptions{}) },
-		"tls+" + FrontStd:      func() (Front, error) { return s.TLSFront(FrontStd, FrontOptions{Certificates: []tls.Certificate{cert}}) },
-		"tls+" + FrontFastHTTP: func() (Front, error) { return s.TLSFront(FrontFastHTTP, FrontOptions{Certificates: []tls.Certificate{cert}}) },
+		FrontStd:      func() (Front, error) { return s.NewFront(FrontStd, FrontOptions{}) },
+		FrontFastHTTP: func() (Front, error) { return s.NewFront(FrontFastHTTP, FrontOptions{}) },
+		"tls+" + FrontStd: func() (Front, error) {
+			return s.TLSFront(FrontStd, FrontOptions{Certificates: []tls.Certificate{cert}})
+		},
+		"tls+" + FrontFastHTTP: func() (Front, error) {
+			return s.TLSFront(FrontFastHTTP, FrontOptions{Certificates: []tls.Certificate{cert}})
+		},
 	}
 	for name, mk := range fronts {
 		for _, stop := range []string{"Shutdown", "Close"} {
