@@ -108,8 +108,9 @@ func TestReadDeadline(t *testing.T) {
 
 func TestWriteDeadline(t *testing.T) {
 	c, _ := pair(t) // the peer never reads: the buffers fill up
+	big := make([]byte, 64<<20) // made first: zeroing 64 MiB under -race on a loaded box outlasted the deadline (n 0)
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
-	n, err := c.Write(make([]byte, 64<<20))
+	n, err := c.Write(big)
 	if !errors.Is(err, os.ErrDeadlineExceeded) || n <= 0 || n >= 64<<20 {
 		t.Fatalf("Write past deadline = %d, %v; want a partial write and a timeout", n, err)
 	}
