@@ -231,6 +231,8 @@ func (l addrListener) Accept() (net.Conn, error) {
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
 		st := tc.ConnectionState()
 		ac.tls = &st
+	} else {
+		ac.drain = drainWaiterOf(c)
 	}
 	return ac, nil
 }
@@ -245,6 +247,7 @@ type addrConn struct {
 
 	tls     *tls.ConnectionState // over TLS (TLSFront): the request's r.TLS
 	wait    readableWaiter       // nil: never parked (idlepark.go)
+	drain   drainWaiter          // the plain socket under the connection: idleRead's wait (idlepark.go); nil over TLS
 	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)

@@ -7,6 +7,8 @@ import (
 	goruntime "runtime"
 	"time"
 
+	"github.com/sluicelb/sluice/proxy/internal/sockio"
+
 	"github.com/valyala/fasthttp"
 )
 
@@ -123,6 +125,14 @@ func (c *addrConn) idleRead(p []byte) (int, error) {
 	armed := c.front.tick.Load()
 	for {
 		c.kick.Store(armed)
+		if c.drain != nil {
+			// The request's read left the socket empty: wait in the
+			// poller first, instead of a read that finds nothing
+			// (sockio.Conn.AwaitAfterDrain). The sweep's kick and the
+			// deadlines end it as they end the Read below, which then
+			// reads the request (or reports them).
+			c.drain.AwaitAfterDrain()
+		}
 		n, err := c.Conn.Read(p)
 		if !c.kick.CompareAndSwap(armed, kickNone) {
 			return c.kicked(n, err)
@@ -304,6 +314,33 @@ func (f *FastFront) beginClose() {
 // readableWaiter is a connection that can wait for its next byte without a
 // buffer (sockio.Conn: TCP on Linux; tlsIdleConn); others are never parked.
 type readableWaiter interface{ AwaitReadable() error }
+
+// drainWaiter waits, reading nothing, for the next bytes after a read that
+// left the socket empty (sockio.Conn.AwaitAfterDrain).
+type drainWaiter interface{ AwaitAfterDrain() bool }
+
+// drainWaiterOf is the plain TCP socket under c when nothing between reads
+// ahead of fasthttp: c itself, or connlimit's wrapper over it (which
+// reads straight through). Over TLS (crypto/tls keeps bytes read from the
+// socket, so a wait on the socket could miss a request already read) and
+// under any other wrapper it is nil: idleRead reads as before.
+func drainWaiterOf(c net.Conn) drainWaiter {
+	if lc, ok := c.(limitedConn); ok {
+		c = lc.NetConn()
+	}
+	if sc, ok := c.(*sockio.Conn); ok {
+		return sc
+	}
+	return nil
+}
+
+// limitedConn is connlimit's wrapper (*connlimit.Conn, or the one that
+// also has AwaitReadable).
+type limitedConn interface {
+	NetConn() net.Conn
+	Idle()
+	Busy()
+}
 
 // buffered reports whether w holds bytes already read from its socket (a TLS
 // connection's records, tlsidle.go): it is not parked then, fasthttp reads.

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
+	goruntime "runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -561,5 +563,78 @@ func TestFastFrontParkedAnswersAtOnce(t *testing.T) {
 	}
 	if n := parkedConns(f); n != 0 {
 		t.Fatalf("%d connections parked just after the answer on a busy connection, want 0", n)
+	}
+}
+
+// TestFastFrontNextRequestAtEveryMoment: on a busy keep-alive connection
+// (waiting in fasthttp's Read for its next request, where the front waits in
+// the poller without the read that finds nothing: sockio.Conn.AwaitAfterDrain)
+// the next request is sent at every moment against the answer before it —
+// with it (pipelined), while it is made, as it arrives, after it, half
+// before and half after — and every one is answered at once. The sweep
+// never kicks (ParkIdleAfter an hour): a lost wake-up is a hang, which the
+// client's read deadline fails.
+func TestFastFrontNextRequestAtEveryMoment(t *testing.T) {
+	f, conn, br := parkFront(t, false, FrontOptions{ParkIdleAfter: time.Hour})
+	small := len("small body\n")
+	write := func(s string) {
+		if _, err := io.WriteString(conn, s); err != nil {
+			t.Error(err)
+		}
+	}
+	write(smallGET) // the first request parks the connection; the next ones find it busy
+	readAnswers(t, br, small)
+	write(smallGET)
+	readAnswers(t, br, small)
+	half := len(smallGET) / 2
+	for i := range 600 {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		switch i % 6 {
+		case 0: // the next one with this one: fasthttp has it buffered
+			write(smallGET + smallGET)
+			readAnswers(t, br, small, small)
+			continue
+		case 1: // while the answer is made (and read by the proxy's poller before it is written)
+			write(smallGET)
+			write(smallGET)
+			readAnswers(t, br, small, small)
+			continue
+		case 2: // half while the answer is made, half after it
+			write(smallGET + smallGET[:half])
+			readAnswers(t, br, small)
+			write(smallGET[half:])
+		case 3: // as the answer arrives
+			write(smallGET)
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for range rand.IntN(200) {
+					goruntime.Gosched()
+				}
+				write(smallGET)
+			}()
+			readAnswers(t, br, small)
+			<-done
+		case 4: // after it, at once
+			write(smallGET)
+			readAnswers(t, br, small)
+			write(smallGET)
+		case 5: // after it, a little later (a jitter, not a wait for state)
+			write(smallGET)
+			readAnswers(t, br, small)
+			time.Sleep(time.Duration(rand.IntN(300)) * time.Microsecond)
+			write(smallGET)
+		}
+		readAnswers(t, br, small)
+	}
+	if parked := parkedConns(f); parked != 0 {
+		t.Fatalf("%d parked, want the busy connection in fasthttp's Read", parked)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for c := range f.conns {
+		if ac, ok := c.(*addrConn); !ok || ac.drain == nil {
+			t.Fatalf("connection %T waits with a read, not in the poller (no drainWaiter)", c)
+		}
 	}
 }

@@ -15,6 +15,7 @@ func (c *Conn) AwaitReadable() error {
 		c.awaitReadFn = c.awaitRead // made once per connection
 	}
 	c.woken = false
+	c.drained.Store(false) // a RawConn.Read: readiness is cleared
 	if err := c.rc.Read(c.awaitReadFn); err != nil {
 		return c.fail("read", err, 0)
 	}

@@ -20,6 +20,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
@@ -41,6 +42,12 @@ type Conn struct {
 
 	awaitReadFn func(uintptr) bool // Conn.awaitRead, made on first use (await.go)
 	woken       bool               // AwaitReadable: the poller woke it
+
+	// drained: the last RawConn.Read was a Read whose last read system
+	// call was short, so the socket held nothing more (AwaitAfterDrain,
+	// drain.go). Every other RawConn.Read clears it.
+	drained    atomic.Bool
+	pollWaitFn func(uintptr) // Conn.pollWait, made on first use (drain.go)
 }
 
 // half is the state of one direction's call, kept in the Conn so the
@@ -97,6 +104,7 @@ func (c *Conn) call(h *half, p []byte, op string) (int, error) {
 	if h == &c.w {
 		err = c.rc.Write(h.fn)
 	} else {
+		c.drained.Store(false) // set again by a short read
 		err = c.rc.Read(h.fn)
 	}
 	n, errno := h.n, h.errno
@@ -118,6 +126,7 @@ func (c *Conn) WriteAwait(p []byte) (int, error) {
 	h := &c.w
 	h.mu.Lock()
 	h.p, c.written = p, false
+	c.drained.Store(false) // a RawConn.Read: readiness is cleared
 	_ = c.rc.Read(c.awaitFn)
 	n, errno := h.n, h.errno
 	h.p, h.n, h.errno = nil, 0, 0
@@ -210,6 +219,9 @@ func (c *Conn) read(fd uintptr) bool {
 			return false
 		}
 		c.r.n, c.r.errno = n, errno
+		if errno == 0 && n > 0 && n < len(c.r.p) {
+			c.drained.Store(true) // nothing left: AwaitAfterDrain may wait
+		}
 		return true
 	}
 }
