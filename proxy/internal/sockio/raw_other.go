@@ -19,5 +19,5 @@ func rawPeek(fd uintptr, b *byte) (int, syscall.Errno) { return 0, syscall.EINVA
 // pollWaitOK is false: AwaitAfterDrain never waits here.
 const pollWaitOK = false
 
-func pollCtx(*net.TCPConn) uintptr         { return 0 }
+func pollCtx(*net.TCPConn) uintptr              { return 0 }
 func runtimePollWait(ctx uintptr, mode int) int { return 0 }

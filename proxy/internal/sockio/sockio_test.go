@@ -107,7 +107,7 @@ func TestReadDeadline(t *testing.T) {
 }
 
 func TestWriteDeadline(t *testing.T) {
-	c, _ := pair(t) // the peer never reads: the buffers fill up
+	c, _ := pair(t)             // the peer never reads: the buffers fill up
 	big := make([]byte, 64<<20) // made first: zeroing 64 MiB under -race on a loaded box outlasted the deadline (n 0)
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	n, err := c.Write(big)
