@@ -108,7 +108,11 @@ func TestAwaitAfterDrainOnlyAfterAShortRead(t *testing.T) {
 	if pollWaitOK && !c.drained.Load() {
 		t.Fatal("a short read left drained unset")
 	}
-	go peer.Write([]byte("r"))
+	go func() { // answers "q" with "r", as WriteAwait's users' peers do
+		if _, err := io.ReadFull(peer, make([]byte, 1)); err == nil {
+			peer.Write([]byte("r"))
+		}
+	}()
 	if _, err := c.WriteAwait([]byte("q")); err != nil { // returns when "r" is there
 		t.Fatal(err)
 	}
