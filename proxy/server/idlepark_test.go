@@ -638,3 +638,40 @@ func TestFastFrontNextRequestAtEveryMoment(t *testing.T) {
 		}
 	}
 }
+
+// TestFastFrontHalfCloseAfterABusyRequest: a client that half-closes right
+// after a keep-alive request on a busy connection gets its answer and then
+// the connection's end, soon. Its FIN may be read together with the
+// request, when the wait for the next request (AwaitAfterDrain) sees no
+// event for it: the sweep's kick ends that wait within two ticks and the
+// parked wait sees the end (before the wait in the poller, fasthttp's read
+// found it at once).
+func TestFastFrontHalfCloseAfterABusyRequest(t *testing.T) {
+	p, _ := parkProxy(t, FrontOptions{ParkIdleAfter: 20 * time.Millisecond})
+	small := len("small body\n")
+	for i := range 20 {
+		conn, br := dialFront(t, p.addr)
+		conn.SetDeadline(time.Now().Add(5 * time.Second)) // 250 ticks
+		for range 2 {                                     // the first parks it; the second finds it busy
+			if _, err := io.WriteString(conn, smallGET); err != nil {
+				t.Fatal(err)
+			}
+			readAnswers(t, br, small)
+		}
+		if _, err := io.WriteString(conn, smallGET); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 0 {
+			readAnswers(t, br, small) // the FIN after the answer: its own event
+		}
+		if err := conn.(*net.TCPConn).CloseWrite(); err != nil {
+			t.Fatal(err)
+		}
+		if i%2 == 1 {
+			readAnswers(t, br, small)
+		}
+		if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+			t.Fatalf("after the last answer: %d bytes, %v; want the connection's end (io.EOF)", n, err)
+		}
+	}
+}
