@@ -76,7 +76,11 @@ type ProxyStatus struct {
 	// started; PreviousLineage is the lineage it left last.
 	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
 	PreviousLineage string `json:"previous_lineage,omitempty"`
-	// WatchLagSeconds is how far behind etcd the proxy's watch is.
+	// WatchLagSeconds is how long the proxy's applied snapshot may lag etcd,
+	// as of UpdatedAt: the seconds since the proxy last heard from etcd that
+	// its view of the pointer was complete (a listing, a watch event, a
+	// progress notification), connected or not (docs/lbproxy.md
+	// "Staleness").
 	WatchLagSeconds float64 `json:"watch_lag_seconds"`
 	// EtcdConnected is false while the proxy cannot reach etcd (then this
 	// key is only updated once it can again).

@@ -28,7 +28,8 @@ func TestStaleSeconds(t *testing.T) {
 		s    Status
 		want float64
 	}{
-		{"connected", Status{Connected: true, LastSync: t0}, 0},
+		{"connected", Status{Connected: true, LastSync: t0}, 90}, // connected says nothing of the watch's health
+		{"connected, synced later than applied", Status{Connected: true, LastSync: t0.Add(80 * time.Second), AppliedAt: t0}, 10},
 		{"disconnected after sync", Status{LastSync: t0, AppliedAt: t0.Add(-time.Hour)}, 90},
 		{"never synced, from cache", Status{AppliedAt: t0.Add(30 * time.Second)}, 60},
 		{"nothing at all", Status{}, 0},
@@ -87,7 +88,7 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 	st := w.Status()
 	want := testSnapshot(30)
 	if st.AppliedVersion != 30 || st.AppliedHash != want.Meta.Hash || st.Source != SourceEtcd || st.LatestVersion != 30 ||
-		!st.Connected || st.RejectedVersion != 0 || st.StaleSeconds(time.Now()) != 0 {
+		!st.Connected || st.RejectedVersion != 0 || st.StaleSeconds(st.LastSync) != 0 {
 		t.Fatalf("status = %+v", st)
 	}
 	poll.EventuallyTrue(t, 10*time.Second, "disk cache holds v30", func() bool {
@@ -284,6 +285,40 @@ func TestResyncsAfterCompaction(t *testing.T) {
 		if got[i] <= got[i-1] {
 			t.Fatalf("applied out of order: %v", got)
 		}
+	}
+}
+
+// A watch that silently stopped (its connection blackholed: open, silent)
+// is still "connected" until the stall timeout ends its round; its
+// staleness is the truth all the while — the time since etcd was last
+// heard from — not 0 because the connection state has not flipped yet.
+func TestStaleWhileConnectedButSilent(t *testing.T) {
+	srv, cli := etcdtest.New(t)
+	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fp.Close() })
+	wcli := newClient(t, fp.URL())
+	rec := newRecorder()
+	publish(t, cli, testSnapshot(1))
+	// A stall timeout far beyond the test: the round never ends by itself.
+	w := start(t, Config{Client: wcli, Apply: rec.apply, StallTimeout: 10 * time.Minute, OpTimeout: time.Second, Metrics: prometheus.NewRegistry()})
+	t.Cleanup(func() { fp.SetMode(faultproxy.PassThrough) }) // before start's cleanup: Run ends over a working link
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied, connected", func() bool { return rec.last() == 1 && w.Status().Connected })
+
+	fp.SetMode(faultproxy.Blackhole)
+	silentFrom := time.Now()
+	var st Status
+	poll.EventuallyTrue(t, 20*time.Second, "staleness grows while connected", func() bool {
+		st = w.Status()
+		return st.Connected && st.StaleSeconds(time.Now()) >= 1
+	})
+	if !st.LastSync.Before(silentFrom) {
+		t.Fatalf("last sync %v is after the link went silent at %v", st.LastSync, silentFrom)
+	}
+	if g := testutil.ToFloat64(w.m.staleness); g < 1 {
+		t.Fatalf("staleness gauge = %v while silent for %v, want >= 1", g, time.Since(silentFrom))
 	}
 }
 
