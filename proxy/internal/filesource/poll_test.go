@@ -133,7 +133,9 @@ func TestPollSameSizeRewriteSameStamp(t *testing.T) {
 		t.Fatalf("%d hashes; want 3: the hash at 4 s was taken past the window, so stat only from then on", w.hashes)
 	}
 	// A stamp in the future (a skewed clock) is never trusted.
-	w.stat = func(Config) (stamps, error) { return stamps{sig: "later", newest: now.Add(time.Hour), trusted: true}, nil }
+	w.stat = func(Config) (stamps, error) {
+		return stamps{sig: "later", newest: now.Add(time.Hour), trusted: true}, nil
+	}
 	for i := 0; i < 2; i++ {
 		w.changed()
 	}
