@@ -71,6 +71,21 @@ func newBackend(t *testing.T) *backend {
 	return b
 }
 
+// slowRequest sends a request that /slow holds until b.release closes;
+// its outcome arrives on the channel.
+func (b *backend) slowRequest() <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(b.srv.URL + "/slow")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	return done
+}
+
 func (b *backend) addr(t *testing.T) netip.AddrPort {
 	ap, err := netip.ParseAddrPort(strings.TrimPrefix(b.srv.URL, "http://"))
 	if err != nil {
@@ -317,15 +332,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	defer stopWatch()
 
 	// A slow request is in flight when the drain starts.
-	reqDone := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(b.srv.URL + "/slow")
-		if err == nil {
-			_, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
+	reqDone := b.slowRequest()
 	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 
 	// Drain through the admin API, as `lbagent drain` does.
@@ -390,14 +397,7 @@ func TestDrainTimeoutIsNotLoggedComplete(t *testing.T) {
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	r := startAgent(t, cfg)
 	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool { _, ok := r.a.Current(); return ok && r.a.Writes() > 0 })
-	reqDone := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(b.srv.URL + "/slow")
-		if err == nil {
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
+	reqDone := b.slowRequest()
 	defer func() { close(b.release); <-reqDone }()
 	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 	r.a.Drain("SIGTERM")

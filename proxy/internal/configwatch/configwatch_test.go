@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -288,18 +289,25 @@ func TestResyncsAfterCompaction(t *testing.T) {
 	}
 }
 
-// A watch that silently stopped (its connection blackholed: open, silent)
-// is still "connected" until the stall timeout ends its round; its
-// staleness is the truth all the while — the time since etcd was last
-// heard from — not 0 because the connection state has not flipped yet.
-func TestStaleWhileConnectedButSilent(t *testing.T) {
+// behindFaultProxy starts etcd and returns a client of it, a fault proxy in
+// front of it and a client through that proxy (the watcher's).
+func behindFaultProxy(t *testing.T) (*clientv3.Client, *faultproxy.Proxy, *clientv3.Client) {
+	t.Helper()
 	srv, cli := etcdtest.New(t)
 	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fp.Close() })
-	wcli := newClient(t, fp.URL())
+	return cli, fp, newClient(t, fp.URL())
+}
+
+// A watch that silently stopped (its connection blackholed: open, silent)
+// is still "connected" until the stall timeout ends its round; its
+// staleness is the truth all the while — the time since etcd was last
+// heard from — not 0 because the connection state has not flipped yet.
+func TestStaleWhileConnectedButSilent(t *testing.T) {
+	cli, fp, wcli := behindFaultProxy(t)
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	// A stall timeout far beyond the test: the round never ends by itself.
@@ -325,13 +333,7 @@ func TestStaleWhileConnectedButSilent(t *testing.T) {
 // A blackholed connection (open, silent) is detected as a stall and the
 // watch restarts; once traffic flows again the watcher converges.
 func TestDetectsStall(t *testing.T) {
-	srv, cli := etcdtest.New(t)
-	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { fp.Close() })
-	wcli := newClient(t, fp.URL())
+	cli, fp, wcli := behindFaultProxy(t)
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	stall := 1500 * time.Millisecond
