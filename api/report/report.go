@@ -96,6 +96,18 @@ type ProxyStatus struct {
 	ReportIntervalSeconds float64 `json:"report_interval_seconds,omitempty"`
 }
 
+// WatchLagAt is the watch lag as of now: WatchLagSeconds, which the proxy
+// measured at UpdatedAt, plus the time since. What the proxy heard from etcd
+// after it wrote this status is not known (and one that cannot reach etcd
+// does not rewrite it), so a proxy silent for a minute shows a minute more,
+// not the figure it last wrote.
+func (s ProxyStatus) WatchLagAt(now time.Time) float64 {
+	if s.UpdatedAt.IsZero() {
+		return s.WatchLagSeconds
+	}
+	return s.WatchLagSeconds + max(0, now.Sub(s.UpdatedAt).Seconds())
+}
+
 // StaleAfter is the age past which this status is STALE: two report
 // intervals without a rewrite.
 func (s ProxyStatus) StaleAfter() time.Duration {
