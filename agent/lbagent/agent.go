@@ -270,18 +270,28 @@ func (a *Agent) Run(ctx context.Context) error {
 				continue
 			}
 			drainTicker.Stop()
-			log.Info("drain complete; revoking lease", "why", why, "in_flight", ls.backend.InFlight)
+			if why == drainTimedOut {
+				// Not drained: the backend's in-flight count never read 0
+				// (or could not be read) within --drain-timeout.
+				log.Warn("drain timed out before the backend's in-flight count read 0; revoking lease", "why", why,
+					"in_flight", ls.backend.InFlight, "drain_timeout", a.cfg.DrainTimeout)
+			} else {
+				log.Info("drain complete; revoking lease", "why", why, "in_flight", ls.backend.InFlight)
+			}
 			shutdown()
 			return nil
 		}
 	}
 }
 
+// drainTimedOut is drainDone's why when DrainTimeout ended the drain.
+const drainTimedOut = "drain timeout"
+
 // drainDone decides whether a drain that started at start and has lasted
 // elapsed may end, given the latest load reading.
 func (a *Agent) drainDone(elapsed time.Duration, start time.Time, ls loadSample) (bool, string) {
 	if elapsed >= a.cfg.DrainTimeout {
-		return true, "drain timeout"
+		return true, drainTimedOut
 	}
 	if elapsed < a.cfg.DrainMin {
 		return false, ""

@@ -1,6 +1,7 @@
 package lbagent
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -68,6 +69,21 @@ func newBackend(t *testing.T) *backend {
 	}))
 	t.Cleanup(b.srv.Close)
 	return b
+}
+
+// slowRequest sends a request that /slow holds until b.release closes;
+// its outcome arrives on the channel.
+func (b *backend) slowRequest() <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		resp, err := http.Get(b.srv.URL + "/slow")
+		if err == nil {
+			_, err = io.ReadAll(resp.Body)
+			resp.Body.Close()
+		}
+		done <- err
+	}()
+	return done
 }
 
 func (b *backend) addr(t *testing.T) netip.AddrPort {
@@ -316,15 +332,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 	defer stopWatch()
 
 	// A slow request is in flight when the drain starts.
-	reqDone := make(chan error, 1)
-	go func() {
-		resp, err := http.Get(b.srv.URL + "/slow")
-		if err == nil {
-			_, err = io.ReadAll(resp.Body)
-			resp.Body.Close()
-		}
-		reqDone <- err
-	}()
+	reqDone := b.slowRequest()
 	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 
 	// Drain through the admin API, as `lbagent drain` does.
@@ -374,6 +382,57 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 		t.Fatal("key still present after the drain")
 	}
 	t.Logf("drain ended %s after the slow request completed", time.Since(completed).Round(time.Millisecond))
+}
+
+// A drain that --drain-timeout ends while the backend still has a
+// request in flight is not logged "drain complete": a warning says it
+// timed out, with the in-flight count.
+func TestDrainTimeoutIsNotLoggedComplete(t *testing.T) {
+	srv, _ := etcdtest.New(t)
+	b := newBackend(t)
+	cfg := baseConfig(t, srv, b)
+	cfg.MetricsURL = b.srv.URL + "/metrics"
+	cfg.DrainTimeout = 500 * time.Millisecond
+	var logs lockedBuffer
+	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+	r := startAgent(t, cfg)
+	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool { _, ok := r.a.Current(); return ok && r.a.Writes() > 0 })
+	reqDone := b.slowRequest()
+	defer func() { close(b.release); <-reqDone }()
+	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
+	r.a.Drain("SIGTERM")
+	select {
+	case err := <-r.done:
+		close(r.done)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("drain did not end at its timeout")
+	}
+	out := logs.String()
+	if strings.Contains(out, "drain complete") || !strings.Contains(out, `"level":"WARN","msg":"drain timed out before the backend's in-flight count read 0; revoking lease"`) ||
+		!strings.Contains(out, `"in_flight":1`) {
+		t.Fatalf("logs of a drain ended by its timeout with a request in flight:\n%s", out)
+	}
+}
+
+// lockedBuffer is a log sink safe for the agent's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestDrainWithoutMetricsEndsAfterDrainMin(t *testing.T) {

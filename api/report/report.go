@@ -76,7 +76,11 @@ type ProxyStatus struct {
 	// started; PreviousLineage is the lineage it left last.
 	LineageChanges  uint64 `json:"lineage_changes,omitempty"`
 	PreviousLineage string `json:"previous_lineage,omitempty"`
-	// WatchLagSeconds is how far behind etcd the proxy's watch is.
+	// WatchLagSeconds is how long the proxy's applied snapshot may lag etcd,
+	// as of UpdatedAt: the seconds since the proxy last heard from etcd that
+	// its view of the pointer was complete (a listing, a watch event, a
+	// progress notification), connected or not (docs/lbproxy.md
+	// "Staleness").
 	WatchLagSeconds float64 `json:"watch_lag_seconds"`
 	// EtcdConnected is false while the proxy cannot reach etcd (then this
 	// key is only updated once it can again).
@@ -90,6 +94,18 @@ type ProxyStatus struct {
 	// ReportIntervalSeconds is how often the proxy rewrites this status
 	// (0: unknown, DefaultReportInterval is assumed).
 	ReportIntervalSeconds float64 `json:"report_interval_seconds,omitempty"`
+}
+
+// WatchLagAt is the watch lag as of now: WatchLagSeconds, which the proxy
+// measured at UpdatedAt, plus the time since. What the proxy heard from etcd
+// after it wrote this status is not known (and one that cannot reach etcd
+// does not rewrite it), so a proxy silent for a minute shows a minute more,
+// not the figure it last wrote.
+func (s ProxyStatus) WatchLagAt(now time.Time) float64 {
+	if s.UpdatedAt.IsZero() {
+		return s.WatchLagSeconds
+	}
+	return s.WatchLagSeconds + max(0, now.Sub(s.UpdatedAt).Seconds())
 }
 
 // StaleAfter is the age past which this status is STALE: two report

@@ -38,20 +38,24 @@ func (c *collector) rollout(path string, p *config.RolloutPolicy, s *config.Stat
 		if set != 1 {
 			c.add(sp, "sets %d of count, percent and proxy_clusters; want exactly one", set)
 		}
+		// A value refused here is not compared with the later stages':
+		// one wrong field gives one error, not one more per stage after it.
 		switch {
 		case st.Count < 0:
 			c.add(sp+".count", "%d is negative; want a number of proxies ≥ 1", st.Count)
 		case st.Count > 0 && st.Count < lastCount:
 			c.add(sp+".count", "%d is below an earlier stage's %d; a stage includes the previous ones' proxies", st.Count, lastCount)
+		default:
+			lastCount = max(lastCount, st.Count)
 		}
-		lastCount = max(lastCount, st.Count)
 		switch {
 		case st.Percent < 0 || st.Percent > 100:
-			c.add(sp+".percent", "%v is outside 0-100", st.Percent)
+			c.add(sp+".percent", "%v is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)", st.Percent)
 		case st.Percent > 0 && st.Percent < lastPercent:
 			c.add(sp+".percent", "%v is below an earlier stage's %v; a stage includes the previous ones' proxies", st.Percent, lastPercent)
+		default:
+			lastPercent = max(lastPercent, st.Percent)
 		}
-		lastPercent = max(lastPercent, st.Percent)
 		for j, pc := range st.ProxyClusters {
 			if _, ok := s.Topology.ProxyClusters[pc]; !ok {
 				c.add(fmt.Sprintf("%s.proxy_clusters[%d]", sp, j), "proxy cluster %q is not in topology.proxy_clusters", pc)

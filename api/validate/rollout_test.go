@@ -57,12 +57,41 @@ func TestRolloutRules(t *testing.T) {
 			p + ".stages[2].count: -1 is negative; want a number of proxies ≥ 1",
 			p + ".stages[4].count: 2 is below an earlier stage's 3; a stage includes the previous ones' proxies",
 			p + ".stages[6].percent: 50 is below an earlier stage's 60; a stage includes the previous ones' proxies",
-			p + ".stages[7].percent: 101 is outside 0-100",
-			p + ".stages[8].percent: -1 is outside 0-100",
+			p + ".stages[7].percent: 101 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
+			p + ".stages[8].percent: -1 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
 			p + `.stages[9].proxy_clusters[1]: proxy cluster "NOPE" is not in topology.proxy_clusters`,
 		}
 		if got := strings.Split(es.Error(), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
 	})
+}
+
+// TestRolloutBadStageOneError: a stage's value refused by its rule is
+// not then compared with the later stages' (percent: 101 followed by 100
+// used to add "100 is below an earlier stage's 101"): exactly one error,
+// naming the stage, the value and the rule.
+func TestRolloutBadStageOneError(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		stages []config.RolloutStage
+		want   string
+	}{
+		{"percent above 100", []config.RolloutStage{{Percent: 10}, {Percent: 101}, {Percent: 50}, {Percent: 100}},
+			"rollout.stages[1].percent: 101 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)"},
+		{"percent negative", []config.RolloutStage{{Percent: -5}, {Percent: 1}},
+			"rollout.stages[0].percent: -5 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)"},
+		{"count negative", []config.RolloutStage{{Count: -1}, {Count: 1}, {Count: 2}},
+			"rollout.stages[0].count: -1 is negative; want a number of proxies ≥ 1"},
+	} {
+		s := loadMission(t)
+		s.Rollout = &config.RolloutPolicy{Stages: c.stages}
+		es, ok := AsErrors(State(s))
+		if !ok {
+			t.Fatalf("%s: State() = %v, want Errors", c.name, State(s))
+		}
+		if got := es.Error(); got != c.want {
+			t.Errorf("%s: errors:\n%s\nwant exactly:\n%s", c.name, got, c.want)
+		}
+	}
 }

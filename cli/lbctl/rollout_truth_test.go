@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -178,7 +180,7 @@ func TestProxiesListsStaleGoneAndAhead(t *testing.T) {
 	h.publishIn("L1", demoSnapshot("BFE1", 4, map[string]int{"SC1": 50, "SC2": 50}, false))
 	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: 5, PointerVersion: 4, Ahead: true,
 		EtcdConnected: true, UpdatedAt: now, ReportIntervalSeconds: 5})
-	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now.Add(-30 * time.Second)})
+	h.status(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p2", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now.Add(-30 * time.Second), WatchLagSeconds: 0.5})
 	h.seen(report.ProxyStatus{ProxyCluster: "BFE1", ID: "p3", AppliedVersion: 4, EtcdConnected: true, UpdatedAt: now.Add(-time.Minute)})
 	out := h.mustRun("proxies")
 	done := time.Now()
@@ -196,6 +198,21 @@ func TestProxiesListsStaleGoneAndAhead(t *testing.T) {
 	} {
 		if !containsOne(out, want.prefix, want.texts) {
 			t.Errorf("proxies lacks %q followed by one of %q:\n%s", want.prefix, want.texts, out)
+		}
+	}
+	// WATCH LAG is as of now: the 0.5 s p2 reported 30 s ago, plus those
+	// 30 s (it has written nothing since), not the 0.5 s it last wrote.
+	for _, line := range strings.Split(out, "\n") {
+		if !strings.Contains(line, " p2 ") {
+			continue
+		}
+		m := regexp.MustCompile(`\s(\d+\.\d)s\s`).FindStringSubmatch(line)
+		lag, err := 0.0, error(nil)
+		if m != nil {
+			lag, err = strconv.ParseFloat(m[1], 64)
+		}
+		if hi := 30.5 + done.Sub(now).Seconds() + 0.1; m == nil || err != nil || lag < 30.4 || lag > hi {
+			t.Errorf("p2's watch lag %v (%v) in %q; want 30.5 s to %.1f s", m, err, line, hi)
 		}
 	}
 	var rows []proxyRow

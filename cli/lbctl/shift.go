@@ -14,6 +14,7 @@ import (
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/scheduler/inventory"
 	"github.com/sluicelb/sluice/scheduler/plan"
 )
@@ -122,6 +123,26 @@ func checkShift(ctx context.Context, e *env, sh config.Shift) error {
 	return edit.CheckShift(&st.State, sh)
 }
 
+// shiftLiveLine is what --wait prints once the shift's version converged:
+// the proxies that run it (SYNCED), not every row of the report (a proxy
+// gone before the rollout is listed, not counted, and does not run it).
+func shiftLiveLine(sh config.Shift, rep rolloutReport, version uint64) string {
+	live, gone := 0, 0
+	for _, p := range rep.Proxies {
+		switch {
+		case p.State == rollout.Synced:
+			live++
+		case p.NotCounted:
+			gone++
+		}
+	}
+	line := fmt.Sprintf("Shift %s is live on %d proxies of %s (v%d)", sh.ID, live, sh.ProxyCluster, version)
+	if gone > 0 {
+		line += fmt.Sprintf("; %d gone before it, not counted", gone)
+	}
+	return line + "."
+}
+
 // shiftProgressLine is what --wait prints for a progress record, e.g.
 // "shift S: done, 15 of 50 points: IDC1 had 15 (v7)".
 func shiftProgressLine(id string, p config.ShiftProgress) string {
@@ -179,7 +200,7 @@ func waitShift(ctx context.Context, e *env, sh config.Shift, rev int64) error {
 					if err != nil {
 						return err
 					}
-					fmt.Fprintf(e.info(), "Shift %s is live on %d proxies of %s (v%d).\n", sh.ID, len(rep.Proxies), sh.ProxyCluster, p.Version)
+					fmt.Fprintln(e.info(), shiftLiveLine(sh, rep, p.Version))
 					return nil
 				}
 			}

@@ -104,7 +104,7 @@ func proxiesCommand() *cli.Command {
 						detail = append(detail, fmt.Sprintf("rejected v%d: %s", r.RejectedVersion, r.RejectedReason))
 					}
 					fmt.Fprintf(w, "%s\t%s\t%s\tv%d\tv%d\t%s\t%s\t%.1fs\t%s\t%s\t%s\n", r.ProxyCluster, r.ID, state, r.AppliedVersion, ptrs[r.ProxyCluster].Version,
-						r.Source, etcd, r.WatchLagSeconds, r.AdminAddr, r.BinaryVersion, strings.Join(detail, "; "))
+						r.Source, etcd, r.WatchLagAt(now), r.AdminAddr, r.BinaryVersion, strings.Join(detail, "; "))
 				}
 				if len(rows) == 0 {
 					fmt.Fprintln(w, "(no proxies)")

@@ -140,7 +140,7 @@ func newApp(stdout, stderr io.Writer) *cli.App {
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "admin", Value: lbagent.DefaultAdmin, Usage: "admin address of the running agent", EnvVars: env("admin")},
 					&cli.StringFlag{Name: "admin-token", EnvVars: env("admin-token")},
-					&cli.BoolFlag{Name: "wait", Usage: "wait until the agent has exited (its admin API stops answering)"},
+					&cli.BoolFlag{Name: "wait", Usage: "wait until the agent has exited (its admin API refuses connections: it closes after the lease is revoked)"},
 					&cli.DurationFlag{Name: "timeout", Value: 2 * time.Minute, Usage: "longest --wait"},
 				},
 				Action: runDrain,
@@ -257,18 +257,29 @@ func runDrain(c *cli.Context) error {
 		return nil
 	}
 	deadline := time.Now().Add(c.Duration("timeout"))
+	var last error // the last failed look, when it did not show the agent gone
 	for time.Now().Before(deadline) {
 		r, err := client.Get(url + "/healthz")
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.ECONNREFUSED):
+			// The admin API closes after the lease is revoked: the agent
+			// exited. Any other failure (a timeout, a reset) says nothing.
 			fmt.Fprintln(c.App.Writer, "drained")
 			return nil
+		case err != nil:
+			last = err
+		default:
+			last = nil
+			r.Body.Close()
 		}
-		r.Body.Close()
 		select {
 		case <-c.Context.Done():
 			return cli.Exit("lbagent drain: interrupted", 1)
 		case <-time.After(200 * time.Millisecond):
 		}
+	}
+	if last != nil {
+		return cli.Exit("lbagent drain: agent not known to have exited after --timeout: its admin API neither answers nor refuses: "+last.Error(), 1)
 	}
 	return cli.Exit("lbagent drain: agent still running after --timeout", 1)
 }

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -206,5 +207,51 @@ func TestEtcdFlagsHelpAndEnv(t *testing.T) {
 	code, _, stderr := runCLI("--cluster", "demo", "--subcluster", "SC1", "--addr", "127.0.0.1:80", "--admin", "")
 	if code == 0 || !strings.Contains(stderr, `etcd endpoint "ftp://h:1"`) {
 		t.Fatalf("SLUICE_ETCD_ENDPOINTS=ftp://h:1: exit %d %q", code, stderr)
+	}
+}
+
+// `lbagent drain --wait` says "drained" only once the agent's admin API
+// refuses connections (it closes after the lease is revoked), not at the
+// first look that failed otherwise (a reset, a timeout: the agent may well
+// be running); when looks only fail that way, --timeout ends it, exit 1,
+// naming the failure.
+func TestDrainWaitDrainedOnlyWhenGone(t *testing.T) {
+	for _, closeAfter := range []int{3, -1} { // -1: never closes
+		var mu sync.Mutex
+		looks, closed := 0, false
+		srv := httptest.NewUnstartedServer(nil)
+		srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method == http.MethodPost && r.URL.Path == "/drain" {
+				w.WriteHeader(http.StatusAccepted)
+				return
+			}
+			mu.Lock()
+			looks++
+			n := looks
+			mu.Unlock()
+			if n == closeAfter {
+				go func() { mu.Lock(); closed = true; mu.Unlock(); srv.Close() }() // closed: the close begun
+			}
+			conn, _, err := w.(http.Hijacker).Hijack() // no answer: the connection drops
+			if err == nil {
+				conn.Close()
+			}
+		})
+		srv.Start()
+		code, out, stderr := runCLI("drain", "--admin", strings.TrimPrefix(srv.URL, "http://"), "--wait", "--timeout", "2s")
+		srv.Close()
+		mu.Lock()
+		gone, n := closed, looks
+		mu.Unlock()
+		if closeAfter > 0 {
+			if code != 0 || out != "draining\ndrained\n" || !gone || n < closeAfter {
+				t.Fatalf("admin API dropping %d looks, then closed: exit %d, out %q, stderr %q, closed %v after %d looks; want drained once closed",
+					closeAfter-1, code, out, stderr, gone, n)
+			}
+			continue
+		}
+		if code != 1 || out != "draining\n" || !strings.Contains(stderr, "agent not known to have exited after --timeout: its admin API neither answers nor refuses") {
+			t.Fatalf("admin API dropping every look: exit %d, out %q, stderr %q; want exit 1 naming the failure", code, out, stderr)
+		}
 	}
 }

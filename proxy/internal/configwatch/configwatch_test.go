@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -28,7 +29,8 @@ func TestStaleSeconds(t *testing.T) {
 		s    Status
 		want float64
 	}{
-		{"connected", Status{Connected: true, LastSync: t0}, 0},
+		{"connected", Status{Connected: true, LastSync: t0}, 90}, // connected says nothing of the watch's health
+		{"connected, synced later than applied", Status{Connected: true, LastSync: t0.Add(80 * time.Second), AppliedAt: t0}, 10},
 		{"disconnected after sync", Status{LastSync: t0, AppliedAt: t0.Add(-time.Hour)}, 90},
 		{"never synced, from cache", Status{AppliedAt: t0.Add(30 * time.Second)}, 60},
 		{"nothing at all", Status{}, 0},
@@ -87,7 +89,7 @@ func TestAppliesCurrentAndEveryNewer(t *testing.T) {
 	st := w.Status()
 	want := testSnapshot(30)
 	if st.AppliedVersion != 30 || st.AppliedHash != want.Meta.Hash || st.Source != SourceEtcd || st.LatestVersion != 30 ||
-		!st.Connected || st.RejectedVersion != 0 || st.StaleSeconds(time.Now()) != 0 {
+		!st.Connected || st.RejectedVersion != 0 || st.StaleSeconds(st.LastSync) != 0 {
 		t.Fatalf("status = %+v", st)
 	}
 	poll.EventuallyTrue(t, 10*time.Second, "disk cache holds v30", func() bool {
@@ -287,16 +289,51 @@ func TestResyncsAfterCompaction(t *testing.T) {
 	}
 }
 
-// A blackholed connection (open, silent) is detected as a stall and the
-// watch restarts; once traffic flows again the watcher converges.
-func TestDetectsStall(t *testing.T) {
+// behindFaultProxy starts etcd and returns a client of it, a fault proxy in
+// front of it and a client through that proxy (the watcher's).
+func behindFaultProxy(t *testing.T) (*clientv3.Client, *faultproxy.Proxy, *clientv3.Client) {
+	t.Helper()
 	srv, cli := etcdtest.New(t)
 	fp, err := faultproxy.New(strings.TrimPrefix(srv.Endpoints[0], "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fp.Close() })
-	wcli := newClient(t, fp.URL())
+	return cli, fp, newClient(t, fp.URL())
+}
+
+// A watch that silently stopped (its connection blackholed: open, silent)
+// is still "connected" until the stall timeout ends its round; its
+// staleness is the truth all the while — the time since etcd was last
+// heard from — not 0 because the connection state has not flipped yet.
+func TestStaleWhileConnectedButSilent(t *testing.T) {
+	cli, fp, wcli := behindFaultProxy(t)
+	rec := newRecorder()
+	publish(t, cli, testSnapshot(1))
+	// A stall timeout far beyond the test: the round never ends by itself.
+	w := start(t, Config{Client: wcli, Apply: rec.apply, StallTimeout: 10 * time.Minute, OpTimeout: time.Second, Metrics: prometheus.NewRegistry()})
+	t.Cleanup(func() { fp.SetMode(faultproxy.PassThrough) }) // before start's cleanup: Run ends over a working link
+	poll.EventuallyTrue(t, 20*time.Second, "v1 applied, connected", func() bool { return rec.last() == 1 && w.Status().Connected })
+
+	fp.SetMode(faultproxy.Blackhole)
+	silentFrom := time.Now()
+	var st Status
+	poll.EventuallyTrue(t, 20*time.Second, "staleness grows while connected", func() bool {
+		st = w.Status()
+		return st.Connected && st.StaleSeconds(time.Now()) >= 1
+	})
+	if !st.LastSync.Before(silentFrom) {
+		t.Fatalf("last sync %v is after the link went silent at %v", st.LastSync, silentFrom)
+	}
+	if g := testutil.ToFloat64(w.m.staleness); g < 1 {
+		t.Fatalf("staleness gauge = %v while silent for %v, want >= 1", g, time.Since(silentFrom))
+	}
+}
+
+// A blackholed connection (open, silent) is detected as a stall and the
+// watch restarts; once traffic flows again the watcher converges.
+func TestDetectsStall(t *testing.T) {
+	cli, fp, wcli := behindFaultProxy(t)
 	rec := newRecorder()
 	publish(t, cli, testSnapshot(1))
 	stall := 1500 * time.Millisecond

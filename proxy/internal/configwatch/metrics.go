@@ -60,7 +60,7 @@ type metrics struct {
 // (nil: unregistered, still counted).
 func newMetrics(reg prometheus.Registerer, w *Watcher) (*metrics, error) {
 	m := &metrics{
-		SnapshotMetrics: NewSnapshotMetrics("Seconds since the proxy last heard from etcd while disconnected (0 when in sync).",
+		SnapshotMetrics: NewSnapshotMetrics("Seconds since the proxy last heard from etcd (a listing, watch event, progress notification or idle check), connected or not.",
 			func() float64 { return w.Status().StaleSeconds(w.cfg.Now()) }),
 		restarts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_proxy_watch_restarts_total",

@@ -58,13 +58,16 @@ type Status struct {
 	WatchBehind uint64
 }
 
-// StaleSeconds is how long the applied configuration may lag etcd: 0 while
-// connected, else the time since the last successful sync (or since the
-// snapshot was applied, when etcd was never reached).
+// StaleSeconds is how long the applied configuration may lag etcd: the
+// time since the proxy last heard from etcd that its view of the pointer was
+// complete (LastSync: a listing, a watch event, a progress notification, or
+// a read showing nothing newer than the watch had), connected or not — a
+// watch that silently stopped delivering is "connected" until the stall
+// timeout ends its round, and its staleness grows all the while. Before etcd
+// was ever reached it is the time since the (cached) snapshot was applied;
+// 0 with nothing at all.
 func (s Status) StaleSeconds(now time.Time) float64 {
 	switch {
-	case s.Connected:
-		return 0
 	case !s.LastSync.IsZero():
 		return max(0, now.Sub(s.LastSync).Seconds())
 	case !s.AppliedAt.IsZero():

@@ -77,7 +77,9 @@ type Config struct {
 	// logged and recorded in State (as configwatch's OnChange).
 	OnChange func()
 	Logger   *slog.Logger
-	// PollInterval between change checks (content hash). Default 2s.
+	// PollInterval between change checks. Default 2s. A check stats the
+	// source (size, mode, mtime, inode, ctime) and hashes its content only
+	// when those moved or were too recent to trust (poll.go).
 	PollInterval time.Duration
 	// Signals trigger a reload. Default SIGHUP.
 	Signals []os.Signal
@@ -225,7 +227,8 @@ func readFile(path string) ([]byte, error) {
 
 // fingerprint hashes the content of the source (every regular file of a BFE
 // directory, with its relative path), so any edit is seen whatever the
-// mtime granularity.
+// mtime granularity. The poll asks for it only when stat cannot tell
+// (poller).
 func fingerprint(cfg Config) (string, error) {
 	h := sha256.New()
 	if cfg.Kind != KindBFE {
@@ -334,7 +337,8 @@ func Run(ctx context.Context, cfg Config) error {
 	signal.Notify(sig, cfg.Signals...)
 	defer signal.Stop(sig)
 
-	seen, _ := fingerprint(cfg)
+	watch := newPoller(cfg)
+	watch.reset() // before the load: a change during it is seen by the first poll
 	first, err := Load(cfg)
 	if err != nil {
 		return err
@@ -394,20 +398,18 @@ func Run(ctx context.Context, cfg Config) error {
 		case <-ctx.Done():
 			return nil
 		case v := <-sig:
-			seen, _ = fingerprint(cfg)
+			watch.reset()
 			reload(v.String())
 		case <-t.C:
-			fp, err := fingerprint(cfg)
+			ch, err := watch.changed()
 			if err != nil {
 				// A file being replaced may vanish for a moment; try again next tick.
 				log.Debug("change check failed", "err", err)
 				continue
 			}
-			if fp == seen {
-				continue
+			if ch {
+				reload("change")
 			}
-			seen = fp
-			reload("change")
 		}
 	}
 }

@@ -267,7 +267,7 @@ func TestRolloutViews(t *testing.T) {
 		sts: statuses{
 			"a": ps("p1", "L1", 7, nil),
 			"b": ps("p2", "L1", 9, nil),
-			"c": ps("p3", "L1", 7, func(s *report.ProxyStatus) { s.UpdatedAt = now.Add(-time.Minute) }),
+			"c": ps("p3", "L1", 7, func(s *report.ProxyStatus) { s.UpdatedAt, s.WatchLagSeconds = now.Add(-time.Minute), 0.5 }),
 			"d": ps("p4", "L0", 20, func(s *report.ProxyStatus) { s.LineageChanges, s.PreviousLineage = 1, "L9" }),
 			"e": ps("p5", "L1", 6, func(s *report.ProxyStatus) { s.RejectedVersion, s.RejectedReason = 7, "bad route" }),
 		},
@@ -293,7 +293,9 @@ func TestRolloutViews(t *testing.T) {
 		t.Fatalf("BFE1 states %v, want %s", got, want)
 	}
 	p3, p4, p6 := b1.Proxies[2], b1.Proxies[3], b1.Proxies[5]
-	if !p3.LastSeen.Equal(now.Add(-time.Minute)) || p3.Reason != "last seen 2026-12-01T09:59:00Z (1m0s ago)" {
+	// The lag p3 reported a minute ago, plus that minute: not the figure
+	// it last wrote.
+	if !p3.LastSeen.Equal(now.Add(-time.Minute)) || p3.Reason != "last seen 2026-12-01T09:59:00Z (1m0s ago)" || p3.WatchLagSeconds != 60.5 {
 		t.Errorf("STALE p3: %+v", p3)
 	}
 	if p6.Reason != "status lease expired; last seen 2026-12-01T09:58:00Z (2m0s ago)" || !p6.LastSeen.Equal(now.Add(-2*time.Minute)) || p6.VersionsBehind != 1 {

@@ -326,7 +326,7 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 		for _, r := range res.Proxies {
 			s := full[r.ID]
 			pv := ProxyView{ID: r.ID, State: r.State, Reason: r.Reason, LastSeen: r.Since, NotCounted: r.NotCounted,
-				AppliedLineage: r.Lineage, AppliedVersion: r.Applied, WatchLagSeconds: s.WatchLagSeconds,
+				AppliedLineage: r.Lineage, AppliedVersion: r.Applied, WatchLagSeconds: s.WatchLagAt(now),
 				AppliedAt: s.AppliedAt, Source: s.Source, LineageChanges: s.LineageChanges, PreviousLineage: s.PreviousLineage}
 			if r.State == rollout.Gone {
 				pv.WatchLagSeconds = 0

@@ -88,13 +88,15 @@ func TestCommitAnswerLost(t *testing.T) {
 		if pc.n.Load() != 1 {
 			t.Fatalf("applied %v: %d pointer commits, want 1", applied, pc.n.Load())
 		}
-		ptr, _, cerr := p.Current(ctx, "BFE1")
+		ptr, ptrRev, cerr := p.Current(ctx, "BFE1")
 		if cerr != nil {
 			t.Fatal(cerr)
 		}
 		if applied {
-			want := Result{Outcome: Published, Version: 2, Hash: s.Meta.Hash, Lineage: r1.Lineage}
-			if err != nil || r != want {
+			// The revision is the pointer write's, read back: never a
+			// made-up 0 (lbctl --wait and the logs show it).
+			want := Result{Outcome: Published, Version: 2, Hash: s.Meta.Hash, Lineage: r1.Lineage, Revision: ptrRev}
+			if err != nil || r != want || r.Revision <= r1.Revision {
 				t.Fatalf("applied, answer lost: %+v, %v; want %+v", r, err, want)
 			}
 			if ptr.Version != 2 || ptr.Hash != s.Meta.Hash || p.Count("published") != 1 {
@@ -122,11 +124,14 @@ func TestCandidateCommitAnswerLost(t *testing.T) {
 	c := snap(40, 0)
 	r, err := p.PublishCandidate(ctx, l, "BFE1", c.Meta.Hash, func() (*snapshot.Snapshot, string) { return c, "canary" },
 		func(uint64) snapshot.Candidate { return snapshot.Candidate{Rollout: "r1", Percent: 10} }, nil)
-	want := Result{Outcome: Published, Version: 2, Hash: c.Meta.Hash, Lineage: r1.Lineage}
-	if err != nil || r != want || pc.n.Load() != 1 {
+	ptr, ptrRev, cerr := p.Current(ctx, "BFE1")
+	if cerr != nil {
+		t.Fatal(cerr)
+	}
+	want := Result{Outcome: Published, Version: 2, Hash: c.Meta.Hash, Lineage: r1.Lineage, Revision: ptrRev}
+	if err != nil || r != want || r.Revision <= r1.Revision || pc.n.Load() != 1 {
 		t.Fatalf("candidate, answer lost: %+v, %v after %d pointer commits; want %+v after 1", r, err, pc.n.Load(), want)
 	}
-	ptr, _, err := p.Current(ctx, "BFE1")
 	if err != nil || ptr.Version != 1 || ptr.Hash != r1.Hash || ptr.Candidate == nil || ptr.Candidate.Version != 2 || ptr.Candidate.Hash != c.Meta.Hash {
 		t.Fatalf("pointer %+v (candidate %+v), %v; want stable v1 with candidate v2 %s", ptr, ptr.Candidate, err, c.Meta.Hash)
 	}

@@ -64,7 +64,9 @@ type Result struct {
 	Lineage string
 	Version uint64
 	Hash    string
-	// Revision is the etcd revision of the pointer write (0 if Unchanged).
+	// Revision is the etcd revision of the pointer write (0 if Unchanged;
+	// after a commit whose answer was lost, the mod revision of the pointer
+	// read back, which is that write's).
 	Revision int64
 }
 
@@ -294,7 +296,7 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		).Commit()
 		if err != nil {
 			// The request may have been applied and only the answer lost.
-			if ok, res := p.landed(ctx, pc, next); ok {
+			if ok, res := p.landed(ctx, pc, next, reason); ok {
 				return res, nil
 			}
 			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
@@ -318,14 +320,14 @@ func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
 // landed checks, after a failed commit, whether the pointer is the one we
 // wrote anyway. It runs even when ctx is done (the commit may have failed
 // because of it), within ShutdownTimeout then.
-func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer) (bool, Result) {
+func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer, reason string) (bool, Result) {
 	timeout := 5 * time.Second
 	if ctx.Err() != nil {
 		timeout = ShutdownTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	ptr, _, err := p.Current(ctx, pc)
+	ptr, rev, err := p.Current(ctx, pc)
 	if err != nil || ptr.Hash != want.Hash || ptr.Version != want.Version || ptr.Lineage != want.Lineage ||
 		(ptr.Candidate == nil) != (want.Candidate == nil) ||
 		(want.Candidate != nil && (ptr.Candidate.Version != want.Candidate.Version || ptr.Candidate.Hash != want.Candidate.Hash)) {
@@ -335,7 +337,11 @@ func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer
 	if want.Candidate != nil {
 		v, h = want.Candidate.Version, want.Candidate.Hash
 	}
-	return true, Result{Outcome: Published, Version: v, Hash: h, Lineage: want.Lineage}
+	// The pointer read back is the one written (its version's manifest
+	// was created by that very commit), so its mod revision is the write's.
+	p.log.Info("published", "proxy_cluster", pc, "lineage", want.Lineage, "version", v, "hash", h, "reason", reason,
+		"revision", rev, "note", "the commit's answer was lost; the pointer read back is this one")
+	return true, Result{Outcome: Published, Version: v, Hash: h, Lineage: want.Lineage, Revision: rev}
 }
 
 // WriteParts stores the parts that are not stored yet (parts are content
