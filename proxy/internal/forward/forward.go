@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -88,6 +89,21 @@ func (p *Pools) Get(addr netip.AddrPort, pool config.Pool, t config.Timeouts) *U
 	return u
 }
 
+// Cached is Get through slot, a per-address cache (balance.Endpoint.Slot):
+// the upstream slot holds is returned while it is still the pool's for the
+// same address and policy (not released by Retain), else Get's, which slot
+// then keeps. A request then reaches its pool without hashing the 72-byte
+// key into a map of every address; the answer is Get's in every case.
+func (p *Pools) Cached(slot *atomic.Value, addr netip.AddrPort, pool config.Pool, t config.Timeouts) *Upstream {
+	k := key{addr: addr, pool: pool, connect: t.Connect.D(), responseHeader: t.ResponseHeader.D()}
+	if u, ok := slot.Load().(*Upstream); ok && u.k == k && !u.released.Load() {
+		return u
+	}
+	u := p.Get(addr, pool, t)
+	slot.Store(u)
+	return u
+}
+
 func (p *Pools) newUpstream(k key) *Upstream {
 	connect := k.connect
 	dial := p.dial
@@ -117,7 +133,7 @@ func (p *Pools) newUpstream(k key) *Upstream {
 		WriteBufferSize:       8 << 10,
 		ReadBufferSize:        8 << 10,
 	}
-	u := &Upstream{Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D(),
+	u := &Upstream{k: k, Addr: k.addr, hostPort: k.addr.String(), transport: tr, queueTimeout: k.pool.QueueTimeout.D(),
 		dial: dial, connect: connect, rht: k.responseHeader, maxIdle: k.pool.MaxIdleConnsPerHost,
 		idleTimeout: k.pool.IdleTimeout.D(), noKeepAlive: k.pool.MaxIdleConnsPerHost == 0}
 	if k.pool.MaxConnsPerHost > 0 {
@@ -134,6 +150,7 @@ func (p *Pools) Retain(keep func(netip.AddrPort) bool) {
 	var drop []*Upstream
 	for k, u := range p.m {
 		if !keep(k.addr) {
+			u.released.Store(true) // before it leaves the map: Cached stops returning it
 			drop = append(drop, u)
 			delete(p.m, k)
 		}
@@ -157,6 +174,8 @@ func (p *Pools) Close() { p.Retain(func(netip.AddrPort) bool { return false }) }
 
 // Upstream is the pool of one backend address. It is an http.RoundTripper.
 type Upstream struct {
+	k        key         // its key in Pools (Cached compares it)
+	released atomic.Bool // Retain took it out of Pools
 	// Addr is the backend address.
 	Addr         netip.AddrPort
 	hostPort     string
