@@ -6,6 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicelb/sluice/api/config"
 )
@@ -45,8 +46,8 @@ func TestCachedIsGet(t *testing.T) {
 			t.Fatalf("%s: Cached = %p, Get = %p (the first policy's: %p)", name, got, want, u)
 		}
 	}
-	if got, want := ps.Cached(&slot, b, pol.Pool, pol.Timeouts), ps.Get(b, pol.Pool, pol.Timeouts); got != want || got.Addr != b {
-		t.Fatalf("another address: Cached = %p (%v), Get = %p", got, got.Addr, want)
+	if got, want := ps.Cached(&slot, b, pol.Pool, pol.Timeouts), ps.Get(b, pol.Pool, pol.Timeouts); got != want || got.Addr() != b {
+		t.Fatalf("another address: Cached = %p (%v), Get = %p", got, got.Addr(), want)
 	}
 
 	u = ps.Cached(&slot, a, pol.Pool, pol.Timeouts)
@@ -95,5 +96,27 @@ func BenchmarkPoolsLookup(b *testing.B) {
 				ps.Cached(&slots[k], addrs[k], pol.Pool, pol.Timeouts)
 			}
 		})
+	}
+}
+
+// The fields a request reads first (Cached's key, getConn's idle list) stay
+// on the first two cache lines of an Upstream, and the struct in the 256-byte
+// size class, so those lines are aligned: at 1 000 instances each is a likely
+// miss, and a third one would be paid on every request.
+func TestUpstreamHotFieldsOnTwoLines(t *testing.T) {
+	var u Upstream
+	if s := unsafe.Sizeof(u); s > 256 || s <= 128 {
+		t.Fatalf("sizeof(Upstream) = %d, want in (128, 256]: the 256-byte size class, aligned to it", s)
+	}
+	for name, end := range map[string]uintptr{
+		"k":           unsafe.Offsetof(u.k) + unsafe.Sizeof(u.k),
+		"idleMu":      unsafe.Offsetof(u.idleMu) + unsafe.Sizeof(u.idleMu),
+		"idle":        unsafe.Offsetof(u.idle) + unsafe.Sizeof(u.idle),
+		"closed":      unsafe.Offsetof(u.closed) + unsafe.Sizeof(u.closed),
+		"idleTimeout": unsafe.Offsetof(u.idleTimeout) + unsafe.Sizeof(u.idleTimeout),
+	} {
+		if end > 128 {
+			t.Errorf("Upstream.%s ends at byte %d, past the first two cache lines", name, end)
+		}
 	}
 }
