@@ -80,13 +80,15 @@ type Endpoint struct {
 	// The least-load trees of the current table's groups holding the
 	// address (nil: none); every in-flight change is written to them.
 	trees atomic.Pointer[[]loadSlot]
-	// slot is the caller's (see Slot), read by every request.
-	slot atomic.Value
 
 	// The in-flight count, split over cache lines by stripe (see
 	// Cluster.Start): picks on different cores do not pass one line back
 	// and forth. InFlight sums the cells.
 	load [inflightCells]cell
+
+	// slot is the caller's (see Slot): read by every request, written
+	// rarely, after the cells (the first line is full).
+	slot atomic.Value
 
 	mu          sync.Mutex
 	rules       healthRules
