@@ -164,7 +164,8 @@ func hasExpectContinue(h http.Header) bool {
 // into h (the client's response header).
 func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick balance.Pick, h http.Header) (*reply, *failure) {
 	p := &st.c.policy
-	up := st.s.pools.Get(pick.Endpoint().Addr(), p.Pool, p.Timeouts)
+	ep := pick.Endpoint()
+	up := st.s.pools.Cached(ep.Slot(), ep.Addr(), p.Pool, p.Timeouts)
 	tctx := ctx
 	cancel := context.CancelFunc(nop)
 	if d := p.Timeouts.PerTry.D(); d > 0 {

@@ -200,7 +200,8 @@ func failError(f *failure) *genError {
 // reports the pick's Done when it is closed.
 func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Response, *failure) {
 	p := &st.c.policy
-	up := st.s.pools.Get(pick.Endpoint().Addr(), p.Pool, p.Timeouts)
+	ep := pick.Endpoint()
+	up := st.s.pools.Cached(ep.Slot(), ep.Addr(), p.Pool, p.Timeouts)
 	ctx := out.Context()
 	cancel := context.CancelFunc(nop)
 	if d := p.Timeouts.PerTry.D(); d > 0 {

@@ -86,6 +86,10 @@ type Endpoint struct {
 	// and forth. InFlight sums the cells.
 	load [inflightCells]cell
 
+	// slot is the caller's (see Slot): read by every request, written
+	// rarely, after the cells (the first line is full).
+	slot atomic.Value
+
 	mu          sync.Mutex
 	rules       healthRules
 	state       HealthState
@@ -106,6 +110,13 @@ func (e *Endpoint) Addr() netip.AddrPort { return e.addr }
 // AddrString is Addr().String(), formatted when the endpoint was made, not
 // per request.
 func (e *Endpoint) AddrString() string { return e.addrText }
+
+// Slot is a place for the caller to keep one value per address, read
+// lock-free by every request: lbproxy keeps the address's connection pool
+// there (forward.Pools.Cached), so a request finds it through the endpoint
+// it picked instead of a map lookup, whose table with 1 000 addresses is
+// mostly out of the caches. The endpoint never reads it.
+func (e *Endpoint) Slot() *atomic.Value { return &e.slot }
 
 // inflightCells is how many cache lines an endpoint's in-flight count is
 // split over (a power of two).
