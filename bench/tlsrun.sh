@@ -159,7 +159,7 @@ if [ -n "${CALLGRIND:-}" ]; then
     a=$(cgcount "$row" 2000); b=$(cgcount "$row" "$CG_N")
     ev=$(sed -nE 's/^events: //p' "$(ls -t "$WORK/cg.${PID[$row]}".* | head -1)")
     awk -v row="$row" -v ev="$ev" -v a="$a" -v b="$b" -v d=$((CG_N - 2000)) 'BEGIN{ n = split(ev, e, " "); split(a, x, " "); split(b, y, " ")
-      printf "%s:", row; for (k = 1; k <= n; k++) printf " %s %.0f", e[k], (y[k] - x[k]) / d; print "" }'
+      printf "%s:", row; for (k = 1; k <= n; k++) { v = sprintf("%.0f", (y[k] - x[k]) / d); printf " %s %s", e[k], v == "-0" ? 0 : v }; print "" }'
   done
   exit 0
 fi
