@@ -260,8 +260,10 @@ if [ -n "${SYSCALLS:-}" ]; then
   EV=$(printf 'syscalls:sys_enter_%s,' "${SC[@]}")raw_syscalls:sys_enter,context-switches,page-faults
   echo "system calls per request, h1 (wrk -c64, $DURATION, perf stat):"
   for row in "${ROWS[@]}"; do
-    perf stat -x, -e "$EV" -p "${PID[$row]}" -o "$WORK/sys.$row" -- sleep "$(( ${DURATION%s} + 1 ))" & SP=$!
-    sleep 0.5; wrkrun "$row" "$DURATION" -c64; wait "$SP"
+    # perf runs the load itself: it counts from when its counters are on (attaching them can take
+    # seconds on a loaded machine: a fixed sleep before wrk missed up to half its requests) to wrk's end
+    out=$(perf stat -x, -e "$EV" -p "${PID[$row]}" -o "$WORK/sys.$row" -- taskset -c 1 wrk -t1 -d"$DURATION" -H 'Host: bench.test' -c64 "${URL[$row]}")
+    n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' <<<"$out")
     awk -F, -v n="$n" -v row="$row" 'BEGIN{ printf "%s:", row } $1 ~ /^[0-9]+$/ && $1 > 0 { e = $3; sub("syscalls:sys_enter_", "", e); sub("raw_syscalls:sys_enter", "all", e); printf " %s %.2f", e, $1 / n } END{ print "" }' "$WORK/sys.$row"
   done
 fi
