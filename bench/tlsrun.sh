@@ -40,7 +40,16 @@
 # STD=0 leaves out the lbproxy --tls-front std row. WARMUP (default 2s; 0: none).
 # SYSCALLS=1: after the rounds, one h1 phase per row under perf stat (syscall
 # tracepoints: exact counts, without strace's slowdown) prints system calls per
-# request; needs perf and tracefs.
+# request, and context switches and page faults per request; needs perf and
+# tracefs.
+# CALLGRIND=1: instead of the rounds, every row runs under valgrind's callgrind
+# (GODEBUG=asyncpreemptoff=1 for Go; nginx with master_process off) and the
+# script prints each proxy's instructions per HTTP/1.1 keep-alive request: the
+# count over h2load --h1 -c64 -n CG_N (default 10000) minus the count over
+# -n 2000, divided by the difference (the 64 handshakes and the start cancel
+# out). Exact counts, untouched by the load of the machine. CG_OPTS adds
+# valgrind flags: "--cache-sim=yes" (simulated L1 and last-level misses),
+# "--branch-sim=yes" (mispredicted branches). Needs valgrind and h2load.
 # The HTTP/2 servers A/B (issues 20, 23): ALT=<this build's lbproxy> ALT_FLAGS="--h2-server xnet" PHASES=h2
 #
 # Usage: ROUNDS=3 DURATION=8s HS_DURATION=5s bench/tlsrun.sh   (KEEP=1 keeps the work directory and its logs)
@@ -94,7 +103,13 @@ cat > "$WORK/snapshot.json" <<JSON
  "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
    "row":{"denominator":100,"weights":{"SC1":100}}}}}
 JSON
-taskset -c 0 nginx -c "$WORK/nginx.conf" -p "$WORK" 2>/dev/null & PIDS+=($!); NGINX_PID=$!
+RUN=(taskset -c 0) NGINX_G=()
+if [ -n "${CALLGRIND:-}" ]; then
+  # shellcheck disable=SC2206 # CG_OPTS: words
+  RUN=(taskset -c 0 env GODEBUG=asyncpreemptoff=1 valgrind -q --tool=callgrind --callgrind-out-file="$WORK/cg.%p" ${CG_OPTS:-})
+  NGINX_G=(-g "master_process off;") # the worker is the process valgrind counts
+fi
+"${RUN[@]}" nginx -c "$WORK/nginx.conf" -p "$WORK" "${NGINX_G[@]}" 2>/dev/null & PIDS+=($!); NGINX_PID=$!
 declare -A URL=([nginx]=https://127.0.0.1:$P/ [lbproxy]=https://127.0.0.1:$((P + 1))/ [lbproxy-fast]=https://127.0.0.1:$((P + 2))/
   [lbproxy-alt]=https://127.0.0.1:$((P + 3))/)
 declare -A PID
@@ -107,21 +122,47 @@ for row in "${ROWS[@]:1}"; do
   [ "$row" != lbproxy ] && front=fasthttp
   # shellcheck disable=SC2206 # ALT_FLAGS: words
   [ "$row" = lbproxy-alt ] && { bin=$ALT; extra=(${ALT_FLAGS:-}); }
-  GOMAXPROCS=1 taskset -c 0 "$bin" --proxy-cluster BENCH --id "$row" --config "$WORK/snapshot.json" \
+  GOMAXPROCS=1 "${RUN[@]}" "$bin" --proxy-cluster BENCH --id "$row" --config "$WORK/snapshot.json" \
     --listen 127.0.0.1:$((P + 10 + i)) --admin 127.0.0.1:$((P + 20 + i)) --access-log off --trace-sample 0 \
     --listen-tls "$(basename "${URL[$row]}")" --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" --tls-front "$front" \
     "${extra[@]}" 2>"$WORK/$row.log" & PIDS+=($!); PID[$row]=$!
 done
+tries=100; [ -n "${CALLGRIND:-}" ] && tries=600 # valgrind starts slowly
 for row in "${ROWS[@]}"; do
-  for _ in $(seq 100); do
+  for _ in $(seq "$tries"); do
     curl -fsk -o /dev/null -H 'Host: bench.test' "${URL[$row]}" && break
     sleep 0.1 # waiting for the process to bind
   done
 done
-PID[nginx]=$(pgrep -P "$NGINX_PID" | head -1)
+PID[nginx]=$NGINX_PID # CALLGRIND: no master process
+[ -n "${CALLGRIND:-}" ] || PID[nginx]=$(pgrep -P "$NGINX_PID" | head -1)
 for row in "${ROWS[@]}"; do echo "pid $row ${PID[$row]}" >&2; done
 H2LOAD=$(command -v h2load || true)
 echo "HTTP/2 load: ${H2LOAD:-benchtool load -h2 (no h2load)}" >&2
+if [ -n "${CALLGRIND:-}" ]; then
+  [ -n "$H2LOAD" ] || { echo "CALLGRIND=1 needs h2load" >&2; exit 2; }
+  cgcount() { # $1: row, $2: requests; prints the row's callgrind totals over them, counted from zero
+    local f dumps out
+    callgrind_control -z "${PID[$1]}" >/dev/null 2>&1
+    out=$("$H2LOAD" --h1 -n "$2" -c64 "${URL[$1]}")
+    grep -q " $2 succeeded" <<<"$out" || echo "$1: h2load -n $2: $(grep '^requests:' <<<"$out")" >&2
+    dumps=$(ls "$WORK/cg.${PID[$1]}".* 2>/dev/null | wc -l)
+    callgrind_control -d "${PID[$1]}" >/dev/null 2>&1
+    for _ in $(seq 100); do [ "$(ls "$WORK/cg.${PID[$1]}".* 2>/dev/null | wc -l)" -gt "$dumps" ] && break; sleep 0.1; done
+    f=$(ls -t "$WORK/cg.${PID[$1]}".* | head -1)
+    sleep 0.5 # the dump written whole
+    sed -nE 's/^summary: //p' "$f"
+  }
+  CG_N=${CG_N:-10000}
+  echo "callgrind, per HTTP/1.1 keep-alive request (h2load --h1 -c64: -n $CG_N minus -n 2000, ÷ $((CG_N - 2000))):"
+  for row in "${ROWS[@]}"; do
+    a=$(cgcount "$row" 2000); b=$(cgcount "$row" "$CG_N")
+    ev=$(sed -nE 's/^events: //p' "$(ls -t "$WORK/cg.${PID[$row]}".* | head -1)")
+    awk -v row="$row" -v ev="$ev" -v a="$a" -v b="$b" -v d=$((CG_N - 2000)) 'BEGIN{ n = split(ev, e, " "); split(a, x, " "); split(b, y, " ")
+      printf "%s:", row; for (k = 1; k <= n; k++) { v = sprintf("%.0f", (y[k] - x[k]) / d); printf " %s %s", e[k], v == "-0" ? 0 : v }; print "" }'
+  done
+  exit 0
+fi
 echo "load before: $(uptime)" >&2
 ticks() { awk '{print $14+$15}' "/proc/$1/stat"; }
 HZ=$(getconf CLK_TCK)
@@ -216,11 +257,13 @@ for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]:-}· h2 ${H2[$ro
 for row in "${ROWS[@]:1}"; do echo "÷ nginx per round $row: h1 ${Q1[$row]}· h2 ${Q2[$row]}· resumed ${QS[$row]}· full ${QF[$row]}"; done
 if [ -n "${SYSCALLS:-}" ]; then
   SC=(read write readv writev recvfrom sendto recvmsg sendmsg epoll_wait epoll_pwait epoll_ctl getsockopt setsockopt futex nanosleep)
-  EV=$(printf 'syscalls:sys_enter_%s,' "${SC[@]}")raw_syscalls:sys_enter
+  EV=$(printf 'syscalls:sys_enter_%s,' "${SC[@]}")raw_syscalls:sys_enter,context-switches,page-faults
   echo "system calls per request, h1 (wrk -c64, $DURATION, perf stat):"
   for row in "${ROWS[@]}"; do
-    perf stat -x, -e "$EV" -p "${PID[$row]}" -o "$WORK/sys.$row" -- sleep "$(( ${DURATION%s} + 1 ))" & SP=$!
-    sleep 0.5; wrkrun "$row" "$DURATION" -c64; wait "$SP"
+    # perf runs the load itself: it counts from when its counters are on (attaching them can take
+    # seconds on a loaded machine: a fixed sleep before wrk missed up to half its requests) to wrk's end
+    out=$(perf stat -x, -e "$EV" -p "${PID[$row]}" -o "$WORK/sys.$row" -- taskset -c 1 wrk -t1 -d"$DURATION" -H 'Host: bench.test' -c64 "${URL[$row]}")
+    n=$(sed -nE 's/^ *([0-9]+) requests in.*/\1/p' <<<"$out")
     awk -F, -v n="$n" -v row="$row" 'BEGIN{ printf "%s:", row } $1 ~ /^[0-9]+$/ && $1 > 0 { e = $3; sub("syscalls:sys_enter_", "", e); sub("raw_syscalls:sys_enter", "all", e); printf " %s %.2f", e, $1 / n } END{ print "" }' "$WORK/sys.$row"
   done
 fi
