@@ -131,40 +131,46 @@ func BenchmarkPickPooled(b *testing.B) {
 	}
 }
 
-// BenchmarkPickParallel runs the wrr pick on every P (compare with -cpu 1,2).
-// Each goroutine is one client connection: its own Selection and stripe, as
-// the server passes one stripe per connection.
+// BenchmarkPickParallel runs the wrr pick, and wlc's (the least-load
+// tree's lock under contention), on every P (compare with -cpu 1,2). Each
+// goroutine is one client connection: its own Selection and stripe, as the
+// server passes one stripe per connection.
 func BenchmarkPickParallel(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("wrr/n=%d", n), func(b *testing.B) {
-			e := benchEnv(b, config.InstanceWRR, n)
-			c := e.cluster()
-			var conns atomic.Uint32
-			ips := benchIPs()
-			b.ReportAllocs()
-			b.RunParallel(func(pb *testing.PB) {
-				// Padded as the server's per-request state is large: two
-				// goroutines' selections never share a cache line.
-				st := new(struct {
-					_ [64]byte
-					s Selection
-					_ [64]byte
-				})
-				s := &st.s
-				stripe := conns.Add(1)
-				i := 0
-				for pb.Next() {
-					c.Start(s, nil, ips[i&1023], stripe)
-					p, err := s.Next()
-					if err == nil {
-						p.Done(Result{Status: 200})
-					}
-					s.Release()
-					i++
-				}
-			})
-		})
+	for _, mode := range []string{config.InstanceWRR, config.InstanceWLC} {
+		for _, n := range []int{1000, 10000} {
+			b.Run(fmt.Sprintf("%s/n=%d", mode, n), func(b *testing.B) { benchPickParallel(b, mode, n) })
+		}
 	}
+}
+
+func benchPickParallel(b *testing.B, mode string, n int) {
+	e := benchEnv(b, mode, n)
+	c := e.cluster()
+	var conns atomic.Uint32
+	ips := benchIPs()
+	b.ReportAllocs()
+	b.ResetTimer() // the environment's build is not the pick's
+	b.RunParallel(func(pb *testing.PB) {
+		// Padded as the server's per-request state is large: two
+		// goroutines' selections never share a cache line.
+		st := new(struct {
+			_ [64]byte
+			s Selection
+			_ [64]byte
+		})
+		s := &st.s
+		stripe := conns.Add(1)
+		i := 0
+		for pb.Next() {
+			c.Start(s, nil, ips[i&1023], stripe)
+			p, err := s.Next()
+			if err == nil {
+				p.Done(Result{Status: 200})
+			}
+			s.Release()
+			i++
+		}
+	})
 }
 
 // BenchmarkMutexSmoothWRR is the reference the schedule is measured against
