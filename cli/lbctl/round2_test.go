@@ -301,12 +301,14 @@ func TestWatchEndsAfterAnExplicitTimeout(t *testing.T) {
 	h := newHarness(t)
 	h.publish(demoSnapshot("BFE1", 3, map[string]int{"SC1": 45, "SC2": 55}, false))
 	start := time.Now()
-	out, errs, code := h.run("", "weights", "get", "--watch", "--timeout", "500ms")
+	// 2 s: the first read of the weights is inside the timeout, and it can
+	// take most of a shorter one on a loaded machine (500 ms flaked).
+	out, errs, code := h.run("", "weights", "get", "--watch", "--timeout", "2s")
 	if code != 0 || strings.Count(out, "CLUSTER demo-main") != 1 {
 		t.Fatalf("exit %d\n%s%s", code, out, errs)
 	}
-	if d := time.Since(start); d < 500*time.Millisecond || d > 10*time.Second {
-		t.Fatalf("the watch ended after %s, want about 500ms", d)
+	if d := time.Since(start); d < 2*time.Second || d > 20*time.Second {
+		t.Fatalf("the watch ended after %s, want about 2s", d)
 	}
 }
 
