@@ -118,9 +118,10 @@ const frozenFor = 11 * time.Second
 
 // etcdMemberFrozen freezes every member in turn (docker pause: the
 // connection stays open and nothing answers), the followers for frozenFor
-// each, then the leader while a version is published. Each proxy's
-// snapshot watch runs on one member, and it leaves that member only by a
-// counted restart, so every proxy must count at least one stall.
+// each, then the leader as long while a version is published. Each
+// proxy's snapshot watch runs on one member (the leader too), and it
+// leaves that member only by a counted restart, so every proxy must count
+// at least one stall.
 func etcdMemberFrozen(r *run) {
 	ctx, cancel := ctx10()
 	defer cancel()
@@ -154,10 +155,14 @@ func etcdMemberFrozen(r *run) {
 	}
 	mustDocker(r.t, "pause", leader)
 	paused = leader
+	pausedAt := time.Now()
 	v := r.publish(40, 50, 10)
 	took := r.env.waitConverged(r.t, 60*time.Second)
 	r.figure("etcd leader %s frozen (docker pause): v%d published and applied everywhere %.1fs later", leader, v, took.Seconds())
-	r.hold(5 * time.Second)
+	// The leader stays frozen frozenFor too: a proxy whose watch runs on it
+	// must stall as those on the followers did (a freeze of the publish and
+	// 5s, ~7s, ended before its stall was declared: CI, session 10).
+	r.hold(max(5*time.Second, frozenFor-time.Since(pausedAt)))
 	mustDocker(r.t, "unpause", leader)
 	paused = ""
 	r.heal("etcd leader " + leader + " resumed")
