@@ -5,8 +5,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"strings"
 	"testing"
 	"time"
+
+	"go.uber.org/goleak"
 
 	"github.com/sluicelb/sluice/proxy/server"
 )
@@ -53,4 +57,31 @@ func TestStopRightAfterStart(t *testing.T) {
 			cancel()
 		}
 	}
+}
+
+// TestFailedStartLeavesNothingRunning: a start-up that fails at its last
+// step — the TLS front refuses its options, after the plain front was made —
+// returns with no server started and every background goroutine ended, and
+// leaves the caller's listener unserved (Run closes only the listeners it
+// opened: a server started on the caller's would serve on after Run
+// returned).
+func TestFailedStartLeavesNothingRunning(t *testing.T) {
+	path, _ := stateFile(t)
+	cert, key, _ := selfSigned(t, t.TempDir(), "a.test")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	before := goleak.IgnoreCurrent()
+	err = Run(context.Background(), Config{ConfigFile: path, ProxyCluster: "BFE1", ID: "p1", TraceExporter: "none",
+		Listener: l, ListenTLS: "127.0.0.1:0", Admin: "127.0.0.1:0", Certs: []CertPair{{Cert: cert, Key: key}},
+		Front:  server.FrontOptions{H2Server: "bogus"},
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err == nil || !strings.Contains(err.Error(), `H2Server "bogus"`) {
+		t.Fatalf("Run: %v, want the TLS front's H2Server error", err)
+	}
+	goleak.VerifyNone(t, before, // retries while goroutines end; a server on l would not
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"))
 }
