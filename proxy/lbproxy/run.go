@@ -109,7 +109,7 @@ func newProxy(ctx context.Context, cfg Config) *proxy {
 func (p *proxy) defers(f func()) { p.cleanups = append(p.cleanups, f) }
 
 func (p *proxy) close() {
-	p.stopBG() // already done by shutdown unless the start-up failed
+	p.stopBG()  // already done by shutdown unless the start-up failed
 	p.wg.Wait() // a failed start-up's background work, before its clients close
 	for i := len(p.cleanups) - 1; i >= 0; i-- {
 		p.cleanups[i]()
