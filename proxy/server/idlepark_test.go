@@ -264,7 +264,7 @@ func TestFastFrontParkedOutlivesTheHeaderTimeout(t *testing.T) {
 	readAnswers(t, br, len("small body\n"))
 	poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
 	time.Sleep(4 * header) // the header timeout passes (time that must pass, not a state to wait for)
-	last := time.Now() // before the request: its idle timeout starts after it (from the client's read of the answer, a stalled client lost time)
+	last := time.Now()     // before the request: its idle timeout starts after it (from the client's read of the answer, a stalled client lost time)
 	io.WriteString(conn, smallGET)
 	readAnswers(t, br, len("small body\n"))
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
