@@ -259,22 +259,27 @@ func TestHTTPSWithCASNIAndClientCert(t *testing.T) {
 	srv.StartTLS()
 	defer srv.Close()
 	a := addrOf(t, srv.URL)
+	// The probes' 1 s default is not what this test checks (TestTimeouts
+	// does): the first check against the system roots loads them, which
+	// took more than 1 s under -race on a loaded machine ("want unknown
+	// authority, got probe timeout: timeout after 1s").
+	const slack = 30 * time.Second
 
 	good := &tls.Config{RootCAs: p.pool, Certificates: []tls.Certificate{p.client}}
-	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", TLS: good, Path: "/", Body: "sni=backend.test"}); err != nil {
+	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", TLS: good, Path: "/", Body: "sni=backend.test", Timeout: slack}); err != nil {
 		t.Fatalf("https with CA, SNI and client cert: %v", err)
 	}
 	// Without SNI the certificate (backend.test) does not match 127.0.0.1.
-	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, TLS: good, Path: "/"}); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, TLS: good, Path: "/", Timeout: slack}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("want certificate error without SNI, got %v", err)
 	}
 	// System roots do not know our CA.
-	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", Path: "/"}); err == nil || !strings.Contains(err.Error(), "certificate") {
+	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", Path: "/", Timeout: slack}); err == nil || !strings.Contains(err.Error(), "certificate") {
 		t.Fatalf("want unknown authority, got %v", err)
 	}
 	// Without a client certificate the server refuses the handshake.
 	noClient := &tls.Config{RootCAs: p.pool}
-	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", TLS: noClient, Path: "/"}); err == nil {
+	if err := Check(context.Background(), Target{Scheme: "https", Addr: a, Host: "backend.test", TLS: noClient, Path: "/", Timeout: slack}); err == nil {
 		t.Fatal("want failure without a client certificate")
 	}
 }

@@ -300,7 +300,15 @@ func TestFallThenRise(t *testing.T) {
 	fails := map[int64]bool{6: true, 7: true, 9: true, 10: true, 11: true, 13: true}
 	b.script = func(n int64) bool { return !fails[n] }
 	cfg := baseConfig(t, srv, b)
-	cfg.ProbeInterval = 100 * time.Millisecond
+	// The script counts the backend's answers: a probe timing out on a
+	// loaded machine turns an answered success into a failure the script
+	// does not count (GOMAXPROCS=1 at load 25: "healthy again after probe
+	// 17" with 50 ms, "unhealthy written after probe 9" once in 20 runs
+	// with 300 ms). 1 s to answer: the timeout is a safety net here. The
+	// lease's 2 s TTL is not checked either: over the ~16 s of probes it
+	// expired once under that load (states "healthy unhealthy gone").
+	cfg.ProbeInterval, cfg.ProbeTimeout = time.Second, time.Second
+	cfg.LeaseTTL = DefaultLeaseTTL
 	ev, stopWatch := watchStates(t, cli, "/sluice/instances/demo-main/SC1/"+b.addr(t).String(), b)
 	defer stopWatch()
 	startAgent(t, cfg)
@@ -466,6 +474,9 @@ func TestEtcdRestartReRegisters(t *testing.T) {
 	srv, cli := etcdtest.New(t)
 	b := newBackend(t)
 	cfg := baseConfig(t, srv, b)
+	// The record's reason is the last failed probe's: one timing out under
+	// load wrote "probe timeout: timeout after 50ms", not the 503 checked.
+	cfg.ProbeInterval, cfg.ProbeTimeout = 300*time.Millisecond, 300*time.Millisecond
 	r := startAgent(t, cfg)
 	key := r.a.Key()
 	var first clientv3.LeaseID

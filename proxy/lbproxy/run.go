@@ -109,7 +109,8 @@ func newProxy(ctx context.Context, cfg Config) *proxy {
 func (p *proxy) defers(f func()) { p.cleanups = append(p.cleanups, f) }
 
 func (p *proxy) close() {
-	p.stopBG() // already done by shutdown unless the start-up failed
+	p.stopBG()  // already done by shutdown unless the start-up failed
+	p.wg.Wait() // a failed start-up's background work, before its clients close
 	for i := len(p.cleanups) - 1; i >= 0; i-- {
 		p.cleanups[i]()
 	}
@@ -345,17 +346,20 @@ func (p *proxy) startSource() error {
 }
 
 // serveAll is the second phase: one server per listener, under the
-// supervisor.
+// supervisor. Every front is made before any serves: a front refused
+// (FrontOptions the TLS front rejects, say) fails the start-up with no
+// server started, none left serving a listener Run does not close.
 func (p *proxy) serveAll() error {
 	cfg := p.cfg
 	front := cfg.Front
 	front.ErrorLog = slog.NewLogLogger(p.log.Handler(), slog.LevelDebug)
+	var httpHS, tlsHS server.Front
 	if p.httpL != nil {
 		hs, err := p.srv.NewFront(cfg.FrontKind, front)
 		if err != nil {
 			return err
 		}
-		p.serve("http", p.conns.Listener(sockio.Listener{Listener: p.httpL}), hs)
+		httpHS = hs
 	}
 	if p.tlsL != nil {
 		f := front
@@ -364,7 +368,13 @@ func (p *proxy) serveAll() error {
 		if err != nil {
 			return err
 		}
-		p.serve("https", p.conns.Listener(sockio.Listener{Listener: p.tlsL}), hs)
+		tlsHS = hs
+	}
+	if httpHS != nil {
+		p.serve("http", p.conns.Listener(sockio.Listener{Listener: p.httpL}), httpHS)
+	}
+	if tlsHS != nil {
+		p.serve("https", p.conns.Listener(sockio.Listener{Listener: p.tlsL}), tlsHS)
 	}
 	adminHS := &http.Server{Handler: p.adminH, ReadHeaderTimeout: 5 * time.Second, ErrorLog: front.ErrorLog}
 	p.serve("admin", sockio.Listener{Listener: p.adminL}, adminHS)

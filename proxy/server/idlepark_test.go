@@ -266,14 +266,14 @@ func TestFastFrontParkedOutlivesTheHeaderTimeout(t *testing.T) {
 	readAnswers(t, br, len("small body\n"))
 	poll.EventuallyTrue(t, 20*time.Second, "the idle connection parked", func() bool { return parkedConns(f) == 1 })
 	time.Sleep(4 * header) // the header timeout passes (time that must pass, not a state to wait for)
+	last := time.Now()     // before the request: its idle timeout starts after it (from the client's read of the answer, a stalled client lost time)
 	io.WriteString(conn, smallGET)
 	readAnswers(t, br, len("small body\n"))
-	last := time.Now()
 	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 		t.Fatalf("read on the idle connection: %v, want EOF (closed by the idle timeout)", err)
 	}
 	if d := time.Since(last); d < idle-idle/16 {
-		t.Fatalf("closed %v after the last answer, want the idle timeout %v", d, idle)
+		t.Fatalf("closed %v after the last request, want the idle timeout %v", d, idle)
 	}
 }
 
@@ -521,16 +521,17 @@ func TestFastFrontIdleTimeoutBeforeTheHeaderTimeout(t *testing.T) {
 	const header, idle = 20 * time.Second, 400 * time.Millisecond
 	for _, requests := range []int{1, 2} {
 		_, conn, br := parkFront(t, false, FrontOptions{ReadHeaderTimeout: header, IdleTimeout: idle, ParkIdleAfter: time.Hour})
+		var last time.Time
 		for range requests {
+			last = time.Now() // before the last request: its idle timeout starts after it
 			io.WriteString(conn, smallGET)
 			readAnswers(t, br, len("small body\n"))
 		}
-		last := time.Now()
 		if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
 			t.Fatalf("after %d requests: read on the idle connection: %v, want EOF (closed by the idle timeout)", requests, err)
 		}
 		if d := time.Since(last); d < idle-idle/16 || d > header/2 {
-			t.Fatalf("after %d requests: closed %v after the last answer, want the idle timeout %v", requests, d, idle)
+			t.Fatalf("after %d requests: closed %v after the last request, want the idle timeout %v", requests, d, idle)
 		}
 	}
 }
