@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/route"
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 )
 
 // TestAccessLineMatchesJSONHandler: the access line Options.AccessLogWriter
@@ -155,13 +156,19 @@ func BenchmarkAccessLine(b *testing.B) {
 		}
 		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
-	b.Run("accessline", func(b *testing.B) {
-		w := &accessWriter{w: io.Discard}
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			w.write(st, r, time.Now(), 812345)
-		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-	})
+	for _, v := range []struct {
+		name string
+		w    io.Writer
+	}{{"accessline", io.Discard}, {"logbuf", logbuf.New(io.Discard, 64<<10)}} {
+		// logbuf: as lbproxy writes it (--access-log-buffer 65536), to io.Discard
+		b.Run(v.name, func(b *testing.B) {
+			w := &accessWriter{w: v.w}
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				w.write(st, r, time.Now(), 812345)
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
 }
