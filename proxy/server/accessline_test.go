@@ -5,10 +5,12 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -170,5 +172,63 @@ func BenchmarkAccessLine(b *testing.B) {
 			}
 			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 		})
+	}
+}
+
+// TestAppendJSONBodyEveryPosition: appendJSONBody escapes as slog's JSON
+// handler does whatever the string's length and wherever in it the byte to
+// escape is — in either eight-byte word of a long string, in the bytes
+// after the last word, or nowhere (then the words pass whole).
+func TestAppendJSONBodyEveryPosition(t *testing.T) {
+	var out bytes.Buffer
+	h := slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key != "k" {
+			return slog.Attr{}
+		}
+		return a
+	}})
+	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "\x80", "\xff", "é", "\u2028", " ", "~", "!", "#", "[", "]", "!\x21"}
+	for n := range 26 {
+		plain := strings.Repeat("a", n)
+		cases := []string{plain}
+		for pos := 0; pos <= n; pos++ {
+			for _, c := range specials {
+				cases = append(cases, plain[:pos]+c+plain[pos:])
+			}
+		}
+		for _, s := range cases {
+			out.Reset()
+			rec := slog.NewRecord(time.Time{}, slog.LevelInfo, "", 0)
+			rec.AddAttrs(slog.String("k", s))
+			if err := h.Handle(context.Background(), rec); err != nil {
+				t.Fatal(err)
+			}
+			want := strings.TrimSuffix(strings.TrimPrefix(out.String(), `{"k":`), "}\n")
+			if got := string(appendJSONString([]byte("x"), s)); got != "x"+want {
+				t.Fatalf("%q: got %s, want %s", s, got[1:], want)
+			}
+		}
+	}
+}
+
+// TestAppendIntMatchesStrconv: the line's numbers are strconv's.
+func TestAppendIntMatchesStrconv(t *testing.T) {
+	vals := []int64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, -1, -9, -10, -99, -100, -12345,
+		math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1, 1e18, -1e18}
+	for p := int64(1); p < math.MaxInt64/10; p *= 10 {
+		vals = append(vals, p-1, p, p+1, -p, -p+1)
+	}
+	rnd := rand.New(rand.NewPCG(3, 5))
+	for range 5000 {
+		vals = append(vals, rnd.Int64()>>rnd.IntN(64), -(rnd.Int64() >> rnd.IntN(64)))
+	}
+	for _, v := range vals {
+		if got, want := string(appendInt([]byte("x"), v)), "x"+strconv.FormatInt(v, 10); got != want {
+			t.Fatalf("appendInt(%d) = %s, want %s", v, got, want)
+		}
+		u := uint64(v)
+		if got, want := string(appendUint([]byte("x"), u)), "x"+strconv.FormatUint(u, 10); got != want {
+			t.Fatalf("appendUint(%d) = %s, want %s", u, got, want)
+		}
 	}
 }
