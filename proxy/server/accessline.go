@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 )
 
 // The access line (Options.AccessLogWriter) is written by appendAccess
@@ -20,23 +22,53 @@ import (
 // holds the two to the same bytes.
 
 // accessWriter writes whole lines to w, one Write per line, serialised as
-// slog.JSONHandler serialises its writes.
+// slog.JSONHandler serialises its writes — by w itself when it is a
+// logbuf.Writer (lbproxy's --access-log-buffer), which takes each Write
+// whole under its own lock.
 type accessWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	locked bool // w serialises its writes itself
 }
 
-// accessBufs are the lines being formatted (about 600 bytes each).
-var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
+func newAccessWriter(w io.Writer) *accessWriter {
+	_, locked := w.(*logbuf.Writer)
+	return &accessWriter{w: w, locked: locked}
+}
+
+// accessBufs are the lines being formatted (about 600 bytes each) of
+// states that are not reused; a reused state keeps its own (reqState.line).
+var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, lineSize); return &b }}
+
+const lineSize = 1024
 
 func (a *accessWriter) write(st *reqState, r *http.Request, t time.Time, took time.Duration) {
+	if st.reuse {
+		if st.line == nil {
+			st.line = make([]byte, 0, lineSize)
+		}
+		st.line = st.appendAccess(st.line[:0], r, t, took)
+		a.put(st.line)
+		if cap(st.line) > 16*lineSize { // a line of a huge target: not kept
+			st.line = nil
+		}
+		return
+	}
 	bp := accessBufs.Get().(*[]byte)
 	b := st.appendAccess((*bp)[:0], r, t, took)
+	a.put(b)
+	*bp = b
+	accessBufs.Put(bp)
+}
+
+func (a *accessWriter) put(b []byte) {
+	if a.locked {
+		_, _ = a.w.Write(b)
+		return
+	}
 	a.mu.Lock()
 	_, _ = a.w.Write(b)
 	a.mu.Unlock()
-	*bp = b
-	accessBufs.Put(bp)
 }
 
 // appendAccess appends the request's JSON access line, newline included,

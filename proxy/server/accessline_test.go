@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,7 +149,8 @@ func TestTraceCarriersAgreeWithHeaderCarrier(t *testing.T) {
 func BenchmarkAccessLine(b *testing.B) {
 	st := &reqState{rt: &runtime{version: 42}, res: route.Result{Product: "demo", RuleName: "all", Cluster: "main"},
 		subcluster: "SC1", instance: "10.0.0.7:8080", algorithm: "wrr", reason: "hash", attempts: 1, status: 200,
-		clientIP: netip.MustParseAddr("10.1.2.3"), bytesOut: 100, upstreamTime: 402113}
+		clientIP: netip.MustParseAddr("10.1.2.3"), bytesOut: 100, upstreamTime: 402113,
+		reuse: true} // the fast path's state
 	r := &http.Request{Method: "GET", Host: "demo.test", URL: &url.URL{Path: "/index.html", RawQuery: "q=1"}}
 	b.Run("slog", func(b *testing.B) {
 		h := slog.NewJSONHandler(io.Discard, nil)
@@ -164,7 +167,7 @@ func BenchmarkAccessLine(b *testing.B) {
 	}{{"accessline", io.Discard}, {"logbuf", logbuf.New(io.Discard, 64<<10)}} {
 		// logbuf: as lbproxy writes it (--access-log-buffer 65536), to io.Discard
 		b.Run(v.name, func(b *testing.B) {
-			w := &accessWriter{w: v.w}
+			w := newAccessWriter(v.w)
 			b.ReportAllocs()
 			cpu0 := processCPU(b)
 			for b.Loop() {
@@ -231,4 +234,63 @@ func TestAppendIntMatchesStrconv(t *testing.T) {
 			t.Fatalf("appendUint(%d) = %s, want %s", u, got, want)
 		}
 	}
+}
+
+// TestAccessWriterThroughLogbufConcurrently: with a logbuf.Writer the
+// access writer takes no lock of its own (the buffer serialises its
+// writes): lines written at once from many goroutines still arrive whole,
+// each once.
+func TestAccessWriterThroughLogbufConcurrently(t *testing.T) {
+	var out lockedBuffer
+	lb := logbuf.New(&out, 4096)
+	w := newAccessWriter(lb)
+	if !w.locked {
+		t.Fatal("a logbuf.Writer: want the access writer to leave the locking to it")
+	}
+	const goroutines, each = 8, 300
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				st := &reqState{res: route.Result{Product: "p"}, attempts: g, status: 200 + i%3, reuse: i%2 == 0}
+				r := &http.Request{Method: "GET", Host: "h", URL: &url.URL{Path: "/" + strconv.Itoa(i)}}
+				w.write(st, r, time.Unix(1, 0), time.Duration(g*each+i))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := lb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[float64]bool{}
+	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(l), &m); err != nil {
+			t.Fatalf("line %q: %v", l, err)
+		}
+		seen[m["duration"].(float64)] = true
+	}
+	if len(seen) != goroutines*each {
+		t.Fatalf("%d distinct lines, want %d", len(seen), goroutines*each)
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for concurrent use.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
