@@ -17,11 +17,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/forward"
 	"github.com/sluicelb/sluice/proxy/internal/logbuf"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 )
 
 // The lean path's allocations per GET (no access log, no tracing, the fast
@@ -150,6 +154,25 @@ func TestAccessLogFastFrontAllocs(t *testing.T) {
 	lb := logbuf.New(io.Discard, 64<<10)
 	if got := fastFrontAllocs(t, Options{UpstreamClient: UpstreamFast, AccessLogWriter: lb}); got != leanFastFrontAllocs {
 		t.Fatalf("fasthttp front path with the access log: %v allocations per GET, want exactly %d (the lean path's)", got, leanFastFrontAllocs)
+	}
+}
+
+// TestUnsampledFullFastFrontAllocs: lbproxy's full configuration (the
+// access line through a logbuf.Writer, tracing as telemetry.Setup sets it
+// up) adds no allocation to a GET the head leaves unsampled — the 99 % at
+// 1 % sampling: no span, and the traceparent sent and logged is the reused
+// state's own text.
+func TestUnsampledFullFastFrontAllocs(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "lbproxy",
+		Exporter: telemetry.ExporterNone, SampleRatio: 0, SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	o := Options{UpstreamClient: UpstreamFast, AccessLogWriter: logbuf.New(io.Discard, 64<<10),
+		TracerProvider: tel.TracerProvider, Propagator: tel.Propagator, Head: tel.Head}
+	if got := fastFrontAllocs(t, o); got != leanFastFrontAllocs {
+		t.Fatalf("fasthttp front path, full configuration, unsampled: %v allocations per GET, want exactly %d (the lean path's)", got, leanFastFrontAllocs)
 	}
 }
 
