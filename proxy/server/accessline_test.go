@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"log/slog"
 	"math"
@@ -241,7 +240,7 @@ func TestAppendIntMatchesStrconv(t *testing.T) {
 // writes): lines written at once from many goroutines still arrive whole,
 // each once.
 func TestAccessWriterThroughLogbufConcurrently(t *testing.T) {
-	var out lockedBuffer
+	var out syncBuffer
 	lb := logbuf.New(&out, 4096)
 	w := newAccessWriter(lb)
 	if !w.locked {
@@ -265,32 +264,10 @@ func TestAccessWriterThroughLogbufConcurrently(t *testing.T) {
 		t.Fatal(err)
 	}
 	seen := map[float64]bool{}
-	for _, l := range strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n") {
-		var m map[string]any
-		if err := json.Unmarshal([]byte(l), &m); err != nil {
-			t.Fatalf("line %q: %v", l, err)
-		}
+	for _, m := range out.lines(t) { // each line whole: valid JSON
 		seen[m["duration"].(float64)] = true
 	}
 	if len(seen) != goroutines*each {
 		t.Fatalf("%d distinct lines, want %d", len(seen), goroutines*each)
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
