@@ -36,24 +36,13 @@ func newAccessWriter(w io.Writer) *accessWriter {
 	return &accessWriter{w: w, locked: locked}
 }
 
-// accessBufs are the lines being formatted (about 600 bytes each) of
-// states that are not reused; a reused state keeps its own (reqState.line).
-var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, lineSize); return &b }}
-
-const lineSize = 1024
+// accessBufs are the lines being formatted (about 600 bytes each). With
+// one P the pool hands out one buffer, hot in the cache: a buffer of each
+// request state's own (64 of them at 64 connections) measured slower in
+// bench/run.sh for fewer instructions (docs/BENCHMARKS.md, s10-full).
+var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 func (a *accessWriter) write(st *reqState, r *http.Request, t time.Time, took time.Duration) {
-	if st.reuse {
-		if st.line == nil {
-			st.line = make([]byte, 0, lineSize)
-		}
-		st.line = st.appendAccess(st.line[:0], r, t, took)
-		a.put(st.line)
-		if cap(st.line) > 16*lineSize { // a line of a huge target: not kept
-			st.line = nil
-		}
-		return
-	}
 	bp := accessBufs.Get().(*[]byte)
 	b := st.appendAccess((*bp)[:0], r, t, took)
 	a.put(b)

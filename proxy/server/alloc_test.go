@@ -149,7 +149,7 @@ func TestLeanFastFrontAllocs(t *testing.T) {
 
 // TestAccessLogFastFrontAllocs: the access line, written as lbproxy writes
 // it (through a 64 KiB logbuf.Writer), adds no allocation to the fasthttp
-// front's GET: the line is formatted in the reused state's own buffer.
+// front's GET: the line is formatted in a pooled buffer.
 func TestAccessLogFastFrontAllocs(t *testing.T) {
 	lb := logbuf.New(io.Discard, 64<<10)
 	if got := fastFrontAllocs(t, Options{UpstreamClient: UpstreamFast, AccessLogWriter: lb}); got != leanFastFrontAllocs {

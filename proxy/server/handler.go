@@ -98,9 +98,6 @@ type reqState struct {
 	fwd   forward.Request
 	extra [5]forward.HeaderField
 	rep   reply
-	// line is the access line's buffer of a state the fast path reuses
-	// (accessWriter.write), kept by newState
-	line []byte
 	// the router's view of the request: in the state, not on the stack,
 	// where Match's interface calls made it escape (one allocation per
 	// request)
@@ -401,8 +398,7 @@ func (st *reqState) end() {
 func (s *Server) newState() *reqState {
 	if v := s.reqPool.Get(); v != nil {
 		st := v.(*reqState)
-		line := st.line
-		*st = reqState{line: line}
+		*st = reqState{}
 		return st
 	}
 	return new(reqState)
