@@ -5,11 +5,12 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 )
 
 // The access line (Options.AccessLogWriter) is written by appendAccess
@@ -21,23 +22,42 @@ import (
 // holds the two to the same bytes.
 
 // accessWriter writes whole lines to w, one Write per line, serialised as
-// slog.JSONHandler serialises its writes.
+// slog.JSONHandler serialises its writes — by w itself when it is a
+// logbuf.Writer (lbproxy's --access-log-buffer), which takes each Write
+// whole under its own lock.
 type accessWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	locked bool // w serialises its writes itself
 }
 
-// accessBufs are the lines being formatted (about 600 bytes each).
+func newAccessWriter(w io.Writer) *accessWriter {
+	_, locked := w.(*logbuf.Writer)
+	return &accessWriter{w: w, locked: locked}
+}
+
+// accessBufs are the lines being formatted (about 600 bytes each). With
+// one P the pool hands out one buffer, hot in the cache: a buffer of each
+// request state's own (64 of them at 64 connections) measured slower in
+// bench/run.sh for fewer instructions (docs/BENCHMARKS.md, s10-full).
 var accessBufs = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
 func (a *accessWriter) write(st *reqState, r *http.Request, t time.Time, took time.Duration) {
 	bp := accessBufs.Get().(*[]byte)
 	b := st.appendAccess((*bp)[:0], r, t, took)
+	a.put(b)
+	*bp = b
+	accessBufs.Put(bp)
+}
+
+func (a *accessWriter) put(b []byte) {
+	if a.locked {
+		_, _ = a.w.Write(b)
+		return
+	}
 	a.mu.Lock()
 	_, _ = a.w.Write(b)
 	a.mu.Unlock()
-	*bp = b
-	accessBufs.Put(bp)
 }
 
 // appendAccess appends the request's JSON access line, newline included,
@@ -62,7 +82,7 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 		b = appendJSONString(b, st.clientIP.String())
 	}
 	b = append(b, `,"version":`...)
-	b = strconv.AppendUint(b, st.version(), 10)
+	b = appendUint(b, st.version())
 	b = append(b, `,"product":"`...)
 	b = appendJSONBody(b, st.res.Product)
 	b = append(b, `","rule":"`...)
@@ -78,23 +98,23 @@ func (st *reqState) appendAccess(b []byte, r *http.Request, t time.Time, took ti
 	b = append(b, `","pick_reason":"`...)
 	b = appendJSONBody(b, st.reason)
 	b = append(b, `","attempts":`...)
-	b = strconv.AppendInt(b, int64(st.attempts), 10)
+	b = appendInt(b, int64(st.attempts))
 	b = append(b, `,"status":`...)
-	b = strconv.AppendInt(b, int64(st.status), 10)
+	b = appendInt(b, int64(st.status))
 	b = append(b, `,"error_code":"`...)
 	b = appendJSONBody(b, st.code)
 	b = append(b, `","duration":`...)
-	b = strconv.AppendInt(b, int64(took), 10)
+	b = appendInt(b, int64(took))
 	b = append(b, `,"query":"`...)
 	b = appendJSONBody(b, r.URL.RawQuery)
 	b = append(b, `","bytes_in":`...)
-	b = strconv.AppendInt(b, st.bytesIn(), 10)
+	b = appendInt(b, st.bytesIn())
 	b = append(b, `,"bytes_out":`...)
-	b = strconv.AppendInt(b, st.bytesOut, 10)
+	b = appendInt(b, st.bytesOut)
 	b = append(b, `,"upstream_header_time":`...)
-	b = strconv.AppendInt(b, int64(st.upstreamTime), 10)
+	b = appendInt(b, int64(st.upstreamTime))
 	b = append(b, `,"upstream_connect_time":`...)
-	b = strconv.AppendInt(b, int64(st.upstreamConnect), 10)
+	b = appendInt(b, int64(st.upstreamConnect))
 	b = append(b, `,"trace_id":"`...)
 	switch {
 	case st.traceparent != "": // "00-" trace id "-" …, already in hex
@@ -121,22 +141,26 @@ var lastSecond atomic.Pointer[lineSecond]
 // appendLineTime appends t as t.Round(0).AppendFormat(b, time.RFC3339Nano)
 // does (slog's time), the date and clock of its second formatted once.
 func appendLineTime(b []byte, t time.Time) []byte {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return t.Round(0).AppendFormat(b, time.RFC3339Nano)
-	}
 	c := lastSecond.Load()
 	if c == nil || c.unix != t.Unix() || c.loc != t.Location() {
+		// The second's year is checked once, here: the cached text is of
+		// four-digit years only.
+		if y := t.Year(); y < 0 || y > 9999 {
+			return t.Round(0).AppendFormat(b, time.RFC3339Nano)
+		}
 		c = &lineSecond{unix: t.Unix(), loc: t.Location(),
 			text: t.AppendFormat(nil, "2006-01-02T15:04:05"), zone: t.AppendFormat(nil, "Z07:00")}
 		lastSecond.Store(c)
 	}
 	b = append(b, c.text...)
-	if ns := t.Nanosecond(); ns != 0 { // ".999999999": no trailing zeros
+	if ns := uint32(t.Nanosecond()); ns != 0 { // ".999999999": no trailing zeros
 		var d [10]byte
-		d[0] = '.'
-		for i := 9; i > 0; i-- {
-			d[i] = byte('0' + ns%10)
-			ns /= 10
+		d[0], d[9] = '.', byte('0'+ns%10)
+		ns /= 10
+		for i := 7; i > 0; i -= 2 {
+			p := decPairs[ns%100]
+			d[i], d[i+1] = p[0], p[1]
+			ns /= 100
 		}
 		n := len(d)
 		for d[n-1] == '0' {
@@ -198,15 +222,34 @@ var jsonPlain = func() (t [256]bool) {
 }()
 
 // appendJSONBody appends s escaped as appendJSONString does, without the
-// quotes: at once when nothing in it needs escaping (the usual field).
+// quotes: at once when nothing in it needs escaping (the usual field). The
+// scan takes eight bytes at a time: a word is plain when none of its bytes
+// is at or above 0x80, below 0x20, '"' or '\\' — each test the exact "has
+// a byte that is …" of the word (a false positive would only stop the word
+// loop early, and the byte loop decides).
 func appendJSONBody(b []byte, s string) []byte {
+	const lo, hi = 0x0101010101010101, 0x8080808080808080
 	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
+	for ; i+8 <= len(s); i += 8 {
+		w := s[i : i+8]
+		x := uint64(w[0]) | uint64(w[1])<<8 | uint64(w[2])<<16 | uint64(w[3])<<24 |
+			uint64(w[4])<<32 | uint64(w[5])<<40 | uint64(w[6])<<48 | uint64(w[7])<<56
+		q, e := x^('"'*lo), x^('\\'*lo)
+		if (x|(x-0x20*lo)|(q-lo)&^q|(e-lo)&^e)&hi != 0 {
+			break
+		}
 	}
-	if i == len(s) {
-		return append(b, s...)
+	for ; i < len(s); i++ {
+		if !jsonPlain[s[i]] {
+			return appendJSONEscaped(b, s, i)
+		}
 	}
+	return append(b, s...)
+}
+
+// appendJSONEscaped appends s, escaped, when s[i] is the first byte of it
+// not in jsonPlain.
+func appendJSONEscaped(b []byte, s string, i int) []byte {
 	start := 0
 	for i < len(s) {
 		if c := s[i]; c < utf8.RuneSelf {
@@ -252,3 +295,44 @@ func appendJSONBody(b []byte, s string) []byte {
 }
 
 const hexDigits = "0123456789abcdef"
+
+// appendInt appends v in decimal, as strconv.AppendInt(b, v, 10) does.
+func appendInt(b []byte, v int64) []byte {
+	if uint64(v) < 10 { // attempts, a body of none: one digit
+		return append(b, byte('0'+v))
+	}
+	if v < 0 {
+		return appendUint(append(b, '-'), -uint64(v))
+	}
+	return appendUint(b, uint64(v))
+}
+
+// appendUint appends u in decimal, as strconv.AppendUint(b, u, 10) does,
+// two digits at a time.
+func appendUint(b []byte, u uint64) []byte {
+	var d [20]byte
+	i := len(d)
+	for u >= 100 {
+		p := decPairs[u%100]
+		i -= 2
+		d[i], d[i+1] = p[0], p[1]
+		u /= 100
+	}
+	if u >= 10 {
+		p := decPairs[u]
+		i -= 2
+		d[i], d[i+1] = p[0], p[1]
+	} else {
+		i--
+		d[i] = byte('0' + u)
+	}
+	return append(b, d[i:]...)
+}
+
+// decPairs are the two decimal digits of 0 to 99.
+var decPairs = func() (t [100][2]byte) {
+	for i := range t {
+		t[i] = [2]byte{byte('0' + i/10), byte('0' + i%10)}
+	}
+	return t
+}()

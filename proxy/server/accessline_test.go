@@ -5,11 +5,14 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/route"
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
 )
 
 // TestAccessLineMatchesJSONHandler: the access line Options.AccessLogWriter
@@ -144,7 +148,8 @@ func TestTraceCarriersAgreeWithHeaderCarrier(t *testing.T) {
 func BenchmarkAccessLine(b *testing.B) {
 	st := &reqState{rt: &runtime{version: 42}, res: route.Result{Product: "demo", RuleName: "all", Cluster: "main"},
 		subcluster: "SC1", instance: "10.0.0.7:8080", algorithm: "wrr", reason: "hash", attempts: 1, status: 200,
-		clientIP: netip.MustParseAddr("10.1.2.3"), bytesOut: 100, upstreamTime: 402113}
+		clientIP: netip.MustParseAddr("10.1.2.3"), bytesOut: 100, upstreamTime: 402113,
+		reuse: true} // the fast path's state
 	r := &http.Request{Method: "GET", Host: "demo.test", URL: &url.URL{Path: "/index.html", RawQuery: "q=1"}}
 	b.Run("slog", func(b *testing.B) {
 		h := slog.NewJSONHandler(io.Discard, nil)
@@ -155,13 +160,114 @@ func BenchmarkAccessLine(b *testing.B) {
 		}
 		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
 	})
-	b.Run("accessline", func(b *testing.B) {
-		w := &accessWriter{w: io.Discard}
-		b.ReportAllocs()
-		cpu0 := processCPU(b)
-		for b.Loop() {
-			w.write(st, r, time.Now(), 812345)
+	for _, v := range []struct {
+		name string
+		w    io.Writer
+	}{{"accessline", io.Discard}, {"logbuf", logbuf.New(io.Discard, 64<<10)}} {
+		// logbuf: as lbproxy writes it (--access-log-buffer 65536), to io.Discard
+		b.Run(v.name, func(b *testing.B) {
+			w := newAccessWriter(v.w)
+			b.ReportAllocs()
+			cpu0 := processCPU(b)
+			for b.Loop() {
+				w.write(st, r, time.Now(), 812345)
+			}
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+// TestAppendJSONBodyEveryPosition: appendJSONBody escapes as slog's JSON
+// handler does whatever the string's length and wherever in it the byte to
+// escape is — in either eight-byte word of a long string, in the bytes
+// after the last word, or nowhere (then the words pass whole).
+func TestAppendJSONBodyEveryPosition(t *testing.T) {
+	var out bytes.Buffer
+	h := slog.NewJSONHandler(&out, &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key != "k" {
+			return slog.Attr{}
 		}
-		b.ReportMetric(float64(processCPU(b)-cpu0)/float64(b.N), "cpu-ns/op")
-	})
+		return a
+	}})
+	specials := []string{"\"", "\\", "\n", "\x00", "\x1f", "\x7f", "\x80", "\xff", "é", "\u2028", " ", "~", "!", "#", "[", "]", "!\x21"}
+	for n := range 26 {
+		plain := strings.Repeat("a", n)
+		cases := []string{plain}
+		for pos := 0; pos <= n; pos++ {
+			for _, c := range specials {
+				cases = append(cases, plain[:pos]+c+plain[pos:])
+			}
+		}
+		for _, s := range cases {
+			out.Reset()
+			rec := slog.NewRecord(time.Time{}, slog.LevelInfo, "", 0)
+			rec.AddAttrs(slog.String("k", s))
+			if err := h.Handle(context.Background(), rec); err != nil {
+				t.Fatal(err)
+			}
+			want := strings.TrimSuffix(strings.TrimPrefix(out.String(), `{"k":`), "}\n")
+			if got := string(appendJSONString([]byte("x"), s)); got != "x"+want {
+				t.Fatalf("%q: got %s, want %s", s, got[1:], want)
+			}
+		}
+	}
+}
+
+// TestAppendIntMatchesStrconv: the line's numbers are strconv's.
+func TestAppendIntMatchesStrconv(t *testing.T) {
+	vals := []int64{0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, 12345, -1, -9, -10, -99, -100, -12345,
+		math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1, 1e18, -1e18}
+	for p := int64(1); p < math.MaxInt64/10; p *= 10 {
+		vals = append(vals, p-1, p, p+1, -p, -p+1)
+	}
+	rnd := rand.New(rand.NewPCG(3, 5))
+	for range 5000 {
+		vals = append(vals, rnd.Int64()>>rnd.IntN(64), -(rnd.Int64() >> rnd.IntN(64)))
+	}
+	for _, v := range vals {
+		if got, want := string(appendInt([]byte("x"), v)), "x"+strconv.FormatInt(v, 10); got != want {
+			t.Fatalf("appendInt(%d) = %s, want %s", v, got, want)
+		}
+		u := uint64(v)
+		if got, want := string(appendUint([]byte("x"), u)), "x"+strconv.FormatUint(u, 10); got != want {
+			t.Fatalf("appendUint(%d) = %s, want %s", u, got, want)
+		}
+	}
+}
+
+// TestAccessWriterThroughLogbufConcurrently: with a logbuf.Writer the
+// access writer takes no lock of its own (the buffer serialises its
+// writes): lines written at once from many goroutines still arrive whole,
+// each once.
+func TestAccessWriterThroughLogbufConcurrently(t *testing.T) {
+	var out syncBuffer
+	lb := logbuf.New(&out, 4096)
+	w := newAccessWriter(lb)
+	if !w.locked {
+		t.Fatal("a logbuf.Writer: want the access writer to leave the locking to it")
+	}
+	const goroutines, each = 8, 300
+	var wg sync.WaitGroup
+	for g := range goroutines {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				st := &reqState{res: route.Result{Product: "p"}, attempts: g, status: 200 + i%3, reuse: i%2 == 0}
+				r := &http.Request{Method: "GET", Host: "h", URL: &url.URL{Path: "/" + strconv.Itoa(i)}}
+				w.write(st, r, time.Unix(1, 0), time.Duration(g*each+i))
+			}
+		}()
+	}
+	wg.Wait()
+	if err := lb.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	seen := map[float64]bool{}
+	for _, m := range out.lines(t) { // each line whole: valid JSON
+		seen[m["duration"].(float64)] = true
+	}
+	if len(seen) != goroutines*each {
+		t.Fatalf("%d distinct lines, want %d", len(seen), goroutines*each)
+	}
 }

@@ -17,10 +17,15 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/snapshot"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/proxy/internal/forward"
+	"github.com/sluicelb/sluice/proxy/internal/logbuf"
+	"github.com/sluicelb/sluice/proxy/internal/telemetry"
 )
 
 // The lean path's allocations per GET (no access log, no tracing, the fast
@@ -137,7 +142,44 @@ func TestLeanHandlerAllocs(t *testing.T) {
 // through the fasthttp front (the default) to real loopback backends; the
 // client is raw too, so every allocation counted is the proxy's.
 func TestLeanFastFrontAllocs(t *testing.T) {
-	p := newProxy(t, rawSnapshot(t), proxyOpts{frontKind: FrontFastHTTP, opts: Options{UpstreamClient: UpstreamFast}})
+	if got := fastFrontAllocs(t, Options{UpstreamClient: UpstreamFast}); got != leanFastFrontAllocs {
+		t.Fatalf("lean fasthttp front path: %v allocations per GET, want exactly %d", got, leanFastFrontAllocs)
+	}
+}
+
+// TestAccessLogFastFrontAllocs: the access line, written as lbproxy writes
+// it (through a 64 KiB logbuf.Writer), adds no allocation to the fasthttp
+// front's GET: the line is formatted in a pooled buffer.
+func TestAccessLogFastFrontAllocs(t *testing.T) {
+	lb := logbuf.New(io.Discard, 64<<10)
+	if got := fastFrontAllocs(t, Options{UpstreamClient: UpstreamFast, AccessLogWriter: lb}); got != leanFastFrontAllocs {
+		t.Fatalf("fasthttp front path with the access log: %v allocations per GET, want exactly %d (the lean path's)", got, leanFastFrontAllocs)
+	}
+}
+
+// TestUnsampledFullFastFrontAllocs: lbproxy's full configuration (the
+// access line through a logbuf.Writer, tracing as telemetry.Setup sets it
+// up) adds no allocation to a GET the head leaves unsampled — the 99 % at
+// 1 % sampling: no span, and the traceparent sent and logged is the reused
+// state's own text.
+func TestUnsampledFullFastFrontAllocs(t *testing.T) {
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{ServiceName: "lbproxy",
+		Exporter: telemetry.ExporterNone, SampleRatio: 0, SpanProcessor: sdktrace.NewBatchSpanProcessor(tracetest.NewNoopExporter())})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tel.Shutdown(context.Background()) })
+	o := Options{UpstreamClient: UpstreamFast, AccessLogWriter: logbuf.New(io.Discard, 64<<10),
+		TracerProvider: tel.TracerProvider, Propagator: tel.Propagator, Head: tel.Head}
+	if got := fastFrontAllocs(t, o); got != leanFastFrontAllocs {
+		t.Fatalf("fasthttp front path, full configuration, unsampled: %v allocations per GET, want exactly %d (the lean path's)", got, leanFastFrontAllocs)
+	}
+}
+
+// fastFrontAllocs is the allocations of one keep-alive GET through the
+// fasthttp front of a proxy with options o, over rawSnapshot.
+func fastFrontAllocs(t *testing.T, o Options) float64 {
+	p := newProxy(t, rawSnapshot(t), proxyOpts{frontKind: FrontFastHTTP, opts: o})
 	conn, err := net.Dial("tcp", p.addr)
 	if err != nil {
 		t.Fatal(err)
@@ -172,7 +214,5 @@ func TestLeanFastFrontAllocs(t *testing.T) {
 	if failure != nil {
 		t.Fatalf("GET through the fasthttp front: %v", failure)
 	}
-	if got != leanFastFrontAllocs {
-		t.Fatalf("lean fasthttp front path: %v allocations per GET, want exactly %d", got, leanFastFrontAllocs)
-	}
+	return got
 }

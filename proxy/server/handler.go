@@ -66,8 +66,10 @@ type reqState struct {
 	ctx       context.Context // carries the server span
 	span      trace.Span      // nil when untraced or left unsampled by the head (startTrace)
 	sc        trace.SpanContext
-	// traceparent of a request the head left unsampled, made at its first attempt
+	// traceparent of a request the head left unsampled, made at its first
+	// attempt; on the fast path its text is tp
 	traceparent string
+	tp          [traceparentLen]byte
 	buf         []byte      // replay buffer (nil: no body or streamed)
 	stream      *streamBody // non-nil when the body is streamed
 	replayable  bool

@@ -164,7 +164,7 @@ func New(o Options) (*Server, error) {
 		s.pools = forward.NewPools(forward.Options{})
 	}
 	if o.AccessLogWriter != nil {
-		s.accessW = &accessWriter{w: o.AccessLogWriter}
+		s.accessW = newAccessWriter(o.AccessLogWriter)
 	}
 	if s.log == nil {
 		s.log = slog.Default()

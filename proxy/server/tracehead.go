@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -59,7 +60,14 @@ func (st *reqState) inject(ctx context.Context, c propagation.TextMapCarrier) {
 		return
 	}
 	if st.traceparent == "" { // once per request, whatever the attempts
-		st.traceparent = traceparent(st.sc)
+		if st.reuse {
+			// The fast path: nothing outlives the state (its extra
+			// headers are in it too), so the text is the state's own.
+			appendTraceparent(st.tp[:0], st.sc)
+			st.traceparent = unsafe.String(&st.tp[0], len(st.tp))
+		} else {
+			st.traceparent = traceparent(st.sc)
+		}
 	}
 	c.Set("traceparent", st.traceparent)
 }
@@ -67,7 +75,17 @@ func (st *reqState) inject(ctx context.Context, c propagation.TextMapCarrier) {
 // traceparent is the W3C traceparent header of sc, as
 // propagation.TraceContext writes it.
 func traceparent(sc trace.SpanContext) string {
-	b := [55]byte{0: '0', 1: '0', 2: '-', 35: '-', 52: '-', 53: '0', 54: '0'}
+	var b [traceparentLen]byte
+	return string(appendTraceparent(b[:0], sc))
+}
+
+const traceparentLen = 55
+
+// appendTraceparent writes traceparent(sc) into b's array, of at least
+// traceparentLen bytes.
+func appendTraceparent(b []byte, sc trace.SpanContext) []byte {
+	b = b[:traceparentLen]
+	b[0], b[1], b[2], b[35], b[52], b[53], b[54] = '0', '0', '-', '-', '-', '0', '0'
 	tid, sid := sc.TraceID(), sc.SpanID()
 	th, sh := (*[32]byte)(b[3:35]), (*[16]byte)(b[36:52])
 	for i, v := range tid {
@@ -79,7 +97,7 @@ func traceparent(sc trace.SpanContext) string {
 	if sc.IsSampled() {
 		b[54] = '1'
 	}
-	return string(b[:])
+	return b
 }
 
 // hexPairs are the two lower-case hex digits of every byte.
