@@ -1,7 +1,6 @@
 package lbagent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -23,6 +22,7 @@ import (
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
 	"github.com/sluicelb/sluice/testkit/poll"
+	"github.com/sluicelb/sluice/testkit/syncbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -401,7 +401,7 @@ func TestDrainTimeoutIsNotLoggedComplete(t *testing.T) {
 	cfg := baseConfig(t, srv, b)
 	cfg.MetricsURL = b.srv.URL + "/metrics"
 	cfg.DrainTimeout = 500 * time.Millisecond
-	var logs lockedBuffer
+	var logs syncbuf.Buffer
 	cfg.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 	r := startAgent(t, cfg)
 	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool { _, ok := r.a.Current(); return ok && r.a.Writes() > 0 })
@@ -423,24 +423,6 @@ func TestDrainTimeoutIsNotLoggedComplete(t *testing.T) {
 		!strings.Contains(out, `"in_flight":1`) {
 		t.Fatalf("logs of a drain ended by its timeout with a request in flight:\n%s", out)
 	}
-}
-
-// lockedBuffer is a log sink safe for the agent's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestDrainWithoutMetricsEndsAfterDrainMin(t *testing.T) {
