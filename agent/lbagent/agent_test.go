@@ -372,15 +372,7 @@ func TestDrainWaitsForInFlightThenRevokes(t *testing.T) {
 		t.Fatalf("slow request failed: %v", err)
 	}
 	completed := time.Now()
-	select {
-	case err := <-r.done:
-		close(r.done)
-		if err != nil {
-			t.Fatalf("Run after drain: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("agent did not exit after the drain")
-	}
+	r.waitRunEnded(t, "agent did not exit after the drain")
 	poll.EventuallyTrue(t, 20*time.Second, "delete event seen", func() bool { _, _, _, gone := ev.snapshot(); return gone })
 	states, _, _, _ := ev.snapshot()
 	if fmt.Sprint(states) != "[draining gone]" {
@@ -409,19 +401,26 @@ func TestDrainTimeoutIsNotLoggedComplete(t *testing.T) {
 	defer func() { close(b.release); <-reqDone }()
 	poll.EventuallyTrue(t, 20*time.Second, "request in flight", func() bool { return b.inFlight.Load() == 1 })
 	r.a.Drain("SIGTERM")
-	select {
-	case err := <-r.done:
-		close(r.done)
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("drain did not end at its timeout")
-	}
+	r.waitRunEnded(t, "drain did not end at its timeout")
 	out := logs.String()
 	if strings.Contains(out, "drain complete") || !strings.Contains(out, `"level":"WARN","msg":"drain timed out before the backend's in-flight count read 0; revoking lease"`) ||
 		!strings.Contains(out, `"in_flight":1`) {
 		t.Fatalf("logs of a drain ended by its timeout with a request in flight:\n%s", out)
+	}
+}
+
+// waitRunEnded waits up to 15 s for the agent's Run to return nil after a
+// drain; stuck names the failure.
+func (r *running) waitRunEnded(t *testing.T, stuck string) {
+	t.Helper()
+	select {
+	case err := <-r.done:
+		close(r.done)
+		if err != nil {
+			t.Fatalf("Run after drain: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal(stuck)
 	}
 }
 
@@ -435,15 +434,7 @@ func TestDrainWithoutMetricsEndsAfterDrainMin(t *testing.T) {
 	poll.EventuallyTrue(t, 10*time.Second, "registered", func() bool { _, _, ok := getInstance(t, cli, key); return ok })
 	start := time.Now()
 	r.a.Drain("SIGTERM")
-	select {
-	case err := <-r.done:
-		close(r.done)
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("drain did not end")
-	}
+	r.waitRunEnded(t, "drain did not end")
 	if d := time.Since(start); d < cfg.DrainMin {
 		t.Fatalf("drain took %s, less than drain-min %s", d, cfg.DrainMin)
 	}
