@@ -47,6 +47,12 @@ func NotLive(pc string) string {
 	return "Written to the desired state only: not live until the scheduler publishes it and " + who + " apply it."
 }
 
+// ShiftNotLive is NotLive for a shift intent just written for proxy
+// cluster pc.
+func ShiftNotLive(pc string) string {
+	return "Not live until the scheduler runs it and the proxies of " + pc + " apply it."
+}
+
 // WaitCommand is the lbctl command that waits until every live proxy (of
 // pc; "" for all) applied a snapshot computed from revision rev or later.
 func WaitCommand(pc string, rev int64) string {

@@ -109,8 +109,8 @@ func shiftCreate(e *env) error {
 		if sh.Ramp > 0 {
 			ramp = " (with the ramp, its first step)"
 		}
-		text += fmt.Sprintf("Not live until the scheduler runs it and the proxies of %s apply it. Follow it with: lbctl shift list; %s waits until the first snapshot computed with it is live%s.\n",
-			sh.ProxyCluster, edit.WaitCommand(sh.ProxyCluster, r.Header.Revision), ramp)
+		text += fmt.Sprintf("%s Follow it with: lbctl shift list; %s waits until the first snapshot computed with it is live%s.\n",
+			edit.ShiftNotLive(sh.ProxyCluster), edit.WaitCommand(sh.ProxyCluster, r.Header.Revision), ramp)
 	}
 	if err := e.wrote(writeResult{Action: "created", Revision: r.Header.Revision, Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
 		return err
