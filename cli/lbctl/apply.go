@@ -67,11 +67,8 @@ func applyCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := e.wrote(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
-				fmt.Sprintf("Applied: desired state is now at revision %d.\n", newRev)); err != nil {
-				return err
-			}
-			return e.afterWrite("", newRev)
+			return e.wroteDesired(writeResult{Action: "applied", Revision: newRev, PreviousRevision: cur.Revision},
+				fmt.Sprintf("Applied: desired state is now at revision %d.", newRev), "")
 		}),
 	}
 }

@@ -2,7 +2,6 @@ package lbctl
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -47,15 +46,11 @@ func drainCommand(on bool) *cli.Command {
 			if err != nil {
 				return err
 			}
-			verb := "Drained"
+			act := "drained"
 			if !on {
-				verb = "Undrained"
+				act = "undrained"
 			}
-			if err := e.wrote(writeResult{Action: strings.ToLower(verb), Revision: rev, Drains: []config.Drain{d}},
-				fmt.Sprintf("%s %s/%s (desired state revision %d). Watch the rollout: lbctl rollout status --wait --revision %d\n", verb, c, sc, rev, rev)); err != nil {
-				return err
-			}
-			return e.afterWrite("", rev)
+			return e.wroteDesired(writeResult{Action: act, Revision: rev, Drains: []config.Drain{d}}, edit.DrainWritten(on, c, sc, rev), "")
 		}),
 	}
 }

@@ -235,11 +235,8 @@ func rollbackCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			if err := e.wrote(writeResult{Action: "rolled_back", Revision: rev, Pins: pinned},
-				fmt.Sprintf("Pinned %s to v%d's rows (desired state revision %d); the scheduler publishes them as a new version.\n", pc, v, rev)); err != nil {
-				return err
-			}
-			return e.afterWrite(pc, rev)
+			return e.wroteDesired(writeResult{Action: "rolled_back", Revision: rev, Pins: pinned},
+				fmt.Sprintf("Pinned %s to v%d's rows (desired state revision %d), to be published as a new version.", pc, v, rev), pc)
 		}),
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/sluicelb/sluice/api/edit"
 )
 
 // writeWaitFlags are the --wait and --urgent flags of every lbctl write.
@@ -19,6 +21,23 @@ func writeWaitFlags() []cli.Flag {
 // urgentFlag marks a write whose changes skip the rollout stages.
 func urgentFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "urgent", Usage: "skip the rollout stages: the change goes to every proxy at once (recorded URGENT with the author)"}
+}
+
+// wroteDesired reports a write of the desired state (weights set and
+// unpin, drain and undrain, apply, rollback) at revision res.Revision that
+// concerns proxy cluster pc ("" for all): first what was written, the line
+// docs/lbctl.md quotes; then, without --wait, that it is not live yet and
+// the command that waits for it — the first line is true of the write, not
+// of the traffic. With --wait, the wait reports the fleet (afterWrite).
+func (e *env) wroteDesired(res writeResult, first, pc string) error {
+	text := first + "\n"
+	if !e.c.Bool("wait") {
+		text += edit.NotLive(pc) + " Wait for that with: " + edit.WaitCommand(pc, res.Revision) + "\n"
+	}
+	if err := e.wrote(res, text); err != nil {
+		return err
+	}
+	return e.afterWrite(pc, res.Revision)
 }
 
 // afterWrite, with --wait, waits until every live proxy of pc (all proxy

@@ -103,7 +103,14 @@ func shiftCreate(e *env) error {
 	}
 	text := edit.ShiftCreated(sh, r.Header.Revision) + "\n"
 	if !c.Bool("wait") {
-		text += fmt.Sprintf("Follow it with: lbctl shift list; lbctl rollout status --proxy-cluster %s --wait\n", sh.ProxyCluster)
+		// Not rollout status without --revision: right after the write it
+		// judges the old version, converged before the shift.
+		ramp := ""
+		if sh.Ramp > 0 {
+			ramp = " (with the ramp, its first step)"
+		}
+		text += fmt.Sprintf("%s Follow it with: lbctl shift list; %s waits until the first snapshot computed with it is live%s.\n",
+			edit.ShiftNotLive(sh.ProxyCluster), edit.WaitCommand(sh.ProxyCluster, r.Header.Revision), ramp)
 	}
 	if err := e.wrote(writeResult{Action: "created", Revision: r.Header.Revision, Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
 		return err

@@ -63,11 +63,8 @@ func weightsCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					if err := e.wrote(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
-						fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).\n", pc, c, rev)); err != nil {
-						return err
-					}
-					return e.afterWrite(pc, rev)
+					return e.wroteDesired(writeResult{Action: "unpinned", Revision: rev, Pins: []config.Pin{{ProxyCluster: pc, Cluster: c}}},
+						edit.UnpinWritten(pc, c, rev), pc)
 				}),
 			},
 		},
@@ -123,12 +120,7 @@ func weightsSet(e *env) error {
 	if err != nil {
 		return err
 	}
-	if err := e.wrote(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}},
-		fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d). The scheduler publishes it next; watch with: lbctl rollout status --proxy-cluster %s --wait\n",
-			pc, c, formatRow(row, sortedSubclusters(row)), rev, pc)); err != nil {
-		return err
-	}
-	return e.afterWrite(pc, rev)
+	return e.wroteDesired(writeResult{Action: "pinned", Revision: rev, Pins: []config.Pin{pin}}, edit.PinWritten(pc, c, row, rev), pc)
 }
 
 // matrix is the JSON shape of weights get.

@@ -345,6 +345,12 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 		t.Fatal(err)
 	}
 	wait("#notice", "the drain's answer", has("Drained demo-main/SC2 (desired state revision "))
+	// Written is not live: the answer says so, and the page says when every
+	// proxy runs it (the proxy clusters' live_revision reached the drain's).
+	wait("#notice", "the drain's answer says it is not live yet",
+		has("Written to the desired state only: not live until the scheduler publishes it and the proxies apply it."))
+	waitInPage(t, bctx, "#notice-live", "the drain live on every proxy", 30*time.Second,
+		has("that counts runs a snapshot computed from revision "))
 	wait(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", has("DRAINED"))
 	out, code, _ := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2")
 	if code != 0 {

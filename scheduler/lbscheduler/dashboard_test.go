@@ -364,8 +364,11 @@ func TestDashboardActions(t *testing.T) {
 
 	ok := actionReq{token: "s3cret", csrf: "1", origin: "http://" + s.APIAddr()}
 	code, msg := act(t, s, ok, drain)
-	if code != 200 || !strings.HasPrefix(msg, "Drained demo-main/SC2 (desired state revision ") {
-		t.Fatalf("drain: %d %q", code, msg)
+	// What was written, and that it is not live yet (the page then watches
+	// the revision until every proxy runs it).
+	if want := fmt.Sprintf("Drained demo-main/SC2 (desired state revision %d). Written to the desired state only: "+
+		"not live until the scheduler publishes it and the proxies apply it.", desiredRev(t, cli)); code != 200 || msg != want {
+		t.Fatalf("drain: %d %q, want %q", code, msg, want)
 	}
 	start := time.Now()
 	await(t, docs, 2*time.Second, "SC2 drained", func(d dashboard.Doc) error {

@@ -9,8 +9,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"sort"
-	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -91,7 +89,7 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 10*time.Second)
 	defer cancel()
 	author := "dashboard@" + remoteHost(r)
-	msg, err := d.do(ctx, a, author)
+	res, err := d.do(ctx, a, author)
 	if err != nil {
 		code := http.StatusInternalServerError
 		var ae *actionError
@@ -104,8 +102,26 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.o.Logger.Info("dashboard action", "kind", a.Kind, "cluster", a.Cluster, "proxy_cluster", a.ProxyCluster,
-		"subcluster", a.SubCluster, "id", a.ID, "author", author, "result", msg)
-	writeJSON(w, http.StatusOK, map[string]string{"message": msg})
+		"subcluster", a.SubCluster, "id", a.ID, "author", author, "result", res.Message)
+	writeJSON(w, http.StatusOK, res)
+}
+
+// actionResult is the answer to an action that was done (200): lbctl's
+// sentence, and for a write of the desired state its revision and the one
+// proxy cluster it concerns (none: all), which the page watches until the
+// proxies run it. The values are JSON strings, so {"message": …} readers
+// decoding into a map of strings still can.
+type actionResult struct {
+	Message      string `json:"message"`
+	Revision     int64  `json:"revision,omitempty,string"`
+	ProxyCluster string `json:"proxy_cluster,omitempty"`
+}
+
+// wroteDesired is the answer to a write of the desired state at rev that
+// concerns pc ("" for all): the write's sentence, then that it is not live
+// yet (api/edit, as lbctl prints them).
+func wroteDesired(first, pc string, rev int64) actionResult {
+	return actionResult{Message: first + " " + edit.NotLive(pc), Revision: rev, ProxyCluster: pc}
 }
 
 // authorize: a token must be configured and given; the request must be the
@@ -145,30 +161,30 @@ func remoteHost(r *http.Request) string {
 
 // do performs one action with the edits lbctl uses (api/edit), validation
 // and compare-and-swap; it returns lbctl's success sentence.
-func (d *Dashboard) do(ctx context.Context, a Action, author string) (string, error) {
+func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResult, error) {
 	switch a.Kind {
 	case "pin":
 		if err := names(a.Cluster, a.ProxyCluster); err != nil {
-			return "", err
+			return actionResult{}, err
 		}
 		pin := config.Pin{ProxyCluster: a.ProxyCluster, Cluster: a.Cluster, Weights: a.Weights, AllowFullDrop: a.AllowFullDrop, Reason: a.Reason, Author: author}
 		rev, err := d.updateState(ctx, func(s *config.State) error { edit.Pin(s, pin); return nil })
 		if err != nil {
-			return "", err
+			return actionResult{}, err
 		}
-		return fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d).", a.ProxyCluster, a.Cluster, formatRow(a.Weights), rev), nil
+		return wroteDesired(edit.PinWritten(a.ProxyCluster, a.Cluster, a.Weights, rev), a.ProxyCluster, rev), nil
 	case "unpin":
 		if err := names(a.Cluster, a.ProxyCluster); err != nil {
-			return "", err
+			return actionResult{}, err
 		}
 		rev, err := d.updateState(ctx, func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
 		if err != nil {
-			return "", err
+			return actionResult{}, err
 		}
-		return fmt.Sprintf("Unpinned %s row of %s (desired state revision %d).", a.ProxyCluster, a.Cluster, rev), nil
+		return wroteDesired(edit.UnpinWritten(a.ProxyCluster, a.Cluster, rev), a.ProxyCluster, rev), nil
 	case "drain", "undrain":
 		if err := names(a.Cluster, a.SubCluster); err != nil {
-			return "", err
+			return actionResult{}, err
 		}
 		rev, err := d.updateState(ctx, func(s *config.State) error {
 			if a.Kind == "drain" {
@@ -178,20 +194,19 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (string, er
 			return err
 		})
 		if err != nil {
-			return "", err
+			return actionResult{}, err
 		}
-		verb := map[string]string{"drain": "Drained", "undrain": "Undrained"}[a.Kind]
-		return fmt.Sprintf("%s %s/%s (desired state revision %d).", verb, a.Cluster, a.SubCluster, rev), nil
+		return wroteDesired(edit.DrainWritten(a.Kind == "drain", a.Cluster, a.SubCluster, rev), "", rev), nil
 	case "shift":
 		return d.createShift(ctx, a, author)
 	case "shift-pause", "shift-resume", "shift-abort":
 		state := map[string]string{"shift-pause": config.ShiftPaused, "shift-resume": config.ShiftRunning, "shift-abort": config.ShiftAborted}[a.Kind]
 		if err := d.setShiftState(ctx, a.ID, state); err != nil {
-			return "", err
+			return actionResult{}, err
 		}
-		return fmt.Sprintf("Shift %s is now %s.", a.ID, state), nil
+		return actionResult{Message: fmt.Sprintf("Shift %s is now %s.", a.ID, state)}, nil
 	default:
-		return "", badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift, shift-pause, shift-resume, shift-abort", a.Kind))
+		return actionResult{}, badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift, shift-pause, shift-resume, shift-abort", a.Kind))
 	}
 }
 
@@ -283,25 +298,6 @@ func (d *Dashboard) setShiftState(ctx context.Context, id, state string) error {
 		return &actionError{http.StatusConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id)}
 	}
 	return nil
-}
-
-// formatRow prints a row as lbctl does: SC=N sorted, GSLB_BLACKHOLE last.
-func formatRow(row map[string]int) string {
-	ks := make([]string, 0, len(row))
-	for k := range row {
-		if k != config.Blackhole {
-			ks = append(ks, k)
-		}
-	}
-	sort.Strings(ks)
-	if _, ok := row[config.Blackhole]; ok {
-		ks = append(ks, config.Blackhole)
-	}
-	parts := make([]string, len(ks))
-	for i, k := range ks {
-		parts[i] = fmt.Sprintf("%s=%d", k, row[k])
-	}
-	return strings.Join(parts, " ")
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -321,6 +321,41 @@ func TestRolloutViews(t *testing.T) {
 	}
 }
 
+// The page says a write of revision N is live only once LiveRevision ≥ N:
+// the scheduler published (or found unchanged) an input of N or later AND
+// every proxy that counts runs that version — never while the proxies run
+// the version from before, even when the pointer watch lags the status.
+func TestRolloutViewLiveRevision(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	st := func(v uint64) statuses {
+		return statuses{"a": {ProxyCluster: "BFE1", ID: "p1", AppliedLineage: "L1", AppliedVersion: v, EtcdConnected: true, UpdatedAt: now.Add(-time.Second)}}
+	}
+	sched := func(result string, v uint64) *report.SchedulerStatus {
+		return &report.SchedulerStatus{InputRevision: 60, ProxyClusters: map[string]report.PublishResult{
+			"BFE1": {Result: result, Lineage: "L1", Version: v, InputRevision: 60, Reason: map[string]string{report.PublishFailed: "invalid"}[result]}}}
+	}
+	for _, c := range []struct {
+		name    string
+		ptr     uint64
+		applied uint64
+		sched   *report.SchedulerStatus
+		want    int64
+	}{
+		{"published v8, the pointer watch still at v7, the proxy on v7", 7, 7, sched(report.PublishPublished, 8), 0},
+		{"published v8, the proxy still on v7", 8, 7, sched(report.PublishPublished, 8), 0},
+		{"published v8, the proxy on v8", 8, 8, sched(report.PublishPublished, 8), 60},
+		{"unchanged at v7, the proxy on v7", 7, 7, sched(report.PublishUnchanged, 7), 60},
+		{"not published (failed), the proxy on v7", 7, 7, sched(report.PublishFailed, 7), 0},
+		{"fenced, the proxy on v7", 7, 7, sched(report.PublishFenced, 7), 0},
+		{"no scheduler is leading", 7, 7, nil, 0},
+	} {
+		d := build(Inputs{}, false, live{"BFE1": {Lineage: "L1", Version: c.ptr}}, records{sts: st(c.applied), sched: c.sched}, false, now)
+		if got := d.Rollout[0].LiveRevision; got != c.want {
+			t.Errorf("%s: live_revision %d, want %d (%+v)", c.name, got, c.want, d.Rollout[0])
+		}
+	}
+}
+
 // sampling runs a dashboard over f that samples the traffic every sample
 // (and rebuilds by the clock only hourly), serves it, and returns its event
 // stream's documents; everything stops at the test's cleanup.

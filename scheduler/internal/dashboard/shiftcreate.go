@@ -19,15 +19,15 @@ const defaultStep = 10
 // createShift writes a new shift intent as lbctl shift does: checked
 // against the stored desired state (edit.CheckShift, lbctl's words), then
 // created only if its key does not exist yet.
-func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (string, error) {
+func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (actionResult, error) {
 	if err := names(a.Cluster, a.ProxyCluster); err != nil {
-		return "", err
+		return actionResult{}, err
 	}
 	var ramp time.Duration
 	if a.Ramp != "" {
 		r, err := time.ParseDuration(a.Ramp)
 		if err != nil || r <= 0 {
-			return "", badRequest(fmt.Errorf("invalid shift; nothing was written: --ramp %q: a ramp must be a positive duration like \"5m\" (leave it empty to move at once)", a.Ramp))
+			return actionResult{}, badRequest(fmt.Errorf("invalid shift; nothing was written: --ramp %q: a ramp must be a positive duration like \"5m\" (leave it empty to move at once)", a.Ramp))
 		}
 		ramp = r
 	}
@@ -43,22 +43,23 @@ func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (s
 	}
 	st, _, err := d.readState(ctx)
 	if err != nil {
-		return "", err
+		return actionResult{}, err
 	}
 	if err := edit.CheckShift(&st, sh); err != nil {
-		return "", badRequest(err)
+		return actionResult{}, badRequest(err)
 	}
 	k, err := d.o.Layout.Shift(sh.ID)
 	if err != nil {
-		return "", badRequest(err)
+		return actionResult{}, badRequest(err)
 	}
 	b, _ := json.Marshal(sh)
 	tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, string(b))).Commit()
 	if err != nil {
-		return "", fmt.Errorf("write shift: %w", err)
+		return actionResult{}, fmt.Errorf("write shift: %w", err)
 	}
 	if !tr.Succeeded {
-		return "", &actionError{http.StatusConflict, fmt.Errorf("shift %s already exists; nothing was written, try again", sh.ID)}
+		return actionResult{}, &actionError{http.StatusConflict, fmt.Errorf("shift %s already exists; nothing was written, try again", sh.ID)}
 	}
-	return edit.ShiftCreated(sh, tr.Header.Revision), nil
+	rev := tr.Header.Revision
+	return actionResult{Message: edit.ShiftCreated(sh, rev) + " " + edit.ShiftNotLive(sh.ProxyCluster), Revision: rev, ProxyCluster: sh.ProxyCluster}, nil
 }

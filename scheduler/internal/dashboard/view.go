@@ -119,8 +119,16 @@ type RolloutView struct {
 	Waiting string `json:"waiting,omitempty"`
 	// Converged: every proxy that counts runs the live snapshot, and the
 	// proxy cluster is neither blocked nor waiting.
-	Converged bool        `json:"converged"`
-	Proxies   []ProxyView `json:"proxies"`
+	Converged bool `json:"converged"`
+	// LiveRevision is the input revision (desired state, shifts) the
+	// scheduler last published — or found unchanged — for this proxy
+	// cluster, once every proxy that counts runs that publish's version or
+	// a later one: every write at or below it is live here. 0 while not
+	// Converged, or when the live pointer the dashboard sees is older than
+	// that publish (the page says "live" for a write of revision N only at
+	// LiveRevision ≥ N).
+	LiveRevision int64       `json:"live_revision,omitempty"`
+	Proxies      []ProxyView `json:"proxies"`
 	// Staged is the proxy cluster's staged rollout record (api/rollout, as
 	// lbctl rollout status shows it): stage, selected proxies, gates with
 	// their figures, state and reason. Nil: none was ever recorded.
@@ -188,6 +196,22 @@ type records struct {
 	staged  map[string]rollout.Staged
 	// proxies: the proxies' view of each instance (proxiesViews).
 	proxies map[instKey]*ProxiesView
+}
+
+// liveRevision is rv.LiveRevision: the input revision of the scheduler's
+// last good publish for the proxy cluster, when every proxy that counts
+// runs the live pointer p (rv.Converged) and p is that publish's version
+// or later (the pointer watch may lag the scheduler's status).
+func liveRevision(rv RolloutView, p snapshot.Pointer, sched *report.SchedulerStatus) int64 {
+	if !rv.Converged || sched == nil {
+		return 0
+	}
+	res, ok := sched.ProxyClusters[rv.ProxyCluster]
+	if !ok || (res.Result != report.PublishPublished && res.Result != report.PublishUnchanged) ||
+		res.Lineage != p.Lineage || res.Version > p.Version {
+		return 0
+	}
+	return res.InputRevision
 }
 
 // build assembles the document (pure).
@@ -319,6 +343,7 @@ func rolloutViews(in Inputs, ptrs live, rec records, now time.Time) []RolloutVie
 			rv.Waiting = "" // the BLOCKED line says why
 		}
 		rv.Converged = res.Converged && rv.Waiting == ""
+		rv.LiveRevision = liveRevision(rv, p, rec.sched)
 		full := map[string]report.ProxyStatus{}
 		for _, s := range append(slices.Clone(seenByPC[pc]), byPC[pc]...) {
 			full[s.ID] = s

@@ -1,8 +1,11 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,6 +27,11 @@ type pointerCommits struct {
 	key     string
 	applied bool
 	n       atomic.Int32 // pointer commits seen
+	// after, if set, runs once the commit reached etcd (applied) or not,
+	// before its answer is lost: what others do before the read-back.
+	after func()
+	plain *clientv3.Client // the same etcd, without the fault
+	log   bytes.Buffer     // the faulty publisher's log (JSON lines)
 }
 
 func (c *pointerCommits) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
@@ -36,6 +44,9 @@ func (c *pointerCommits) intercept(ctx context.Context, method string, req, repl
 		if err := invoker(ctx, method, req, reply, cc, opts...); err != nil {
 			return err
 		}
+	}
+	if c.after != nil {
+		c.after()
 	}
 	return errAnswerLost
 }
@@ -73,8 +84,8 @@ func lostAnswer(t *testing.T, applied bool) (context.Context, *Leadership, Resul
 		t.Fatal(err)
 	}
 	ck, _ := layout.Current("BFE1")
-	pc := &pointerCommits{key: ck, applied: applied}
-	return ctx, l, r1, New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1"}), pc
+	pc := &pointerCommits{key: ck, applied: applied, plain: cli}
+	return ctx, l, r1, New(clientWith(t, srv, pc), layout, Options{Author: "lbscheduler/S1", Logger: slog.New(slog.NewJSONHandler(&pc.log, nil))}), pc
 }
 
 // A pointer commit applied by etcd whose answer was lost is found by the
@@ -110,6 +121,9 @@ func TestCommitAnswerLost(t *testing.T) {
 		if want := "publish BFE1 v2: commit: "; len(err.Error()) < len(want) || err.Error()[:len(want)] != want {
 			t.Fatalf("err %q, want it to start %q", err, want)
 		}
+		if want := "; not published so far: /sluice/current/BFE1 has not moved since this publish read it (the commit may yet apply"; !strings.Contains(err.Error(), want) {
+			t.Fatalf("err %q, want it to say %q", err, want)
+		}
 		if ptr.Version != 1 || ptr.Hash != r1.Hash || p.Count("published") != 0 {
 			t.Fatalf("pointer v%d %s, %v counted published; want v1 %s, 0", ptr.Version, ptr.Hash, p.Count("published"), r1.Hash)
 		}
@@ -134,5 +148,84 @@ func TestCandidateCommitAnswerLost(t *testing.T) {
 	}
 	if err != nil || ptr.Version != 1 || ptr.Hash != r1.Hash || ptr.Candidate == nil || ptr.Candidate.Version != 2 || ptr.Candidate.Hash != c.Meta.Hash {
 		t.Fatalf("pointer %+v (candidate %+v), %v; want stable v1 with candidate v2 %s", ptr, ptr.Candidate, err, c.Meta.Hash)
+	}
+}
+
+// A commit whose answer was lost and whose pointer moved on before the
+// read-back (another publish, e.g. a new leader's) is judged by what the
+// commit wrote besides the pointer: its manifest key (immutable, written
+// only by that transaction, only if absent) holding this publish's bytes
+// means it applied; another manifest there means it did not; a pruned one
+// is settled by the pointer's first write after the read this commit
+// compared against (etcd's history); a compacted history cannot tell.
+func TestCommitAnswerLostPointerMovedOn(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		applied bool
+		prune   bool // the manifest of v2 is pruned before the read-back
+		compact bool // and etcd's history compacted
+		want    string
+	}{
+		{name: "applied, moved on", applied: true,
+			want: `"note":"the commit's answer was lost; confirmed by reading /sluice/snapshots/BFE1/00000000000000000002 (this publish's manifest); /sluice/current/BFE1 has moved on (to v3 at revision `},
+		{name: "applied, moved on, manifest pruned", applied: true, prune: true,
+			want: `"note":"the commit's answer was lost; confirmed by the history of /sluice/current/BFE1 (its first write after revision `},
+		{name: "applied, moved on, pruned, compacted", applied: true, prune: true, compact: true,
+			want: "; published or not: cannot tell (/sluice/current/BFE1 has moved on (to v4 at revision "},
+		{name: "not applied, moved on", want: "; not published: /sluice/current/BFE1 has moved on (to v2 at revision "},
+		{name: "not applied, moved on, manifest pruned", prune: true,
+			want: "; not published: /sluice/current/BFE1 has moved on (to v3 at revision "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, l, r1, p, pc := lostAnswer(t, c.applied)
+			other := New(pc.plain, layout, Options{Author: "lbscheduler/S2"})
+			var v2Rev int64 // the lost commit's revision, while its manifest is there
+			pc.after = func() {
+				pc.after = nil
+				mk, _ := layout.Snapshot("BFE1", 2)
+				if r, err := pc.plain.Get(ctx, mk); err == nil && len(r.Kvs) > 0 {
+					v2Rev = r.Kvs[0].CreateRevision
+				}
+				if _, err := other.Publish(ctx, l, snap(30, 0), "another publish"); err != nil {
+					t.Error(err)
+				}
+				if c.prune {
+					if _, err := other.Publish(ctx, l, snap(20, 0), "and another"); err != nil {
+						t.Error(err)
+					}
+					if _, err := other.Prune(ctx, l, "BFE1", 1); err != nil {
+						t.Error(err)
+					}
+				}
+				if c.compact {
+					r, err := pc.plain.Get(ctx, "x")
+					if err == nil {
+						_, err = pc.plain.Compact(ctx, r.Header.Revision)
+					}
+					if err != nil {
+						t.Error(err)
+					}
+				}
+			}
+			s := snap(40, 0)
+			r, err := p.Publish(ctx, l, s, "answer lost")
+			if pc.n.Load() != 1 {
+				t.Fatalf("%d pointer commits, want 1", pc.n.Load())
+			}
+			if c.applied && !c.compact {
+				want := Result{Outcome: Published, Version: 2, Hash: s.Meta.Hash, Lineage: r1.Lineage, Revision: v2Rev}
+				if err != nil || r != want || v2Rev == 0 || p.Count("published") != 1 {
+					t.Fatalf("%+v, %v (%v counted published); want %+v", r, err, p.Count("published"), want)
+				}
+				if !strings.Contains(pc.log.String(), `"msg":"published"`) || !strings.Contains(pc.log.String(), c.want) {
+					t.Fatalf("log\n%s\nwant a published line with %s", pc.log.String(), c.want)
+				}
+				return
+			}
+			if err == nil || r != (Result{}) || !errors.Is(err, errAnswerLost) || !strings.Contains(err.Error(), c.want) ||
+				!strings.HasPrefix(err.Error(), "publish BFE1 v2: commit: ") || p.Count("published") != 0 {
+				t.Fatalf("%+v, %v; want the commit's error, saying %q", r, err, c.want)
+			}
+		})
 	}
 }

@@ -20,6 +20,7 @@ type head struct {
 	ptrRev  int64 // mod revision of current/<pc>; 0 if absent
 	lineage snapshot.LineageRecord
 	linRev  int64 // create revision of the lineage key; 0 if absent
+	rev     int64 // the revision both were read at
 }
 
 // readHead reads current/<pc> and the lineage record in one request.
@@ -29,7 +30,7 @@ func (p *Publisher) readHead(ctx context.Context, curKey string) (head, error) {
 	if err != nil {
 		return head{}, fmt.Errorf("read %s and %s: %w", curKey, lk, err)
 	}
-	var h head
+	h := head{rev: r.Header.Revision}
 	if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
 		if err := codec.UnmarshalJSON(kvs[0].Value, &h.ptr); err != nil {
 			return head{}, fmt.Errorf("read %s: %w", curKey, err)

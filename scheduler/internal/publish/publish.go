@@ -18,6 +18,7 @@
 package publish
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -65,8 +66,10 @@ type Result struct {
 	Version uint64
 	Hash    string
 	// Revision is the etcd revision of the pointer write (0 if Unchanged;
-	// after a commit whose answer was lost, the mod revision of the pointer
-	// read back, which is that write's).
+	// after a commit whose answer was lost, that write's revision as found
+	// by the read-back: the pointer's mod revision, or once the pointer
+	// moved on, the create revision of the manifest key the same commit
+	// wrote, or the pointer's first write after the publish read it).
 	Revision int64
 }
 
@@ -139,7 +142,9 @@ const attempts = 3
 // Errors: ErrFenced (term over), ErrInvalid, ErrConflict, or an etcd error.
 // After an etcd error the call is safe to repeat: a publish whose response
 // was lost is found on the pointer and reported as Unchanged, never
-// published twice.
+// published twice. A commit whose answer was lost is read back first
+// (landed): found applied — on the pointer, or, once the pointer moved on,
+// by its manifest key or the pointer's history — it is Published.
 func (p *Publisher) Publish(ctx context.Context, lead *Leadership, s *snapshot.Snapshot, reason string) (Result, error) {
 	hash := s.Meta.Hash
 	if hash == "" {
@@ -296,10 +301,13 @@ func (p *Publisher) publish(ctx context.Context, lead *Leadership, pc, hash stri
 		).Commit()
 		if err != nil {
 			// The request may have been applied and only the answer lost.
-			if ok, res := p.landed(ctx, pc, next, reason); ok {
+			c := commit{pc: pc, want: next, version: snap.Meta.Version, hash: hash, lineage: lineage, reason: reason,
+				curKey: curKey, readRev: h.rev, ptrRaw: ptrRaw, manKey: manKey, manRaw: manRaw}
+			res, ok, why := p.landed(ctx, c)
+			if ok {
 				return res, nil
 			}
-			return Result{}, fmt.Errorf("publish %s v%d: commit: %w", pc, snap.Meta.Version, err)
+			return Result{}, fmt.Errorf("publish %s v%d: commit: %w; %s", pc, snap.Meta.Version, err, why)
 		}
 		if r.Succeeded {
 			p.log.Info("published", "proxy_cluster", pc, "lineage", lineage, "version", snap.Meta.Version, "hash", hash, "reason", reason)
@@ -317,31 +325,128 @@ func leaderKeyHolds(kvs []*mvccpb.KeyValue, rev int64) bool {
 	return len(kvs) == 1 && kvs[0].CreateRevision == rev
 }
 
-// landed checks, after a failed commit, whether the pointer is the one we
-// wrote anyway. It runs even when ctx is done (the commit may have failed
-// because of it), within ShutdownTimeout then.
-func (p *Publisher) landed(ctx context.Context, pc string, want snapshot.Pointer, reason string) (bool, Result) {
+// commit is one pointer transaction whose answer did not arrive: what it
+// wrote (the manifest key and the pointer, byte for byte) and the revision
+// its compare-and-swap read the pointer at.
+type commit struct {
+	pc      string
+	want    snapshot.Pointer // the pointer written, decoded (without its push)
+	version uint64           // the version it publishes (a candidate's, for a staged rollout)
+	hash    string
+	lineage string
+	reason  string
+	curKey  string
+	readRev int64 // the revision the pointer was read at; the commit required it unchanged since
+	ptrRaw  []byte
+	manKey  string
+	manRaw  []byte
+}
+
+// landed checks, after a failed commit, whether it applied anyway. It runs
+// even when ctx is done (the commit may have failed because of it), within
+// ShutdownTimeout then. Unless it applied, why says what was found (the
+// error's tail).
+//
+//   - The pointer is the one written: it applied (its mod revision is the
+//     write's).
+//   - The pointer is still the one read: it did not apply, yet — the request
+//     may still be in flight, so nothing more can be said.
+//   - The pointer moved on: the commit's compare (the pointer unchanged since
+//     readRev) can never hold again, so it applied before the move or never.
+//     The manifest key is written only by that same transaction, only if
+//     absent, and never rewritten: holding this commit's bytes, the commit
+//     applied (at the manifest's create revision); holding another
+//     manifest, it did not. Absent, it never was written or was pruned
+//     since: then the first write of the pointer after readRev (etcd's
+//     history, replayed by a watch) is this commit's or not. A compacted
+//     history cannot tell: the error says so.
+func (p *Publisher) landed(ctx context.Context, c commit) (Result, bool, string) {
 	timeout := 5 * time.Second
 	if ctx.Err() != nil {
 		timeout = ShutdownTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
-	ptr, rev, err := p.Current(ctx, pc)
-	if err != nil || ptr.Hash != want.Hash || ptr.Version != want.Version || ptr.Lineage != want.Lineage ||
-		(ptr.Candidate == nil) != (want.Candidate == nil) ||
-		(want.Candidate != nil && (ptr.Candidate.Version != want.Candidate.Version || ptr.Candidate.Hash != want.Candidate.Hash)) {
-		return false, Result{}
+	r, err := p.cli.Txn(ctx).Then(clientv3.OpGet(c.curKey), clientv3.OpGet(c.manKey)).Commit()
+	if err != nil {
+		return Result{}, false, fmt.Sprintf("published or not: cannot tell (reading %s back failed: %v)", c.curKey, err)
 	}
-	v, h := want.Version, want.Hash
-	if want.Candidate != nil {
-		v, h = want.Candidate.Version, want.Candidate.Hash
+	var (
+		ptr    snapshot.Pointer
+		ptrRev int64
+	)
+	if kvs := r.Responses[0].GetResponseRange().Kvs; len(kvs) > 0 {
+		if err := codec.UnmarshalJSON(kvs[0].Value, &ptr); err != nil {
+			return Result{}, false, fmt.Sprintf("published or not: cannot tell (%s read back: %v)", c.curKey, err)
+		}
+		ptrRev = kvs[0].ModRevision
 	}
-	// The pointer read back is the one written (its version's manifest
-	// was created by that very commit), so its mod revision is the write's.
-	p.log.Info("published", "proxy_cluster", pc, "lineage", want.Lineage, "version", v, "hash", h, "reason", reason,
-		"revision", rev, "note", "the commit's answer was lost; the pointer read back is this one")
-	return true, Result{Outcome: Published, Version: v, Hash: h, Lineage: want.Lineage, Revision: rev}
+	published := func(rev int64, note string) (Result, bool, string) {
+		p.log.Info("published", "proxy_cluster", c.pc, "lineage", c.lineage, "version", c.version, "hash", c.hash, "reason", c.reason,
+			"revision", rev, "note", "the commit's answer was lost; "+note)
+		return Result{Outcome: Published, Version: c.version, Hash: c.hash, Lineage: c.lineage, Revision: rev}, true, ""
+	}
+	if samePointer(ptr, c.want) {
+		// The pointer read back is the one written (its version's manifest
+		// was created by that very commit), so its mod revision is the write's.
+		return published(ptrRev, "the pointer read back is this one")
+	}
+	if ptrRev == 0 {
+		return Result{}, false, fmt.Sprintf("published or not: cannot tell (%s is gone: was etcd wiped?)", c.curKey)
+	}
+	if ptrRev <= c.readRev {
+		return Result{}, false, fmt.Sprintf("not published so far: %s has not moved since this publish read it (the commit may yet apply; the next round reads it again)", c.curKey)
+	}
+	moved := fmt.Sprintf("%s has moved on (to v%d at revision %d)", c.curKey, ptr.Version, ptrRev)
+	if kvs := r.Responses[1].GetResponseRange().Kvs; len(kvs) > 0 {
+		if bytes.Equal(kvs[0].Value, c.manRaw) {
+			return published(kvs[0].CreateRevision, fmt.Sprintf("confirmed by reading %s (this publish's manifest); %s", c.manKey, moved))
+		}
+		return Result{}, false, fmt.Sprintf("not published: %s and %s holds another publish's manifest", moved, c.manKey)
+	}
+	first, err := p.firstWrite(ctx, c.curKey, c.readRev+1)
+	switch {
+	case err == nil && first == nil:
+		err = errors.New("no write")
+		fallthrough
+	case err != nil:
+		return Result{}, false, fmt.Sprintf("published or not: cannot tell (%s and %s is gone, pruned or never written; the pointer's history: %v)", moved, c.manKey, err)
+	case first != nil && first.Type == mvccpb.PUT && bytes.Equal(first.Kv.Value, c.ptrRaw):
+		return published(first.Kv.ModRevision, fmt.Sprintf("confirmed by the history of %s (its first write after revision %d is this one; %s is pruned)", c.curKey, c.readRev, c.manKey))
+	}
+	return Result{}, false, fmt.Sprintf("not published: %s and its first write after revision %d is another publish's", moved, c.readRev)
+}
+
+// samePointer: ptr is want (lineage, version, hash; candidate version and
+// hash).
+func samePointer(ptr, want snapshot.Pointer) bool {
+	if ptr.Hash != want.Hash || ptr.Version != want.Version || ptr.Lineage != want.Lineage || (ptr.Candidate == nil) != (want.Candidate == nil) {
+		return false
+	}
+	return want.Candidate == nil || (ptr.Candidate.Version == want.Candidate.Version && ptr.Candidate.Hash == want.Candidate.Hash)
+}
+
+// firstWrite is the first event of key at revision from or later, from
+// etcd's history (nil, nil if there is none: cannot happen for a key that
+// changed since). A compacted history is an error.
+func (p *Publisher) firstWrite(ctx context.Context, key string, from int64) (*clientv3.Event, error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	for resp := range p.cli.Watch(wctx, key, clientv3.WithRev(from)) {
+		if resp.CompactRevision != 0 {
+			return nil, fmt.Errorf("compacted up to revision %d", resp.CompactRevision)
+		}
+		if err := resp.Err(); err != nil {
+			return nil, err
+		}
+		if len(resp.Events) > 0 {
+			return resp.Events[0], nil
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return nil, errors.New("the watch ended")
 }
 
 // WriteParts stores the parts that are not stored yet (parts are content

@@ -8,6 +8,7 @@ let doc = null;
 let token = sessionStorage.getItem('sluice-token') || '';
 let explainKey = null; // "cluster/proxyCluster" shown in the explanation panel
 let pending = null;    // the action awaiting confirmation
+let rolling = null;    // {rev, pc}: this page's last write, watched until the proxies run it
 
 // el builds an element; text children become text nodes (never HTML).
 function el(tag, attrs, ...kids) {
@@ -397,7 +398,7 @@ function render() {
   const n = $('notice');
   if (!doc.ready) { n.hidden = false; n.textContent = 'The scheduler has not listed its inputs yet.'; } else if (n.dataset.sticky !== '1') { n.hidden = true; }
   $('tokenform').hidden = !doc.actions;
-  renderMatrix(); renderExplain(); renderRollout(); renderHealth(); renderShifts(); renderTraffic();
+  renderMatrix(); renderExplain(); renderRollout(); renderHealth(); renderShifts(); renderTraffic(); renderLive();
   if (focused) { const e = document.querySelector(`[data-key="${CSS.escape(focused)}"]`); if (e) e.focus(); }
 }
 
@@ -464,7 +465,32 @@ async function confirmAction(ev) {
   $('confirm').close();
   pending = null;
   const n = $('notice');
-  n.hidden = false; n.dataset.sticky = '1'; n.textContent = res.message;
+  n.hidden = false; n.dataset.sticky = '1';
+  n.replaceChildren(el('span', { text: res.message }), ' ', el('span', { id: 'notice-live' }));
+  rolling = res.revision ? { rev: Number(res.revision), pc: res.proxy_cluster || '' } : null;
+  renderLive();
+}
+
+// renderLive says, under the answer to this page's last write of revision
+// N, whether it is live: only once every proxy cluster it concerns reports
+// live_revision ≥ N (the scheduler published N or later and every proxy
+// that counts runs it; the Rollout section shows the details).
+function renderLive() {
+  const s = $('notice-live');
+  if (!s || !rolling || !doc || !doc.ready) return;
+  const rs = doc.rollout.filter((r) => !rolling.pc || r.proxy_cluster === rolling.pc);
+  const blocked = rs.filter((r) => r.blocked).map((r) => `${r.proxy_cluster} BLOCKED (${r.blocked})`);
+  const lag = rs.filter((r) => !(r.live_revision >= rolling.rev)).map((r) => r.proxy_cluster);
+  if (rs.length > 0 && lag.length === 0) {
+    const who = rolling.pc ? `every proxy of ${rolling.pc}` : 'every proxy';
+    s.textContent = `Live at ${new Date().toLocaleTimeString()}: ${who} that counts runs a snapshot computed from revision ${rolling.rev} or later.`;
+    s.dataset.live = String(rolling.rev);
+    rolling = null;
+  } else if (blocked.length > 0) {
+    s.textContent = `Not live: ${blocked.join('; ')}.`;
+  } else {
+    s.textContent = `Rolling out revision ${rolling.rev}: not seen live yet on ${lag.length ? lag.join(', ') : 'any proxy cluster'} (see Rollout).`;
+  }
 }
 
 // postAction sends an action; the token goes in the Authorization header and
