@@ -178,6 +178,11 @@ const (
 	PublishUnchanged = "unchanged" // the live snapshot already had this content
 	PublishFailed    = "failed"    // not published: Reason says why (the validator's words)
 	PublishFenced    = "fenced"    // the leadership ended before the publish committed
+	// PublishRetrying: not published yet for a reason that passes (etcd
+	// unreachable or slow, a commit whose answer was lost, the pointer
+	// moved concurrently); the leader tries again within a second. Reason
+	// says what the last try met. Not BLOCKED: no new write is needed.
+	PublishRetrying = "retrying"
 	// PublishRolledBack: a staged rollout of these inputs was rolled back;
 	// they are held until they change or an operator retries (Reason).
 	PublishRolledBack = "rolled_back"

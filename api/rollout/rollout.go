@@ -241,6 +241,8 @@ func ForRevision(rev int64, sched *report.SchedulerStatus, targets map[string]Ta
 			fallthrough
 		case res.Result == report.PublishFenced:
 			waiting[pc] = fmt.Sprintf("input revision %d was not published", res.InputRevision)
+		case res.Result == report.PublishRetrying:
+			waiting[pc] = fmt.Sprintf("the scheduler is retrying the publish of input revision %d (last try: %s)", res.InputRevision, res.Reason)
 		default:
 			targets[pc] = Target{Pointer: snapshot.Pointer{Lineage: res.Lineage, Version: res.Version}, AtLeast: true}
 		}

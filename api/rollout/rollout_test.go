@@ -133,6 +133,17 @@ func TestForRevision(t *testing.T) {
 	if w, _ := ForRevision(1, nil, map[string]Target{"A": {}}); w["A"] != "no scheduler is leading" {
 		t.Fatalf("no leader: %v", w)
 	}
+	// etcd trouble: the leader retries, so the wait goes on (not final,
+	// not BLOCKED), saying what the last try met
+	retry := report.PublishResult{Result: report.PublishRetrying, Lineage: "L1", Version: 3, InputRevision: 50, Reason: "publish A v4: commit: context deadline exceeded"}
+	sched = &report.SchedulerStatus{ProxyClusters: map[string]report.PublishResult{"A": retry}}
+	waiting, final = ForRevision(45, sched, map[string]Target{"A": {}})
+	if final || waiting["A"] != "the scheduler is retrying the publish of input revision 50 (last try: publish A v4: commit: context deadline exceeded)" {
+		t.Fatalf("retrying: waiting %v final %v", waiting, final)
+	}
+	if blocked, why := retry.Blocked(); blocked {
+		t.Fatalf("a retrying publish is BLOCKED (%s)", why)
+	}
 }
 
 func TestLaggards(t *testing.T) {

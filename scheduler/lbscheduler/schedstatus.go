@@ -83,6 +83,14 @@ func (b *statusBook) note(pc string, r publish.Result, err error, now time.Time)
 		res.Result = report.PublishUnchanged
 	case errors.Is(err, publish.ErrFenced):
 		res.Result, res.Reason = report.PublishFenced, err.Error()
+	case !errors.Is(err, publish.ErrInvalid):
+		// etcd trouble, a lost answer, a concurrent pointer move: the loop
+		// retries (retryAfterError), so "failed" would end every --wait
+		// for a publish that may land in a second
+		res.Result, res.Reason = report.PublishRetrying, err.Error()
+		if prev, ok := b.results[pc]; ok {
+			res.Lineage, res.Version = prev.Lineage, prev.Version // still live
+		}
 	default:
 		res.Result, res.Reason = report.PublishFailed, err.Error()
 		if prev, ok := b.results[pc]; ok {
