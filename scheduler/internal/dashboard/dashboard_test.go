@@ -150,7 +150,9 @@ func TestNotifyWatchesAndStreams(t *testing.T) {
 
 	// Notify: the scheduler's new plan reaches the stream.
 	f.set(func(in *Inputs) {
-		in.Rows["BFE1"]["c"] = RowInput{Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 90, config.Blackhole: 10}}}
+		// a new map, never a write into the old one: Inputs are the
+		// scheduler's immutable values, which the dashboard reads unlocked
+		in.Rows = map[string]map[string]RowInput{"BFE1": {"c": {Row: snapshot.Row{Denominator: 100, Weights: map[string]int{"SC1": 90, config.Blackhole: 10}}}}}
 	})
 	d.Notify()
 	next(t, docs, 2*time.Second, "the new row", func(d Doc) bool { return d.Clusters[0].Rows[0].Weights[config.Blackhole] == 10 })
