@@ -43,6 +43,11 @@ type fastAdapter struct {
 	text   []byte
 	fields []inField
 	vals   []string
+
+	// the HeaderReceived hook's over-limit mark, as reset found it: the
+	// declared length is text[over[0]:over[1]]
+	overLimit bool
+	over      [2]int
 }
 
 // inField is one request header field reset read: its canonical name and
@@ -78,7 +83,16 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	chunked := rh.ContentLength() == -1
 	hosts := 0
 	a.fields = a.fields[:0]
+	a.overLimit = false
 	for k, v := range rh.All() {
+		if ours, client := overLimitField(k); ours || client {
+			if ours {
+				start := len(a.text)
+				a.text = append(a.text, v...)
+				a.overLimit, a.over = true, [2]int{start, len(a.text)}
+			}
+			continue // a client's copy is never forwarded
+		}
 		key := internKey(k)
 		switch key {
 		case "Host":
@@ -156,7 +170,15 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	default:
 		r.Body = http.NoBody
 	}
-	overLimit(a.in, r)
+	if a.overLimit {
+		// Marked by overBodyLimit: the declared length back, no body (none
+		// was read), and the connection ends after the 413.
+		if n, err := strconv.ParseInt(text[a.over[0]:a.over[1]], 10, 64); err == nil {
+			r.ContentLength = n
+		}
+		r.Body = http.NoBody
+		r.Close = true
+	}
 	if yc, ok := ctx.Conn().(*addrConn); ok {
 		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
 	} else {

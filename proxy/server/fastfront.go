@@ -387,9 +387,12 @@ func (f *FastFront) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
+var upgradeKey = []byte("Upgrade")
+
 // serve is the fasthttp handler.
 func (f *FastFront) serve(ctx *fasthttp.RequestCtx) {
-	if up := ctx.Request.Header.Peek("Upgrade"); len(up) > 0 && !isH2CUpgrade(http.Header{"Upgrade": {string(up)}}) {
+	// The name is canonical already: Peek would copy and normalize it.
+	if up := ctx.Request.Header.PeekCanonical(upgradeKey); len(up) > 0 && !h2cOffer(string(up)) {
 		f.handOver(ctx)
 		return
 	}
@@ -429,6 +432,7 @@ func (f *FastFront) run(a *fastAdapter) (aborted bool) {
 // server, which replays the request head and runs the std path (WebSocket
 // pass-through as on the std front).
 func (f *FastFront) handOver(ctx *fasthttp.RequestCtx) {
+	markForHandOver(&ctx.Request.Header)
 	head := append([]byte(nil), ctx.Request.Header.Header()...)
 	var body []byte
 	if bs := ctx.RequestBodyStream(); bs != nil && ctx.Request.Header.ContentLength() > 0 {

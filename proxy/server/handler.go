@@ -308,10 +308,18 @@ func hasBody(r *http.Request) bool {
 
 func isH2CUpgrade(h http.Header) bool {
 	for _, v := range h["Upgrade"] {
-		for _, p := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(p), "h2c") {
-				return true
-			}
+		if h2cOffer(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// h2cOffer reports whether one Upgrade field value lists h2c.
+func h2cOffer(v string) bool {
+	for _, p := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(p), "h2c") {
+			return true
 		}
 	}
 	return false
