@@ -138,7 +138,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trustedSet = s.trusted
 	}
 	st.peerTrust = trusted(st.peer, trustedSet)
-	st.clientIP = ClientIP(st.peer, r.Header["X-Forwarded-For"], trustedSet)
+	// ClientIP's answer for an untrusted peer, without its X-Forwarded-For
+	// lookup (a map access per request) and its second trust check.
+	st.clientIP = st.peer
+	if st.peerTrust {
+		st.clientIP = ClientIP(st.peer, r.Header["X-Forwarded-For"], trustedSet)
+	}
 
 	st.ctx = r.Context()
 	if s.tracing {
@@ -168,11 +173,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An h2c upgrade is never performed: the request is served as plain
-	// HTTP/1.1 and the backend never sees the upgrade offer.
-	if isH2CUpgrade(r.Header) {
+	// HTTP/1.1 and the backend never sees the upgrade offer. Nothing below
+	// changes the Upgrade field: one lookup serves every check of it.
+	upgrade := r.Header["Upgrade"]
+	if h2cUpgrade(upgrade) {
 		r.Header.Del("Upgrade")
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
+		upgrade = nil
 	}
 	st.route.Reset(r, st.clientIP, r.TLS != nil)
 	res, ok := rt.router.Match(&st.route)
@@ -212,7 +220,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d := p.Timeouts.ReadClient.D(); d > 0 && hasBody(r) {
 		_ = rc.SetReadDeadline(st.start.Add(d))
 	}
-	if d := p.Timeouts.WriteClient.D(); d > 0 && !isUpgrade(r.Header) {
+	if d := p.Timeouts.WriteClient.D(); d > 0 && len(upgrade) == 0 {
 		_ = rc.SetWriteDeadline(st.start.Add(d))
 	}
 	ctx := st.ctx
@@ -224,7 +232,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.bc.Start(&st.sel, r, st.clientIP, st.stripe)
-	if s.fast && !isUpgrade(r.Header) {
+	if s.fast && len(upgrade) == 0 {
 		// Nothing outlives the fast path's end(): the state is reused.
 		st.reuse = true
 		st.serveFast(ctx, w, r)
@@ -306,8 +314,9 @@ func hasBody(r *http.Request) bool {
 	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
-func isH2CUpgrade(h http.Header) bool {
-	for _, v := range h["Upgrade"] {
+// h2cUpgrade reports whether the Upgrade field values vv offer h2c.
+func h2cUpgrade(vv []string) bool {
+	for _, v := range vv {
 		if h2cOffer(v) {
 			return true
 		}
@@ -324,8 +333,6 @@ func h2cOffer(v string) bool {
 	}
 	return false
 }
-
-func isUpgrade(h http.Header) bool { return len(h["Upgrade"]) > 0 }
 
 // streamBody is a non-replayable request body shared by the attempts of one
 // request. Close is a no-op so that a transport failing to connect (which
