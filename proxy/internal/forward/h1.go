@@ -129,6 +129,7 @@ type conn struct {
 	stop    func() bool
 	body    Body
 	line    []byte // scratch for header lines longer than the read buffer
+	head    []byte // scratch for request heads longer than the write buffer (writeHead)
 	fields  []field
 	vals    []byte // readFields' scratch: the values of one header, back to back
 	chunked bodyWriter

@@ -552,3 +552,41 @@ func TestBodyBufferedChunked(t *testing.T) {
 		t.Fatalf("rest %q %v", rest, err)
 	}
 }
+
+// The request head is appended into the write buffer's free space, or into
+// the connection's scratch when it is longer (writeHead). Heads around and
+// over the 4 KiB buffer, then short ones, on one keep-alive connection,
+// reach the backend as sent, each in its exact bytes.
+func TestLongRequestHeadsExact(t *testing.T) {
+	heads := make(chan string, 16)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			head, err := readReq(br)
+			if err != nil {
+				return
+			}
+			heads <- head
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+	ctx := context.Background()
+	for i, n := range []int{10, 4000, 4096, 6000, 20000, 10, 9000, 10} {
+		v := strings.Repeat(string(rune('a'+i)), n)
+		req := &Request{Method: "GET", URI: "/p?i=" + fmt.Sprint(i), Host: "b", Header: http.Header{"X-Long": {v}},
+			Extra: []HeaderField{{Name: "X-Forwarded-For", Value: "192.0.2.1"}}}
+		res, err := up.Do(ctx, req, make(http.Header))
+		if err != nil {
+			t.Fatalf("head %d (%d bytes): %v", i, n, err)
+		}
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		want := "GET /p?i=" + fmt.Sprint(i) + " HTTP/1.1\r\nHost: b\r\nX-Long: " + v + "\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n"
+		if got := <-heads; got != want {
+			t.Fatalf("head %d (%d bytes): backend read %d bytes %.80q..., want %d bytes %.80q...", i, n, len(got), got, len(want), want)
+		}
+	}
+}
