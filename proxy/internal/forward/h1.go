@@ -119,6 +119,7 @@ type conn struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer // writes through sockWriter
 	await   bool          // the next flush is a whole request (see sockWriter)
+	seen    fieldBits     // the names the last readFields read (finishHead)
 	rdl     time.Time     // read deadline last set on nc
 	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream

@@ -590,3 +590,80 @@ func TestLongRequestHeadsExact(t *testing.T) {
 		}
 	}
 }
+
+// finishHead looks up and deletes only the names readFields saw, and
+// readFields adds a name to an empty map without a lookup when no earlier
+// field had it. Hop-by-hop fields in any letter case, names a Connection
+// field lists, repeated fields (their values in order, over and under the
+// 16 fields compared rather than looked up), repeated equal and conflicting
+// Content-Length, and a map that held names before Do: the client's header
+// is what it always was.
+func TestResponseHeaderFieldsExact(t *testing.T) {
+	many := ""
+	for i := 0; i < 20; i++ {
+		many += fmt.Sprintf("X-F%d: %d\r\nx-rep: r%d\r\n", i%7, i, i)
+	}
+	cases := []struct {
+		name, head string
+		pre        http.Header // in the map before Do
+		want       string      // the header after Do, sorted, and the body length
+		err        bool
+	}{
+		{name: "plain", head: "Content-Length: 2\r\nContent-Type: text/plain\r\nDate: d\r\n",
+			want: `Content-Length=["2"] Content-Type=["text/plain"] Date=["d"] len=2`},
+		{name: "hop-by-hop, any case", head: "connection: keep-alive\r\nKEEP-ALIVE: timeout=5\r\nproxy-connection: x\r\nUPGRADE: y\r\ntE: trailers\r\nContent-Length: 2\r\nX-A: a\r\n",
+			want: `Content-Length=["2"] X-A=["a"] len=2`},
+		{name: "one hop-by-hop name", head: "Upgrade: y\r\nContent-Length: 2\r\n", want: `Content-Length=["2"] len=2`},
+		{name: "chunked, length dropped", head: "Transfer-Encoding: chunked\r\nContent-Length: 9\r\nX-A: a\r\n", want: `X-A=["a"] len=-1`},
+		{name: "listed by Connection", head: "Connection: X-Secret, content-length\r\nX-Secret: s\r\nContent-Length: 2\r\nX-A: a\r\n",
+			want: `X-A=["a"] len=-1`},
+		{name: "repeated, in order", head: "X-A: 1\r\nX-B: 2\r\nx-a: 3\r\nX-A: 4\r\nContent-Length: 2\r\n",
+			want: `Content-Length=["2"] X-A=["1" "3" "4"] X-B=["2"] len=2`},
+		{name: "equal lengths", head: "Content-Length: 2\r\nContent-Length: 2\r\n", want: `Content-Length=["2"] len=2`},
+		{name: "conflicting lengths", head: "Content-Length: 2\r\nContent-Length: 3\r\n", err: true},
+		{name: "many fields", head: many + "Content-Length: 2\r\n",
+			want: `Content-Length=["2"] X-F0=["0" "7" "14"] X-F1=["1" "8" "15"] X-F2=["2" "9" "16"] X-F3=["3" "10" "17"] X-F4=["4" "11" "18"] X-F5=["5" "12" "19"] X-F6=["6" "13"] X-Rep=["r0" "r1" "r2" "r3" "r4" "r5" "r6" "r7" "r8" "r9" "r10" "r11" "r12" "r13" "r14" "r15" "r16" "r17" "r18" "r19"] len=2`},
+		{name: "names before Do", head: "Content-Length: 2\r\nX-A: a\r\n", pre: http.Header{"Connection": {"c"}, "Te": {"t"}, "X-A": {"0"}, "X-Pre": {"p"}},
+			want: `Content-Length=["2"] X-A=["0" "a"] X-Pre=["p"] len=2`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			addr := rawBackend(t, func(conn net.Conn) {
+				if _, err := readReq(bufio.NewReader(conn)); err == nil {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\n"+c.head+"\r\nok")
+				}
+			})
+			_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+			h := c.pre
+			if h == nil {
+				h = make(http.Header)
+			}
+			res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{}}, h)
+			if c.err {
+				if err == nil {
+					res.Body.Close()
+					t.Fatalf("Do answered %v, want an error", h)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(res.Body)
+			res.Body.Close()
+			keys := make([]string, 0, len(h))
+			for k := range h {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var b strings.Builder
+			for _, k := range keys {
+				fmt.Fprintf(&b, "%s=%q ", k, h[k])
+			}
+			fmt.Fprintf(&b, "len=%d", res.ContentLength)
+			if b.String() != c.want {
+				t.Errorf("header after Do:\n%s\nwant\n%s", b.String(), c.want)
+			}
+		})
+	}
+}

@@ -85,6 +85,12 @@ func trim(b []byte) []byte {
 // values of one key in one shared backing array like net/textproto.
 func (c *conn) readFields(dst http.Header, total *int) error {
 	c.fields, c.vals = c.fields[:0], c.vals[:0]
+	// What finishHead may find: the names read, and, with dst not empty,
+	// whatever it held already.
+	c.seen = 0
+	if len(dst) != 0 {
+		c.seen = fieldAll
+	}
 	for {
 		line, err := c.readLine(total)
 		if err != nil {
@@ -103,7 +109,8 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		if i == 0 || i == len(line) {
 			return protoErr("header line %q", trim(line))
 		}
-		k := canonicalKey(line[:i])
+		k, bits := canonicalKey(line[:i])
+		c.seen |= bits
 		v := line[i+1:]
 		for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
 			v = v[1:]
@@ -128,9 +135,17 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 	all := string(c.vals)
 	c.vals = c.vals[:0]
 	strs := make([]string, len(c.fields))
+	// Into an empty map, a name that no earlier field had is new: no
+	// lookup for it (a few fields compared, not hashed; a long header is
+	// looked up, so the comparisons stay few).
+	fresh := len(dst) == 0 && len(c.fields) <= 16
 	for i, f := range c.fields {
 		v := all[f.start:f.end]
 		strs[i] = v
+		if fresh && !nameIn(c.fields[:i], f.k) {
+			dst[f.k] = strs[i : i+1 : i+1]
+			continue
+		}
 		if vv, ok := dst[f.k]; ok {
 			dst[f.k] = append(vv, v)
 		} else {
@@ -140,10 +155,57 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 	return nil
 }
 
+// nameIn reports whether one of fs has the name k.
+func nameIn(fs []field, k string) bool {
+	for _, f := range fs {
+		if f.k == k {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldBits flags the response header names finishHead looks up or
+// deletes: it skips those a header lacks.
+type fieldBits uint8
+
+const (
+	fieldConnection fieldBits = 1 << iota
+	fieldTransferEncoding
+	fieldContentLength
+	// Connection, Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade
+	// and Te: the names finishHead deletes
+	fieldHopByHop
+
+	fieldAll = fieldConnection | fieldTransferEncoding | fieldContentLength | fieldHopByHop
+)
+
+// bitsOf is the fieldBits of the canonical name k.
+func bitsOf(k string) fieldBits {
+	switch k {
+	case "Connection":
+		return fieldConnection | fieldHopByHop
+	case "Transfer-Encoding":
+		return fieldTransferEncoding | fieldHopByHop
+	case "Content-Length":
+		return fieldContentLength
+	case "Keep-Alive", "Proxy-Connection", "Upgrade", "Te":
+		return fieldHopByHop
+	}
+	return 0
+}
+
+// commonName is a frequent response header name in canonical form, with
+// its fieldBits.
+type commonName struct {
+	k    string
+	bits fieldBits
+}
+
 // commonKeys interns the canonical form of frequent response header names, so
 // that parsing them allocates nothing.
-var commonKeys = func() map[string]string {
-	m := make(map[string]string)
+var commonKeys = func() map[string]commonName {
+	m := make(map[string]commonName)
 	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
 		"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
 		"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
@@ -151,9 +213,9 @@ var commonKeys = func() map[string]string {
 		"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
 		"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
 		"Content-Disposition", "Pragma", "Alt-Svc"} {
-		m[k] = k
+		m[k] = commonName{k, bitsOf(k)}
 		if l := toLower(k); l != k {
-			m[l] = k
+			m[l] = m[k]
 		}
 	}
 	return m
@@ -169,11 +231,14 @@ func toLower(s string) string {
 	return string(b)
 }
 
-func canonicalKey(b []byte) string {
-	if k, ok := commonKeys[string(b)]; ok {
-		return k
+// canonicalKey is the canonical form of the header name b, and its
+// fieldBits.
+func canonicalKey(b []byte) (string, fieldBits) {
+	if n, ok := commonKeys[string(b)]; ok {
+		return n.k, n.bits
 	}
-	return http.CanonicalHeaderKey(string(b))
+	k := http.CanonicalHeaderKey(string(b))
+	return k, bitsOf(k)
 }
 
 // finishHead removes the hop-by-hop fields of a response header and sets up
@@ -182,7 +247,12 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 	b := &c.body
 	*b = Body{c: c, http10: b.http10}
 	keep := reusable && !c.u.noKeepAlive
-	connHdr := h["Connection"]
+	// Only the names readFields saw are looked up or deleted (c.seen): a
+	// name it did not see is not in h (deletions below only remove names).
+	var connHdr, te, cl []string
+	if c.seen&fieldConnection != 0 {
+		connHdr = h["Connection"]
+	}
 	if httpguts.HeaderValuesContainsToken(connHdr, "close") {
 		keep = false
 	}
@@ -196,14 +266,20 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 			}
 		}
 	}
-	te := h["Transfer-Encoding"]
-	cl := h["Content-Length"]
-	delete(h, "Connection")
-	delete(h, "Keep-Alive")
-	delete(h, "Proxy-Connection")
-	delete(h, "Transfer-Encoding")
-	delete(h, "Upgrade")
-	delete(h, "Te")
+	if c.seen&fieldTransferEncoding != 0 {
+		te = h["Transfer-Encoding"]
+	}
+	if c.seen&fieldContentLength != 0 {
+		cl = h["Content-Length"]
+	}
+	if c.seen&fieldHopByHop != 0 {
+		delete(h, "Connection")
+		delete(h, "Keep-Alive")
+		delete(h, "Proxy-Connection")
+		delete(h, "Transfer-Encoding")
+		delete(h, "Upgrade")
+		delete(h, "Te")
+	}
 	b.keep = keep
 	res := Response{Status: status, ContentLength: -1, Body: b}
 	switch {
@@ -239,7 +315,9 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 		if err != nil {
 			return Response{}, err
 		}
-		h["Content-Length"] = cl[:1]
+		if len(cl) > 1 {
+			h["Content-Length"] = cl[:1] // all equal: one is relayed
+		}
 		b.mode, b.remaining, res.ContentLength = modeLength, n, n
 		if n == 0 {
 			b.mode = modeNone
