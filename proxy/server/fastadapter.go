@@ -31,6 +31,7 @@ type fastAdapter struct {
 	url    url.URL
 	in     http.Header // request header
 	h      http.Header // response header
+	conn   *addrConn   // the request's connection, when the front wrapped it (remoteAddrPort)
 	status int
 	wrote  bool
 	handed bool // the body was handed to fasthttp: release on its Close
@@ -58,7 +59,7 @@ type inField struct {
 }
 
 func (a *fastAdapter) release() {
-	a.ctx = nil
+	a.ctx, a.conn = nil, nil
 	a.req = http.Request{}
 	a.body = bodyReader{}
 	clear(a.in)
@@ -180,9 +181,11 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 		r.Close = true
 	}
 	if yc, ok := ctx.Conn().(*addrConn); ok {
-		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
+		r.RemoteAddr = yc.remoteAddr() // formatted (and parsed) once per connection
+		a.conn = yc
 	} else {
 		r.RemoteAddr = ctx.RemoteAddr().String()
+		a.conn = nil
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -251,14 +252,18 @@ type addrConn struct {
 	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
-	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 	wclear  bool                 // a write-deadline clear left undone until the next Write (SetWriteDeadline)
+	peerOK  bool                 // remote parsed: peer is netip.ParseAddrPort(remote)
+	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 
 	front     *FastFront
 	kick      atomic.Int64 // the sweep's hold on an idle Read (idlepark.go)
 	served    int          // requests begun (fasthttp StateActive), owned by the serving goroutine
 	parkUntil time.Time    // fasthttp's idle deadline, applied only if the one armed passes first (armIdle, idlepark.go)
+	// remote parsed with it, for ServeHTTP (remoteAddrPort): a parse per
+	// connection, not per request
+	peer netip.AddrPort
 }
 
 // SetReadDeadline moves c's read deadline, except fasthttp's idle deadline,
@@ -322,6 +327,8 @@ func (c *addrConn) SetDeadline(t time.Time) error {
 func (c *addrConn) remoteAddr() string {
 	if c.remote == "" {
 		c.remote = c.Conn.RemoteAddr().String()
+		ap, err := netip.ParseAddrPort(c.remote)
+		c.peer, c.peerOK = ap, err == nil
 	}
 	return c.remote
 }

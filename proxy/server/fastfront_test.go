@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -368,5 +369,45 @@ func TestServeThenShutdownReturnsServerClosed(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after Shutdown")
+	}
+}
+
+// remoteAddrConn is a net.Conn with a given remote address.
+type remoteAddrConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c remoteAddrConn) RemoteAddr() net.Addr { return c.addr }
+
+// ServeHTTP takes the fasthttp front's peer address from its connection,
+// parsed once (addrConn.peer), and parses RemoteAddr otherwise: either way
+// it sees what netip.ParseAddrPort(r.RemoteAddr) answers, for IPv4, IPv6,
+// IPv4-mapped and zoned peers and an address that does not parse, and
+// parses again when the request's RemoteAddr is not the connection's.
+func TestRemoteAddrPortIsParse(t *testing.T) {
+	addrs := []net.Addr{
+		&net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 54321},
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443},
+		&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.8").To16(), Port: 1},
+		&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 8080, Zone: "eth0"},
+		&net.UnixAddr{Name: "/tmp/sock", Net: "unix"},
+	}
+	for _, addr := range addrs {
+		c := &addrConn{Conn: remoteAddrConn{addr: addr}}
+		a := &fastAdapter{conn: c}
+		a.req.RemoteAddr = c.remoteAddr()
+		for _, remote := range []string{a.req.RemoteAddr, "198.51.100.1:80"} {
+			a.req.RemoteAddr = remote
+			want, err := netip.ParseAddrPort(remote)
+			got, ok := remoteAddrPort(a, &a.req)
+			if got != want || ok != (err == nil) {
+				t.Errorf("remoteAddrPort for %s (connection %s) = %v %v, want %v %v", remote, addr, got, ok, want, err == nil)
+			}
+		}
+		r := &http.Request{RemoteAddr: "203.0.113.9:9"} // not the adapter's request
+		if got, ok := remoteAddrPort(a, r); !ok || got != netip.MustParseAddrPort(r.RemoteAddr) {
+			t.Errorf("remoteAddrPort of another request = %v %v, want %s", got, ok, r.RemoteAddr)
+		}
 	}
 }

@@ -115,13 +115,23 @@ func connStripe(ap netip.AddrPort) uint32 {
 	return (x * 0x9E3779B1) >> 16
 }
 
+// remoteAddrPort is netip.ParseAddrPort(r.RemoteAddr), ok when it parses.
+// The fasthttp front parsed its connection's address once (addrConn.peer).
+func remoteAddrPort(w http.ResponseWriter, r *http.Request) (netip.AddrPort, bool) {
+	if a, ok := w.(*fastAdapter); ok && r == &a.req && a.conn != nil && r.RemoteAddr == a.conn.remote {
+		return a.conn.peer, a.conn.peerOK
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return ap, err == nil
+}
+
 // ServeHTTP handles one client request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := s.newState()
 	st.s, st.start, st.r = s, s.now(), r
 	rt := s.rt.Load() // the one load of this request (I2)
 	st.rt = rt
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+	if ap, ok := remoteAddrPort(w, r); ok {
 		st.peer = ap.Addr().Unmap()
 		st.stripe = connStripe(ap)
 		if a := ap.Addr(); !a.Is4In6() && a.Zone() == "" {
