@@ -415,7 +415,35 @@ var commonRequestKeys = func() map[string]string {
 	return m
 }()
 
+// requestKeySlots holds every name of commonRequestKeys in the slot
+// requestKeySlot gives it: internKey finds a common name (fasthttp hands
+// them over in canonical form) with one comparison, not a map access that
+// hashes it. The constants put no two of them in one slot
+// (TestRequestKeysInTheirSlots); were a slot taken, its second name would
+// still be found through the map.
+var requestKeySlots = func() *[256]string {
+	var t [256]string
+	for k := range commonRequestKeys {
+		if s := &t[requestKeySlot([]byte(k))]; *s == "" {
+			*s = k
+		}
+	}
+	return &t
+}()
+
+// requestKeySlot is a header name's slot in requestKeySlots: a mix of its
+// length and its first, middle and last bytes. b is not empty.
+func requestKeySlot(b []byte) uint8 {
+	n := len(b)
+	return uint8(n + int(b[0])*3 + int(b[n-1])*4 + int(b[n/2]))
+}
+
 func internKey(b []byte) string {
+	if len(b) > 0 {
+		if k := requestKeySlots[requestKeySlot(b)]; k == string(b) {
+			return k
+		}
+	}
 	if k, ok := commonRequestKeys[string(b)]; ok {
 		return k
 	}

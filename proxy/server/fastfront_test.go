@@ -411,3 +411,24 @@ func TestRemoteAddrPortIsParse(t *testing.T) {
 		}
 	}
 }
+
+// Every common request header name sits in its own slot (requestKeySlot's
+// constants are chosen so), and internKey answers the canonical name for
+// it, for other cases of it and for names that are not common.
+func TestRequestKeysInTheirSlots(t *testing.T) {
+	for k := range commonRequestKeys {
+		if s := requestKeySlots[requestKeySlot([]byte(k))]; s != k {
+			t.Errorf("%q: slot %d holds %q, want it", k, requestKeySlot([]byte(k)), s)
+		}
+		for _, v := range []string{k, strings.ToUpper(k), strings.ToLower(k)} {
+			if got := internKey([]byte(v)); got != http.CanonicalHeaderKey(v) {
+				t.Errorf("internKey(%q) = %q, want %q", v, got, http.CanonicalHeaderKey(v))
+			}
+		}
+	}
+	for _, v := range []string{"X-Other", "x", "Host-X", "User-Agenx"} {
+		if got := internKey([]byte(v)); got != http.CanonicalHeaderKey(v) {
+			t.Errorf("internKey(%q) = %q, want %q", v, got, http.CanonicalHeaderKey(v))
+		}
+	}
+}

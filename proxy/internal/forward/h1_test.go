@@ -667,3 +667,26 @@ func TestResponseHeaderFieldsExact(t *testing.T) {
 		})
 	}
 }
+
+// Every common response header name, as written and in lower case, sits in
+// its own slot (nameSlot's constants are chosen so), and canonicalKey
+// answers the map's answer for it, for other cases of it and for names
+// that are not common.
+func TestCommonNamesInTheirSlots(t *testing.T) {
+	for name, n := range commonKeys {
+		if s := commonSlots[nameSlot([]byte(name))]; s.name != name || s.n != n {
+			t.Errorf("%q: slot %d holds %q, want it", name, nameSlot([]byte(name)), s.name)
+		}
+		for _, v := range []string{name, strings.ToUpper(name), strings.ToLower(name)} {
+			k, bits := canonicalKey([]byte(v))
+			if want := http.CanonicalHeaderKey(v); k != want || bits != bitsOf(want) {
+				t.Errorf("canonicalKey(%q) = %q %b, want %q %b", v, k, bits, want, bitsOf(want))
+			}
+		}
+	}
+	for _, v := range []string{"X-Other", "x", "DATE-X", "content-lengtH", "Content-Lengtx"} {
+		if k, _ := canonicalKey([]byte(v)); k != http.CanonicalHeaderKey(v) {
+			t.Errorf("canonicalKey(%q) = %q, want %q", v, k, http.CanonicalHeaderKey(v))
+		}
+	}
+}

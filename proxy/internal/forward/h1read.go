@@ -202,17 +202,20 @@ type commonName struct {
 	bits fieldBits
 }
 
-// commonKeys interns the canonical form of frequent response header names, so
-// that parsing them allocates nothing.
+// commonNames are frequent response header names in canonical form.
+var commonNames = []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
+	"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
+	"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
+	"Via", "X-Content-Type-Options", "X-Frame-Options", "Strict-Transport-Security", "Upgrade",
+	"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
+	"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
+	"Content-Disposition", "Pragma", "Alt-Svc"}
+
+// commonKeys interns commonNames, as written and in lower case, so that
+// parsing them allocates nothing.
 var commonKeys = func() map[string]commonName {
 	m := make(map[string]commonName)
-	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
-		"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
-		"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
-		"Via", "X-Content-Type-Options", "X-Frame-Options", "Strict-Transport-Security", "Upgrade",
-		"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
-		"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
-		"Content-Disposition", "Pragma", "Alt-Svc"} {
+	for _, k := range commonNames {
 		m[k] = commonName{k, bitsOf(k)}
 		if l := toLower(k); l != k {
 			m[l] = m[k]
@@ -220,6 +223,34 @@ var commonKeys = func() map[string]commonName {
 	}
 	return m
 }()
+
+// commonSlot is a name of commonKeys in its slot of commonSlots.
+type commonSlot struct {
+	name string
+	n    commonName
+}
+
+// commonSlots holds every name of commonKeys in the slot nameSlot gives
+// it: canonicalKey finds a common name with one comparison, not a map
+// access that hashes it. nameSlot's constants put no two of them in one
+// slot (TestCommonNamesInTheirSlots); were a slot taken, its second name
+// would still be found through the map.
+var commonSlots = func() *[256]commonSlot {
+	var t [256]commonSlot
+	for name, n := range commonKeys {
+		if s := &t[nameSlot([]byte(name))]; s.name == "" {
+			*s = commonSlot{name, n}
+		}
+	}
+	return &t
+}()
+
+// nameSlot is a header name's slot in commonSlots: a mix of its length
+// and its first, middle and last bytes. b is not empty.
+func nameSlot(b []byte) uint8 {
+	n := len(b)
+	return uint8(n + int(b[0])*27 + int(b[n-1])*48 + int(b[n/2]))
+}
 
 func toLower(s string) string {
 	b := []byte(s)
@@ -234,6 +265,11 @@ func toLower(s string) string {
 // canonicalKey is the canonical form of the header name b, and its
 // fieldBits.
 func canonicalKey(b []byte) (string, fieldBits) {
+	if len(b) > 0 {
+		if s := &commonSlots[nameSlot(b)]; s.name == string(b) {
+			return s.n.k, s.n.bits
+		}
+	}
 	if n, ok := commonKeys[string(b)]; ok {
 		return n.k, n.bits
 	}
