@@ -84,6 +84,11 @@ type reqState struct {
 	upstreamTime                            time.Duration // attempt start to the relayed answer's header
 	upstreamConnect                         time.Duration // its connect time (0: reused connection, or the std path)
 
+	// the first pick's sub-cluster and its metrics (next): finish looks
+	// them up again only for another sub-cluster (or none found)
+	subName string
+	subM    *subMetrics
+
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
 
@@ -437,7 +442,11 @@ func (st *reqState) finish(r *http.Request) {
 	if st.c != nil {
 		sub := st.subcluster
 		var answers *atomic.Uint64
-		if m := st.c.subs[sub]; m != nil {
+		m := st.subM
+		if m == nil || sub != st.subName {
+			m = st.c.subs[sub]
+		}
+		if m != nil {
 			i := codeIndex(st.status)
 			m.codes[i].Inc()
 			m.durations[i].Observe(took.Seconds())
