@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -687,6 +688,42 @@ func TestCommonNamesInTheirSlots(t *testing.T) {
 	for _, v := range []string{"X-Other", "x", "DATE-X", "content-lengtH", "Content-Lengtx"} {
 		if k, _ := canonicalKey([]byte(v)); k != http.CanonicalHeaderKey(v) {
 			t.Errorf("canonicalKey(%q) = %q, want %q", v, k, http.CanonicalHeaderKey(v))
+		}
+	}
+}
+
+// plainValue answers what the byte-by-byte check answers: every byte value
+// at every place of values of 1 to 24 bytes (words, their seams and the
+// tail), next to tabs and high bytes.
+func TestPlainValueIsTheByteCheck(t *testing.T) {
+	slow := func(v []byte) bool {
+		for _, b := range v {
+			if (b < ' ' && b != '\t') || b == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	for _, fill := range []byte{'a', '\t', 0x80, 0xff, ' ', 0x7e} {
+		for n := 1; n <= 24; n++ {
+			for p := 0; p < n; p++ {
+				for b := 0; b < 256; b++ {
+					v := bytes.Repeat([]byte{fill}, n)
+					v[p] = byte(b)
+					if got, want := plainValue(v), slow(v); got != want {
+						t.Fatalf("plainValue(%q) = %v, want %v", v, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// tokenByte is httpguts.IsTokenRune, byte for byte.
+func TestTokenByte(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		if tokenByte[c] != httpguts.IsTokenRune(rune(c)) {
+			t.Errorf("tokenByte[%#x] = %v", c, tokenByte[c])
 		}
 	}
 }

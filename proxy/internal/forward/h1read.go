@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -99,14 +100,12 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		if len(line) == 0 {
 			break
 		}
+		// The name: token bytes up to the colon (which is none).
 		i := 0
-		for i < len(line) && line[i] != ':' {
-			if !httpguts.IsTokenRune(rune(line[i])) {
-				return protoErr("header line %q", trim(line))
-			}
+		for i < len(line) && tokenByte[line[i]] {
 			i++
 		}
-		if i == 0 || i == len(line) {
+		if i == 0 || i == len(line) || line[i] != ':' {
 			return protoErr("header line %q", trim(line))
 		}
 		k, bits := canonicalKey(line[:i])
@@ -118,10 +117,8 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
 			v = v[:len(v)-1]
 		}
-		for _, b := range v {
-			if (b < ' ' && b != '\t') || b == 0x7f {
-				return protoErr("header %s value has a control byte", k)
-			}
+		if !plainValue(v) {
+			return protoErr("header %s value has a control byte", k)
 		}
 		start := len(c.vals)
 		c.vals = append(c.vals, v...)
@@ -153,6 +150,35 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		}
 	}
 	return nil
+}
+
+// tokenByte is httpguts.IsTokenRune for a byte.
+var tokenByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = httpguts.IsTokenRune(rune(c))
+	}
+	return t
+}()
+
+// plainValue reports whether a field value has no control byte but tab
+// (nor DEL). Eight bytes at a time: a word with a byte below 0x20 or equal
+// to 0x7f (tab included) is looked at byte by byte, with the rest.
+func plainValue(v []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(v) >= 8 {
+		x := binary.LittleEndian.Uint64(v)
+		del := x ^ 0x7f*ones
+		if ((x-0x20*ones)&^x|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		v = v[8:]
+	}
+	for _, b := range v {
+		if (b < ' ' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // nameIn reports whether one of fs has the name k.
