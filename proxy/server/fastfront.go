@@ -228,6 +228,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
 	ac := &addrConn{Conn: c, front: l.f}
 	ac.wait, _ = c.(readableWaiter)
+	_, ac.buffers = c.(bufferedConn)
 	ac.lim = connlimit.Of(c)
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
 		st := tc.ConnectionState()
@@ -255,6 +256,7 @@ type addrConn struct {
 	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 	wclear  bool                 // a write-deadline clear left undone until the next Write (SetWriteDeadline)
 	peerOK  bool                 // remote parsed: peer is netip.ParseAddrPort(remote)
+	buffers bool                 // wait is a bufferedConn (TLS, tlsidle.go): asserted once, for idleNext
 	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 
 	front     *FastFront
