@@ -49,6 +49,8 @@ type fastAdapter struct {
 	// declared length is text[over[0]:over[1]]
 	overLimit bool
 	over      [2]int
+	// the request has an Upgrade field (upgradeField)
+	upgrade bool
 }
 
 // inField is one request header field reset read: its canonical name and
@@ -84,7 +86,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	chunked := rh.ContentLength() == -1
 	hosts := 0
 	a.fields = a.fields[:0]
-	a.overLimit = false
+	a.overLimit, a.upgrade = false, false
 	for k, v := range rh.All() {
 		if ours, client := overLimitField(k); ours || client {
 			if ours {
@@ -105,6 +107,8 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 			if chunked {
 				continue
 			}
+		case "Upgrade":
+			a.upgrade = true
 		}
 		start := len(a.text)
 		a.text = append(a.text, v...)

@@ -130,6 +130,16 @@ func remoteAddrPort(w http.ResponseWriter, r *http.Request) (netip.AddrPort, boo
 	return ap, err == nil
 }
 
+// upgradeField is r.Header["Upgrade"]. The fasthttp front's adapter knows
+// a request without one (reset read every field), which then needs no map
+// access.
+func upgradeField(w http.ResponseWriter, r *http.Request) []string {
+	if a, ok := w.(*fastAdapter); ok && r == &a.req && !a.upgrade {
+		return nil
+	}
+	return r.Header["Upgrade"]
+}
+
 // ServeHTTP handles one client request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := s.newState()
@@ -190,7 +200,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// An h2c upgrade is never performed: the request is served as plain
 	// HTTP/1.1 and the backend never sees the upgrade offer. Nothing below
 	// changes the Upgrade field: one lookup serves every check of it.
-	upgrade := r.Header["Upgrade"]
+	upgrade := upgradeField(w, r)
 	if h2cUpgrade(upgrade) {
 		r.Header.Del("Upgrade")
 		r.Header.Del("Http2-Settings")

@@ -382,3 +382,21 @@ func TestWebSocketBackendClosesWhileClientSends(t *testing.T) {
 		t.Fatalf("after the tunnels: answered %q, want 200", status)
 	}
 }
+
+// An h2c offer is dropped whole on both fronts, its settings field too when
+// Connection does not list it (forward's hop-by-hop rules would not drop
+// it): the fasthttp front's adapter tells ServeHTTP of the Upgrade field
+// without a map access, and must not hide it.
+func TestH2COfferDroppedOnBothFronts(t *testing.T) {
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		b := newBackend(t, "b1", nil)
+		p := hostileProxy(t, b, nil, proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: kind})
+		status, _ := rawExchange(t, p.addr, "GET / HTTP/1.1\r\nHost: demo.test\r\nUpgrade: h2c\r\nHttp2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(status, "HTTP/1.1 200") {
+			t.Fatalf("%s: h2c offer answered %q, want 200", kind, status)
+		}
+		if r := b.last(); r.Header.Get("Upgrade") != "" || r.Header.Get("Http2-Settings") != "" {
+			t.Errorf("%s: backend saw the upgrade offer: %v", kind, r.Header)
+		}
+	}
+}
