@@ -16,6 +16,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 var adapters = sync.Pool{New: func() any {
@@ -44,6 +46,9 @@ type fastAdapter struct {
 	text   []byte
 	fields []inField
 	vals   []string
+	// the request header field by field, in the client's order: a.in's
+	// fields, which forward writes from (requestFields)
+	hf []forward.HeaderField
 
 	// the HeaderReceived hook's over-limit mark, as reset found it: the
 	// declared length is text[over[0]:over[1]]
@@ -139,7 +144,9 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	for _, f := range a.fields {
 		a.vals = append(a.vals, text[f.start:f.end])
 	}
+	a.hf = a.hf[:0]
 	for i, f := range a.fields {
+		a.hf = append(a.hf, forward.HeaderField{Name: f.key, Value: a.vals[i]})
 		if vv, ok := a.in[f.key]; ok {
 			a.in[f.key] = append(vv, a.vals[i]) // a repeated field: copied out
 		} else {
@@ -148,6 +155,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	}
 	if rh.ConnectionClose() && len(a.in["Connection"]) == 0 {
 		a.in["Connection"] = []string{"close"}
+		a.hf = append(a.hf, forward.HeaderField{Name: "Connection", Value: "close"})
 		r.Close = true
 	}
 	r.Header = a.in

@@ -14,9 +14,12 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
@@ -430,5 +433,36 @@ func TestRequestKeysInTheirSlots(t *testing.T) {
 		if got := internKey([]byte(v)); got != http.CanonicalHeaderKey(v) {
 			t.Errorf("internKey(%q) = %q, want %q", v, got, http.CanonicalHeaderKey(v))
 		}
+	}
+}
+
+// reset's field list (forward writes from it) holds what the header map
+// holds, name by name in order: repeated names, the Connection: close an
+// HTTP/1.0 request or a close in a request implies, the over-limit marks
+// left out.
+func TestAdapterFieldsAreTheHeader(t *testing.T) {
+	for _, raw := range []string{
+		"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-B: 2\r\nx-a: 3\r\nUser-Agent: u\r\n\r\n",
+		"GET / HTTP/1.0\r\nHost: h\r\nClose: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: X-A, close\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\n" + overLimitMark + ": 7\r\nCookie: a=1; b=2\r\nContent-Length: 0\r\n\r\n",
+	} {
+		var ctx fasthttp.RequestCtx
+		if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		a := adapters.Get().(*fastAdapter)
+		if err := a.reset(&ctx); err != nil {
+			t.Fatalf("%q: reset: %v", raw, err)
+		}
+		fromFields := http.Header{}
+		for _, f := range a.hf {
+			fromFields[f.Name] = append(fromFields[f.Name], f.Value)
+		}
+		if !reflect.DeepEqual(fromFields, a.req.Header) {
+			t.Errorf("%q: fields %v, header %v", raw, fromFields, a.req.Header)
+		}
+		a.release()
 	}
 }

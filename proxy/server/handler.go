@@ -89,6 +89,10 @@ type reqState struct {
 	subName string
 	subM    *subMetrics
 
+	// ServeHTTP changed r.Header (an h2c offer dropped): a front's copy
+	// of its fields no longer is it (requestFields)
+	headerEdited bool
+
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
 
@@ -206,6 +210,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
 		upgrade = nil
+		st.headerEdited = true
 	}
 	st.route.Reset(r, st.clientIP, r.TLS != nil)
 	res, ok := rt.router.Match(&st.route)

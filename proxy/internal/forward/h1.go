@@ -35,6 +35,11 @@ type Request struct {
 	// than "trailers", Trailer, Transfer-Encoding, Upgrade), Content-Length
 	// and Expect (Do frames the body itself), and every name in Extra or Skip.
 	Header http.Header
+	// Fields, when not nil, are Header's fields one by one, in the order
+	// the client sent them (a name as often as it came): Do writes them,
+	// under Header's rules, and does not read Header (ranging over a map
+	// costs a randomized iteration, and Connection a lookup).
+	Fields []HeaderField
 	// Skip lists canonical header names not copied from Header.
 	Skip []string
 	// Extra headers are sent after Header (forwarding headers, trace context).

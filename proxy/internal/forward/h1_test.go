@@ -727,3 +727,78 @@ func TestTokenByte(t *testing.T) {
 		}
 	}
 }
+
+// Request.Fields writes what Request.Header writes: the same lines, each
+// name's values in the same order (only the order between names differs:
+// the client's rather than the map's). Hop-by-hop names, names listed by
+// Connection in one field or several, Te with and without trailers in one
+// field or several, Skip and Extra names, repeated names.
+func TestFieldsWrittenAsHeader(t *testing.T) {
+	heads := make(chan string, 4)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			head, err := readReq(br)
+			if err != nil {
+				return
+			}
+			heads <- head
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+	// byName is a head's field lines grouped by name, in order within one.
+	byName := func(head string) string {
+		lines := strings.Split(strings.TrimSuffix(head, "\r\n\r\n"), "\r\n")
+		m := map[string][]string{}
+		for _, l := range lines[1:] {
+			k, v, _ := strings.Cut(l, ": ")
+			m[k] = append(m[k], v)
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s\n", lines[0])
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+		}
+		return b.String()
+	}
+	cases := [][]HeaderField{
+		{{"User-Agent", "u"}, {"Accept", "*/*"}},
+		{{"X-A", "1"}, {"X-B", "2"}, {"X-A", "3"}, {"Connection", "X-B, keep-alive"}, {"Keep-Alive", "k"}, {"X-C", "c"}},
+		{{"Connection", "X-A"}, {"X-A", "1"}, {"Connection", "x-c"}, {"X-C", "c"}, {"X-D", "d"}},
+		{{"Te", "gzip"}, {"X-A", "1"}, {"Te", "trailers"}},
+		{{"Te", "gzip, trailers"}},
+		{{"Te", "gzip"}},
+		{{"Connection", "te"}, {"Te", "trailers"}},
+		{{"Upgrade", "x"}, {"Proxy-Connection", "p"}, {"Proxy-Authorization", "a"}, {"Trailer", "t"}, {"Transfer-Encoding", "chunked"},
+			{"Content-Length", "9"}, {"Expect", "100-continue"}, {"Host", "h"}, {"Forwarded", "for=x"}, {"X-Forwarded-For", "1.2.3.4"}, {"X-Ok", "ok"}},
+	}
+	for i, fields := range cases {
+		h := http.Header{}
+		for _, f := range fields {
+			h[f.Name] = append(h[f.Name], f.Value)
+		}
+		var got [2]string
+		for j, fs := range [][]HeaderField{nil, fields} {
+			req := &Request{Method: "GET", URI: "/", Host: "b", Header: h, Fields: fs, Skip: []string{"Forwarded"},
+				Extra: []HeaderField{{"X-Forwarded-For", "192.0.2.1"}}}
+			res, err := up.Do(context.Background(), req, make(http.Header))
+			if err != nil {
+				t.Fatalf("case %d: %v", i, err)
+			}
+			io.ReadAll(res.Body)
+			res.Body.Close()
+			got[j] = byName(<-heads)
+		}
+		if got[0] != got[1] {
+			t.Errorf("case %d: from Header:\n%s\nfrom Fields:\n%s", i, got[0], got[1])
+		}
+	}
+}

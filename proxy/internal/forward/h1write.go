@@ -40,20 +40,10 @@ func (c *conn) appendHead(b []byte, req *Request, expect bool) []byte {
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, req.Host...)
 	b = append(b, "\r\n"...)
-	conn := req.Header["Connection"]
-	for k, vv := range req.Header {
-		if skipRequestHeader(k, conn) || listed(k, req.Skip) || extra(k, req.Extra) {
-			continue
-		}
-		if k == "Te" {
-			if httpguts.HeaderValuesContainsToken(vv, "trailers") {
-				b = append(b, "Te: trailers\r\n"...)
-			}
-			continue
-		}
-		for _, v := range vv {
-			b = appendField(b, k, v)
-		}
+	if req.Fields != nil {
+		b = appendFields(b, req)
+	} else {
+		b = appendHeader(b, req)
 	}
 	for _, f := range req.Extra {
 		b = appendField(b, f.Name, f.Value)
@@ -75,6 +65,60 @@ func (c *conn) appendHead(b []byte, req *Request, expect bool) []byte {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	return append(b, "\r\n"...)
+}
+
+// appendHeader appends the fields of req.Header Do copies.
+func appendHeader(b []byte, req *Request) []byte {
+	conn := req.Header["Connection"]
+	for k, vv := range req.Header {
+		if skipRequestHeader(k, conn) || listed(k, req.Skip) || extra(k, req.Extra) {
+			continue
+		}
+		if k == "Te" {
+			if httpguts.HeaderValuesContainsToken(vv, "trailers") {
+				b = append(b, "Te: trailers\r\n"...)
+			}
+			continue
+		}
+		for _, v := range vv {
+			b = appendField(b, k, v)
+		}
+	}
+	return b
+}
+
+// appendFields appends the fields of req.Fields Do copies: appendHeader's
+// rules, field by field. The values of the Connection and Te fields are
+// gathered first, as Header has them under their names (up to four each
+// on the stack); a Te asking for trailers is written once, where the
+// first Te field was.
+func appendFields(b []byte, req *Request) []byte {
+	var connBuf, teBuf [4]string
+	conn, te := connBuf[:0], teBuf[:0]
+	for _, f := range req.Fields {
+		switch f.Name {
+		case "Connection":
+			conn = append(conn, f.Value)
+		case "Te":
+			te = append(te, f.Value)
+		}
+	}
+	teDone := false
+	for _, f := range req.Fields {
+		k := f.Name
+		if skipRequestHeader(k, conn) || listed(k, req.Skip) || extra(k, req.Extra) {
+			continue
+		}
+		if k == "Te" {
+			if !teDone && httpguts.HeaderValuesContainsToken(te, "trailers") {
+				b = append(b, "Te: trailers\r\n"...)
+			}
+			teDone = true
+			continue
+		}
+		b = appendField(b, k, f.Value)
+	}
+	return b
 }
 
 // appendField appends the header line "k: v".
