@@ -272,9 +272,24 @@ func (a *fastAdapter) WriteHeader(code int) {
 	a.wrote, a.status = true, code
 	rh := &a.ctx.Response.Header
 	a.ctx.SetStatusCode(code)
+	announced := false // a Trailer field went before
 	for k, vv := range a.h {
 		switch k {
+		case "Content-Type":
+			// What Add does with it (fasthttp never takes it for a trailer),
+			// without copying and normalizing the name first.
+			for _, v := range vv {
+				rh.SetContentType(v)
+			}
+			continue
+		case "Date":
+			// fasthttp writes its own Date and ignores one added, unless
+			// a Trailer field before announced it: only then is Add asked.
+			if !announced {
+				continue
+			}
 		case "Trailer":
+			announced = true
 			// Announced trailers: fasthttp sends them after a chunked body
 			// (values set by setTrailers once the backend's body ended).
 			for _, v := range vv {
