@@ -1,46 +1,78 @@
 package server
 
 import (
-	"net/http"
 	"strconv"
 
 	"github.com/valyala/fasthttp"
 )
 
-// overLimitMark is the request header by which the fasthttp front's
-// HeaderReceived hook tells serve that the declared body is over
-// Options.MaxBodyBytes. Set only by the hook (it deletes any copy a
-// client sent), never forwarded.
+// overLimitMark is the canonical name of the fasthttp front's internal
+// over-limit field. A client's field of that name (any letter case:
+// fasthttp's parser gives every name its canonical case) is never
+// forwarded: reset drops it, handOver deletes it.
 const overLimitMark = "X-Sluice-Internal-Body-Over-Limit"
 
+// overLimitRaw is the field by which the HeaderReceived hook tells serve
+// that the declared body is over Options.MaxBodyBytes: the mark's name in
+// lower case, set without normalizing. No client can send it: fasthttp's
+// parser normalizes every field name without a space in it
+// (DisableHeaderNamesNormalizing is off), so a client's
+// "x-sluice-internal-body-over-limit" arrives as overLimitMark. So the hook
+// needs no deletion of a client's copy on every request (fasthttp's Del
+// normalizes its key and scans the fields: ~850 instructions a request).
+const overLimitRaw = "x-sluice-internal-body-over-limit"
+
 // overBodyLimit reports whether h declares a Content-Length over the body
-// limit. Then it marks h and sets its length to 0, so fasthttp reads no
-// body (it would otherwise wait for the first 8 KiB before calling the
-// handler); overLimit gives the request its declared length back, and
-// ServeHTTP answers 413 (reason header, count, access log as on --front
-// std) as soon as the head is read and closes the connection.
+// limit. Then it marks h (overLimitRaw, the declared length) and sets its
+// length to 0, so fasthttp reads no body (it would otherwise wait for the
+// first 8 KiB before calling the handler); reset gives the request its
+// declared length back, and ServeHTTP answers 413 (reason header, count,
+// access log as on --front std) as soon as the head is read and closes the
+// connection.
 func (s *Server) overBodyLimit(h *fasthttp.RequestHeader) bool {
-	h.Del(overLimitMark)
 	n := h.ContentLength()
 	if s.maxBody <= 0 || n <= 0 || int64(n) <= s.maxBody {
 		return false
 	}
-	h.Set(overLimitMark, strconv.Itoa(n))
+	var b [20]byte
+	h.SetCanonical(overLimitRawKey, strconv.AppendInt(b[:0], int64(n), 10))
 	h.SetContentLength(0)
 	return true
 }
 
-// overLimit restores the declared length of a request marked by
-// overBodyLimit (without a body: none was read) and drops the mark.
-func overLimit(hdr http.Header, r *http.Request) {
-	v := hdr[overLimitMark]
-	if len(v) == 0 {
-		return
+// overLimitField sorts a request field of reset's by the over-limit mark:
+// ours (overLimitRaw: the hook marked the request), a client's copy
+// (overLimitMark: dropped), or neither.
+func overLimitField(k []byte) (ours, client bool) {
+	if len(k) != len(overLimitMark) {
+		return false, false
 	}
-	delete(hdr, overLimitMark)
-	if n, err := strconv.ParseInt(v[0], 10, 64); err == nil {
-		r.ContentLength = n
+	switch string(k) {
+	case overLimitRaw:
+		return true, false
+	case overLimitMark:
+		return false, true
 	}
-	r.Body = http.NoBody
-	r.Close = true
+	return false, false
 }
+
+// markForHandOver gives a request handed to net/http (handOver) the head it
+// had when the hook deleted every client copy of the mark, then set its own
+// under the canonical name: client copies deleted, the hook's renamed. It
+// reads no field through All, which would gather the Cookie fields and
+// rewrite them in the head.
+func markForHandOver(h *fasthttp.RequestHeader) {
+	ours := h.PeekCanonical(overLimitRawKey)
+	if ours != nil {
+		ours = append([]byte(nil), ours...)
+		h.DisableNormalizing()
+		h.Del(overLimitRaw) // set last by the hook: removed in place, the others keep their order
+		h.EnableNormalizing()
+	}
+	h.Del(overLimitMark)
+	if ours != nil {
+		h.SetBytesV(overLimitMark, ours)
+	}
+}
+
+var overLimitRawKey = []byte(overLimitRaw)

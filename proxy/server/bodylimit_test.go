@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -58,5 +59,64 @@ func TestOversizedDeclaredBodyAnsweredAtOnce(t *testing.T) {
 				poll.EventuallyTrue(t, 10*time.Second, "the front closed its connection", func() bool { return closed.Load() == 1 })
 			})
 		}
+	}
+}
+
+// The fasthttp front's over-limit mark is its own: a client's field of
+// that name, in any letter case, is never forwarded and never makes a
+// request over the limit (nor one over it under it), with or without a
+// body limit, on the fast path and on an Upgrade handed to net/http. The
+// hook used to delete a client's copy on every request; now reset drops it
+// and the hook marks with a name fasthttp's parser never yields.
+func TestClientOverLimitMarkNeverForwarded(t *testing.T) {
+	names := []string{overLimitMark, overLimitRaw, strings.ToUpper(overLimitMark), "x-SLUICE-internal-Body-over-LIMIT"}
+	for _, limit := range []int64{0, 1024} {
+		t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
+			b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				fmt.Fprintf(w, "cl=%d body=%q", r.ContentLength, body)
+			})
+			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+			p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamFast, MaxBodyBytes: limit}, frontKind: FrontFastHTTP})
+			seen := func(what string) {
+				t.Helper()
+				r := b.last()
+				if r == nil {
+					t.Fatalf("%s: the backend saw no request", what)
+				}
+				for k, v := range r.Header {
+					if strings.EqualFold(k, overLimitMark) {
+						t.Fatalf("%s: the backend saw %s: %q", what, k, v)
+					}
+				}
+			}
+			for _, name := range names {
+				status, rest := rawExchange(t, p.addr, "GET / HTTP/1.1\r\nHost: demo.test\r\n"+name+": 99999999\r\nConnection: close\r\n\r\n")
+				if !strings.HasPrefix(status, "HTTP/1.1 200") || !strings.HasSuffix(rest, `cl=0 body=""`) {
+					t.Fatalf("GET with %s: %q %q, want 200 from the backend", name, status, rest)
+				}
+				seen("GET with " + name)
+				status, rest = rawExchange(t, p.addr, "POST / HTTP/1.1\r\nHost: demo.test\r\n"+name+": 99999999\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc")
+				if !strings.HasPrefix(status, "HTTP/1.1 200") || !strings.HasSuffix(rest, `cl=3 body="abc"`) {
+					t.Fatalf("POST of 3 bytes with %s: %q %q, want 200 with the body", name, status, rest)
+				}
+				seen("POST with " + name)
+				if limit > 0 {
+					// Over the limit with a client's mark saying otherwise:
+					// 413 all the same.
+					status, rest = rawExchange(t, p.addr, "POST / HTTP/1.1\r\nHost: demo.test\r\n"+name+": 3\r\nContent-Length: 4096\r\n\r\nabc")
+					if !strings.HasPrefix(status, "HTTP/1.1 413") || !strings.Contains(rest, ReasonHeader+": "+CodeBodyTooLarge+"\r\n") {
+						t.Fatalf("POST of 4096 bytes with %s: %q %q, want 413", name, status, rest)
+					}
+				}
+				// An Upgrade goes to net/http with the head fasthttp read:
+				// without the client's copy there too.
+				status, _ = rawExchange(t, p.addr, "GET /ws HTTP/1.1\r\nHost: demo.test\r\n"+name+": 99999999\r\nConnection: Upgrade, close\r\nUpgrade: websocket\r\n\r\n")
+				if !strings.HasPrefix(status, "HTTP/1.1 200") {
+					t.Fatalf("Upgrade with %s: %q, want the backend's 200", name, status)
+				}
+				seen("Upgrade with " + name)
+			}
+		})
 	}
 }

@@ -66,7 +66,7 @@ var forwardedSkip = []string{"Forwarded"}
 // and relays the answer: the same loop as roundTrip (attemptLoop) without
 // ReverseProxy's request cloning and Transport's goroutine hand-offs.
 func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *http.Request) {
-	rep, ge := attemptLoop[*reply](st, fastAttempter{st: st, ctx: ctx, fr: st.outbound(r), h: w.Header()})
+	rep, ge := attemptLoop[*reply](st, fastAttempter{st: st, ctx: ctx, fr: st.outbound(w, r), h: w.Header()})
 	if ge != nil {
 		st.generated(w, ge)
 		return
@@ -102,23 +102,27 @@ func (a fastAttempter) release(rep *reply) {
 
 // outbound fills the request every attempt sends: the client's request with
 // the forwarding headers of rewrite.
-func (st *reqState) outbound(r *http.Request) *forward.Request {
+func (st *reqState) outbound(w http.ResponseWriter, r *http.Request) *forward.Request {
 	fr := &st.fwd
 	fr.Method, fr.URI, fr.Host, fr.Header, fr.Skip = r.Method, requestURI(r), r.Host, r.Header, forwardedSkip
+	fr.Fields = st.requestFields(w, r)
 	peer := st.peerString()
-	xff := peer
-	if prior := r.Header["X-Forwarded-For"]; st.peerTrust && len(prior) > 0 {
-		xff = strings.Join(prior, ", ") + ", " + peer
-	}
-	xfp := "http"
-	if prior := r.Header["X-Forwarded-Proto"]; st.peerTrust && len(prior) > 0 {
-		xfp = prior[0]
-	} else if r.TLS != nil {
+	// A client's X-Forwarded-* count only from a trusted peer: looked up
+	// only then (three map accesses a request otherwise).
+	xff, xfp, xfh := peer, "http", r.Host
+	if r.TLS != nil {
 		xfp = "https"
 	}
-	xfh := r.Host
-	if prior := r.Header["X-Forwarded-Host"]; st.peerTrust && len(prior) > 0 {
-		xfh = prior[0]
+	if st.peerTrust {
+		if prior := r.Header["X-Forwarded-For"]; len(prior) > 0 {
+			xff = strings.Join(prior, ", ") + ", " + peer
+		}
+		if prior := r.Header["X-Forwarded-Proto"]; len(prior) > 0 {
+			xfp = prior[0]
+		}
+		if prior := r.Header["X-Forwarded-Host"]; len(prior) > 0 {
+			xfh = prior[0]
+		}
 	}
 	fr.Extra = append(st.extra[:0],
 		forward.HeaderField{Name: "X-Forwarded-For", Value: xff},
@@ -136,6 +140,17 @@ func (st *reqState) outbound(r *http.Request) *forward.Request {
 		fr.ExpectContinue = hasExpectContinue(r.Header)
 	}
 	return fr
+}
+
+// requestFields is r.Header field by field in the client's order, when the
+// fasthttp front's adapter has them (reset) and ServeHTTP changed nothing
+// in r.Header since: forward then writes them without ranging over the map.
+// nil otherwise.
+func (st *reqState) requestFields(w http.ResponseWriter, r *http.Request) []forward.HeaderField {
+	if a, ok := w.(*fastAdapter); ok && r == &a.req && !st.headerEdited {
+		return a.hf
+	}
+	return nil
 }
 
 // requestURI is r.URL.RequestURI() without its allocation (the path and

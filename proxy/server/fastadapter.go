@@ -16,6 +16,8 @@ import (
 	"golang.org/x/net/http/httpguts"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicelb/sluice/proxy/internal/forward"
 )
 
 var adapters = sync.Pool{New: func() any {
@@ -31,6 +33,7 @@ type fastAdapter struct {
 	url    url.URL
 	in     http.Header // request header
 	h      http.Header // response header
+	conn   *addrConn   // the request's connection, when the front wrapped it (remoteAddrPort)
 	status int
 	wrote  bool
 	handed bool // the body was handed to fasthttp: release on its Close
@@ -43,6 +46,16 @@ type fastAdapter struct {
 	text   []byte
 	fields []inField
 	vals   []string
+	// the request header field by field, in the client's order: a.in's
+	// fields, which forward writes from (requestFields)
+	hf []forward.HeaderField
+
+	// the HeaderReceived hook's over-limit mark, as reset found it: the
+	// declared length is text[over[0]:over[1]]
+	overLimit bool
+	over      [2]int
+	// the request has an Upgrade field (upgradeField)
+	upgrade bool
 }
 
 // inField is one request header field reset read: its canonical name and
@@ -53,7 +66,7 @@ type inField struct {
 }
 
 func (a *fastAdapter) release() {
-	a.ctx = nil
+	a.ctx, a.conn = nil, nil
 	a.req = http.Request{}
 	a.body = bodyReader{}
 	clear(a.in)
@@ -78,7 +91,16 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	chunked := rh.ContentLength() == -1
 	hosts := 0
 	a.fields = a.fields[:0]
+	a.overLimit, a.upgrade = false, false
 	for k, v := range rh.All() {
+		if ours, client := overLimitField(k); ours || client {
+			if ours {
+				start := len(a.text)
+				a.text = append(a.text, v...)
+				a.overLimit, a.over = true, [2]int{start, len(a.text)}
+			}
+			continue // a client's copy is never forwarded
+		}
 		key := internKey(k)
 		switch key {
 		case "Host":
@@ -90,6 +112,8 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 			if chunked {
 				continue
 			}
+		case "Upgrade":
+			a.upgrade = true
 		}
 		start := len(a.text)
 		a.text = append(a.text, v...)
@@ -120,7 +144,9 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	for _, f := range a.fields {
 		a.vals = append(a.vals, text[f.start:f.end])
 	}
+	a.hf = a.hf[:0]
 	for i, f := range a.fields {
+		a.hf = append(a.hf, forward.HeaderField{Name: f.key, Value: a.vals[i]})
 		if vv, ok := a.in[f.key]; ok {
 			a.in[f.key] = append(vv, a.vals[i]) // a repeated field: copied out
 		} else {
@@ -129,6 +155,7 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	}
 	if rh.ConnectionClose() && len(a.in["Connection"]) == 0 {
 		a.in["Connection"] = []string{"close"}
+		a.hf = append(a.hf, forward.HeaderField{Name: "Connection", Value: "close"})
 		r.Close = true
 	}
 	r.Header = a.in
@@ -156,11 +183,21 @@ func (a *fastAdapter) reset(ctx *fasthttp.RequestCtx) error {
 	default:
 		r.Body = http.NoBody
 	}
-	overLimit(a.in, r)
+	if a.overLimit {
+		// Marked by overBodyLimit: the declared length back, no body (none
+		// was read), and the connection ends after the 413.
+		if n, err := strconv.ParseInt(text[a.over[0]:a.over[1]], 10, 64); err == nil {
+			r.ContentLength = n
+		}
+		r.Body = http.NoBody
+		r.Close = true
+	}
 	if yc, ok := ctx.Conn().(*addrConn); ok {
-		r.RemoteAddr = yc.remoteAddr() // formatted once per connection
+		r.RemoteAddr = yc.remoteAddr() // formatted (and parsed) once per connection
+		a.conn = yc
 	} else {
 		r.RemoteAddr = ctx.RemoteAddr().String()
+		a.conn = nil
 	}
 	return nil
 }
@@ -235,9 +272,24 @@ func (a *fastAdapter) WriteHeader(code int) {
 	a.wrote, a.status = true, code
 	rh := &a.ctx.Response.Header
 	a.ctx.SetStatusCode(code)
+	announced := false // a Trailer field went before
 	for k, vv := range a.h {
 		switch k {
+		case "Content-Type":
+			// What Add does with it (fasthttp never takes it for a trailer),
+			// without copying and normalizing the name first.
+			for _, v := range vv {
+				rh.SetContentType(v)
+			}
+			continue
+		case "Date":
+			// fasthttp writes its own Date and ignores one added, unless
+			// a Trailer field before announced it: only then is Add asked.
+			if !announced {
+				continue
+			}
 		case "Trailer":
+			announced = true
 			// Announced trailers: fasthttp sends them after a chunked body
 			// (values set by setTrailers once the backend's body ended).
 			for _, v := range vv {
@@ -390,7 +442,35 @@ var commonRequestKeys = func() map[string]string {
 	return m
 }()
 
+// requestKeySlots holds every name of commonRequestKeys in the slot
+// requestKeySlot gives it: internKey finds a common name (fasthttp hands
+// them over in canonical form) with one comparison, not a map access that
+// hashes it. The constants put no two of them in one slot
+// (TestRequestKeysInTheirSlots); were a slot taken, its second name would
+// still be found through the map.
+var requestKeySlots = func() *[256]string {
+	var t [256]string
+	for k := range commonRequestKeys {
+		if s := &t[requestKeySlot([]byte(k))]; *s == "" {
+			*s = k
+		}
+	}
+	return &t
+}()
+
+// requestKeySlot is a header name's slot in requestKeySlots: a mix of its
+// length and its first, middle and last bytes. b is not empty.
+func requestKeySlot(b []byte) uint8 {
+	n := len(b)
+	return uint8(n + int(b[0])*3 + int(b[n-1])*4 + int(b[n/2]))
+}
+
 func internKey(b []byte) string {
+	if len(b) > 0 {
+		if k := requestKeySlots[requestKeySlot(b)]; k == string(b) {
+			return k
+		}
+	}
 	if k, ok := commonRequestKeys[string(b)]; ok {
 		return k
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -227,6 +228,7 @@ func (l addrListener) Accept() (net.Conn, error) {
 	c = sockio.Wrap(c) // lbproxy's listeners wrap already: Wrap keeps a *sockio.Conn
 	ac := &addrConn{Conn: c, front: l.f}
 	ac.wait, _ = c.(readableWaiter)
+	_, ac.buffers = c.(bufferedConn)
 	ac.lim = connlimit.Of(c)
 	if tc, ok := c.(interface{ ConnectionState() tls.ConnectionState }); ok { // from TLSFront: the handshake is done
 		st := tc.ConnectionState()
@@ -251,14 +253,19 @@ type addrConn struct {
 	idle    atomic.Bool          // between two requests (fasthttp StateIdle)
 	park    atomic.Int32         // connServing, connParking, connParked, connClosed
 	looping bool                 // a parked goroutine serves it (owned by that goroutine)
-	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 	begun   bool                 // a byte of the request fasthttp waits for arrived (Read, idlepark.go)
 	wclear  bool                 // a write-deadline clear left undone until the next Write (SetWriteDeadline)
+	peerOK  bool                 // remote parsed: peer is netip.ParseAddrPort(remote)
+	buffers bool                 // wait is a bufferedConn (TLS, tlsidle.go): asserted once, for idleNext
+	lim     *connlimit.Conn      // nil: not limited (connlimit.go)
 
 	front     *FastFront
 	kick      atomic.Int64 // the sweep's hold on an idle Read (idlepark.go)
 	served    int          // requests begun (fasthttp StateActive), owned by the serving goroutine
 	parkUntil time.Time    // fasthttp's idle deadline, applied only if the one armed passes first (armIdle, idlepark.go)
+	// remote parsed with it, for ServeHTTP (remoteAddrPort): a parse per
+	// connection, not per request
+	peer netip.AddrPort
 }
 
 // SetReadDeadline moves c's read deadline, except fasthttp's idle deadline,
@@ -322,6 +329,8 @@ func (c *addrConn) SetDeadline(t time.Time) error {
 func (c *addrConn) remoteAddr() string {
 	if c.remote == "" {
 		c.remote = c.Conn.RemoteAddr().String()
+		ap, err := netip.ParseAddrPort(c.remote)
+		c.peer, c.peerOK = ap, err == nil
 	}
 	return c.remote
 }
@@ -387,9 +396,12 @@ func (f *FastFront) connState(c net.Conn, st fasthttp.ConnState) {
 	}
 }
 
+var upgradeKey = []byte("Upgrade")
+
 // serve is the fasthttp handler.
 func (f *FastFront) serve(ctx *fasthttp.RequestCtx) {
-	if up := ctx.Request.Header.Peek("Upgrade"); len(up) > 0 && !isH2CUpgrade(http.Header{"Upgrade": {string(up)}}) {
+	// The name is canonical already: Peek would copy and normalize it.
+	if up := ctx.Request.Header.PeekCanonical(upgradeKey); len(up) > 0 && !h2cOffer(string(up)) {
 		f.handOver(ctx)
 		return
 	}
@@ -429,6 +441,7 @@ func (f *FastFront) run(a *fastAdapter) (aborted bool) {
 // server, which replays the request head and runs the std path (WebSocket
 // pass-through as on the std front).
 func (f *FastFront) handOver(ctx *fasthttp.RequestCtx) {
+	markForHandOver(&ctx.Request.Header)
 	head := append([]byte(nil), ctx.Request.Header.Header()...)
 	var body []byte
 	if bs := ctx.RequestBodyStream(); bs != nil && ctx.Request.Header.ContentLength() > 0 {

@@ -12,10 +12,14 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
@@ -368,5 +372,127 @@ func TestServeThenShutdownReturnsServerClosed(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("Serve did not return after Shutdown")
+	}
+}
+
+// remoteAddrConn is a net.Conn with a given remote address.
+type remoteAddrConn struct {
+	net.Conn
+	addr net.Addr
+}
+
+func (c remoteAddrConn) RemoteAddr() net.Addr { return c.addr }
+
+// ServeHTTP takes the fasthttp front's peer address from its connection,
+// parsed once (addrConn.peer), and parses RemoteAddr otherwise: either way
+// it sees what netip.ParseAddrPort(r.RemoteAddr) answers, for IPv4, IPv6,
+// IPv4-mapped and zoned peers and an address that does not parse, and
+// parses again when the request's RemoteAddr is not the connection's.
+func TestRemoteAddrPortIsParse(t *testing.T) {
+	addrs := []net.Addr{
+		&net.TCPAddr{IP: net.ParseIP("192.0.2.7"), Port: 54321},
+		&net.TCPAddr{IP: net.ParseIP("2001:db8::1"), Port: 443},
+		&net.TCPAddr{IP: net.ParseIP("::ffff:192.0.2.8").To16(), Port: 1},
+		&net.TCPAddr{IP: net.ParseIP("fe80::1"), Port: 8080, Zone: "eth0"},
+		&net.UnixAddr{Name: "/tmp/sock", Net: "unix"},
+	}
+	for _, addr := range addrs {
+		c := &addrConn{Conn: remoteAddrConn{addr: addr}}
+		a := &fastAdapter{conn: c}
+		a.req.RemoteAddr = c.remoteAddr()
+		for _, remote := range []string{a.req.RemoteAddr, "198.51.100.1:80"} {
+			a.req.RemoteAddr = remote
+			want, err := netip.ParseAddrPort(remote)
+			got, ok := remoteAddrPort(a, &a.req)
+			if got != want || ok != (err == nil) {
+				t.Errorf("remoteAddrPort for %s (connection %s) = %v %v, want %v %v", remote, addr, got, ok, want, err == nil)
+			}
+		}
+		r := &http.Request{RemoteAddr: "203.0.113.9:9"} // not the adapter's request
+		if got, ok := remoteAddrPort(a, r); !ok || got != netip.MustParseAddrPort(r.RemoteAddr) {
+			t.Errorf("remoteAddrPort of another request = %v %v, want %s", got, ok, r.RemoteAddr)
+		}
+	}
+}
+
+// Every common request header name sits in its own slot (requestKeySlot's
+// constants are chosen so), and internKey answers the canonical name for
+// it, for other cases of it and for names that are not common.
+func TestRequestKeysInTheirSlots(t *testing.T) {
+	for k := range commonRequestKeys {
+		if s := requestKeySlots[requestKeySlot([]byte(k))]; s != k {
+			t.Errorf("%q: slot %d holds %q, want it", k, requestKeySlot([]byte(k)), s)
+		}
+		for _, v := range []string{k, strings.ToUpper(k), strings.ToLower(k)} {
+			if got := internKey([]byte(v)); got != http.CanonicalHeaderKey(v) {
+				t.Errorf("internKey(%q) = %q, want %q", v, got, http.CanonicalHeaderKey(v))
+			}
+		}
+	}
+	for _, v := range []string{"X-Other", "x", "Host-X", "User-Agenx"} {
+		if got := internKey([]byte(v)); got != http.CanonicalHeaderKey(v) {
+			t.Errorf("internKey(%q) = %q, want %q", v, got, http.CanonicalHeaderKey(v))
+		}
+	}
+}
+
+// reset's field list (forward writes from it) holds what the header map
+// holds, name by name in order: repeated names, the Connection: close an
+// HTTP/1.0 request or a close in a request implies, the over-limit marks
+// left out.
+func TestAdapterFieldsAreTheHeader(t *testing.T) {
+	for _, raw := range []string{
+		"GET / HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nX-B: 2\r\nx-a: 3\r\nUser-Agent: u\r\n\r\n",
+		"GET / HTTP/1.0\r\nHost: h\r\nClose: x\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\nConnection: X-A, close\r\nX-A: 1\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: h\r\n" + overLimitMark + ": 7\r\nCookie: a=1; b=2\r\nContent-Length: 0\r\n\r\n",
+	} {
+		var ctx fasthttp.RequestCtx
+		if err := ctx.Request.Header.Read(bufio.NewReader(strings.NewReader(raw))); err != nil {
+			t.Fatalf("%q: %v", raw, err)
+		}
+		a := adapters.Get().(*fastAdapter)
+		if err := a.reset(&ctx); err != nil {
+			t.Fatalf("%q: reset: %v", raw, err)
+		}
+		fromFields := http.Header{}
+		for _, f := range a.hf {
+			fromFields[f.Name] = append(fromFields[f.Name], f.Value)
+		}
+		if !reflect.DeepEqual(fromFields, a.req.Header) {
+			t.Errorf("%q: fields %v, header %v", raw, fromFields, a.req.Header)
+		}
+		a.release()
+	}
+}
+
+// WriteHeader gives fasthttp a Content-Type with SetContentType and no
+// Date at all (unless a trailer announcement went before): what Add did
+// with them in fasthttp, which keeps Date to itself. Pinned here, for the
+// day fasthttp changes: Add's Date is dropped, Add's and SetContentType's
+// Content-Type are the same; and through the front, the backend's type is
+// relayed and its Date is not.
+func TestFastFrontDateAndContentType(t *testing.T) {
+	const old = "Mon, 01 Jan 2001 00:00:00 GMT"
+	var added, set fasthttp.ResponseHeader
+	added.Add("Date", old)
+	added.Add("Content-Type", "text/x-a")
+	set.SetContentType("text/x-a")
+	if a, s := added.String(), set.String(); strings.Contains(a, "2001") || a != s {
+		t.Errorf("fasthttp: Add gives\n%q\nSetContentType gives\n%q", a, s)
+	}
+	b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Date", old)
+		w.Header().Set("Content-Type", "text/x-sluice")
+		io.WriteString(w, "ok")
+	})
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: FrontFastHTTP})
+	res, body := get(t, client(t), p.url+"/", nil)
+	if res.StatusCode != 200 || body != "ok" || res.Header.Get("Content-Type") != "text/x-sluice" ||
+		res.Header.Get("Date") == "" || res.Header.Get("Date") == old || len(res.Header["Date"]) != 1 {
+		t.Errorf("answer %d %q, Content-Type %q, Date %q: want 200 ok, text/x-sluice and the front's own Date",
+			res.StatusCode, body, res.Header.Get("Content-Type"), res.Header["Date"])
 	}
 }

@@ -84,6 +84,15 @@ type reqState struct {
 	upstreamTime                            time.Duration // attempt start to the relayed answer's header
 	upstreamConnect                         time.Duration // its connect time (0: reused connection, or the std path)
 
+	// the first pick's sub-cluster and its metrics (next): finish looks
+	// them up again only for another sub-cluster (or none found)
+	subName string
+	subM    *subMetrics
+
+	// ServeHTTP changed r.Header (an h2c offer dropped): a front's copy
+	// of its fields no longer is it (requestFields)
+	headerEdited bool
+
 	recording bool // the server span is sampled: child spans and attributes are worth building
 	reuse     bool // served by the fast path: end() returns the state to Server.reqPool
 
@@ -115,13 +124,33 @@ func connStripe(ap netip.AddrPort) uint32 {
 	return (x * 0x9E3779B1) >> 16
 }
 
+// remoteAddrPort is netip.ParseAddrPort(r.RemoteAddr), ok when it parses.
+// The fasthttp front parsed its connection's address once (addrConn.peer).
+func remoteAddrPort(w http.ResponseWriter, r *http.Request) (netip.AddrPort, bool) {
+	if a, ok := w.(*fastAdapter); ok && r == &a.req && a.conn != nil && r.RemoteAddr == a.conn.remote {
+		return a.conn.peer, a.conn.peerOK
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	return ap, err == nil
+}
+
+// upgradeField is r.Header["Upgrade"]. The fasthttp front's adapter knows
+// a request without one (reset read every field), which then needs no map
+// access.
+func upgradeField(w http.ResponseWriter, r *http.Request) []string {
+	if a, ok := w.(*fastAdapter); ok && r == &a.req && !a.upgrade {
+		return nil
+	}
+	return r.Header["Upgrade"]
+}
+
 // ServeHTTP handles one client request.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := s.newState()
 	st.s, st.start, st.r = s, s.now(), r
 	rt := s.rt.Load() // the one load of this request (I2)
 	st.rt = rt
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
+	if ap, ok := remoteAddrPort(w, r); ok {
 		st.peer = ap.Addr().Unmap()
 		st.stripe = connStripe(ap)
 		if a := ap.Addr(); !a.Is4In6() && a.Zone() == "" {
@@ -138,7 +167,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		trustedSet = s.trusted
 	}
 	st.peerTrust = trusted(st.peer, trustedSet)
-	st.clientIP = ClientIP(st.peer, r.Header["X-Forwarded-For"], trustedSet)
+	// ClientIP's answer for an untrusted peer, without its X-Forwarded-For
+	// lookup (a map access per request) and its second trust check.
+	st.clientIP = st.peer
+	if st.peerTrust {
+		st.clientIP = ClientIP(st.peer, r.Header["X-Forwarded-For"], trustedSet)
+	}
 
 	st.ctx = r.Context()
 	if s.tracing {
@@ -168,11 +202,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// An h2c upgrade is never performed: the request is served as plain
-	// HTTP/1.1 and the backend never sees the upgrade offer.
-	if isH2CUpgrade(r.Header) {
+	// HTTP/1.1 and the backend never sees the upgrade offer. Nothing below
+	// changes the Upgrade field: one lookup serves every check of it.
+	upgrade := upgradeField(w, r)
+	if h2cUpgrade(upgrade) {
 		r.Header.Del("Upgrade")
 		r.Header.Del("Http2-Settings")
 		r.Header.Del("Connection")
+		upgrade = nil
+		st.headerEdited = true
 	}
 	st.route.Reset(r, st.clientIP, r.TLS != nil)
 	res, ok := rt.router.Match(&st.route)
@@ -212,7 +250,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d := p.Timeouts.ReadClient.D(); d > 0 && hasBody(r) {
 		_ = rc.SetReadDeadline(st.start.Add(d))
 	}
-	if d := p.Timeouts.WriteClient.D(); d > 0 && !isUpgrade(r.Header) {
+	if d := p.Timeouts.WriteClient.D(); d > 0 && len(upgrade) == 0 {
 		_ = rc.SetWriteDeadline(st.start.Add(d))
 	}
 	ctx := st.ctx
@@ -224,7 +262,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c.bc.Start(&st.sel, r, st.clientIP, st.stripe)
-	if s.fast && !isUpgrade(r.Header) {
+	if s.fast && len(upgrade) == 0 {
 		// Nothing outlives the fast path's end(): the state is reused.
 		st.reuse = true
 		st.serveFast(ctx, w, r)
@@ -306,18 +344,25 @@ func hasBody(r *http.Request) bool {
 	return r.Body != nil && r.Body != http.NoBody && r.ContentLength != 0
 }
 
-func isH2CUpgrade(h http.Header) bool {
-	for _, v := range h["Upgrade"] {
-		for _, p := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(p), "h2c") {
-				return true
-			}
+// h2cUpgrade reports whether the Upgrade field values vv offer h2c.
+func h2cUpgrade(vv []string) bool {
+	for _, v := range vv {
+		if h2cOffer(v) {
+			return true
 		}
 	}
 	return false
 }
 
-func isUpgrade(h http.Header) bool { return len(h["Upgrade"]) > 0 }
+// h2cOffer reports whether one Upgrade field value lists h2c.
+func h2cOffer(v string) bool {
+	for _, p := range strings.Split(v, ",") {
+		if strings.EqualFold(strings.TrimSpace(p), "h2c") {
+			return true
+		}
+	}
+	return false
+}
 
 // streamBody is a non-replayable request body shared by the attempts of one
 // request. Close is a no-op so that a transport failing to connect (which
@@ -412,7 +457,11 @@ func (st *reqState) finish(r *http.Request) {
 	if st.c != nil {
 		sub := st.subcluster
 		var answers *atomic.Uint64
-		if m := st.c.subs[sub]; m != nil {
+		m := st.subM
+		if m == nil || sub != st.subName {
+			m = st.c.subs[sub]
+		}
+		if m != nil {
 			i := codeIndex(st.status)
 			m.codes[i].Inc()
 			m.durations[i].Observe(took.Seconds())

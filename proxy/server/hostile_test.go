@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -380,5 +381,57 @@ func TestWebSocketBackendClosesWhileClientSends(t *testing.T) {
 	// The proxy still serves.
 	if status, _ := rawExchange(t, p.addr, "GET / HTTP/1.1\r\nHost: demo.test\r\nConnection: close\r\n\r\n"); !strings.HasPrefix(status, "HTTP/1.1 200") {
 		t.Fatalf("after the tunnels: answered %q, want 200", status)
+	}
+}
+
+// An h2c offer is dropped whole on both fronts, its settings field too when
+// Connection does not list it (forward's hop-by-hop rules would not drop
+// it): the fasthttp front's adapter tells ServeHTTP of the Upgrade field
+// without a map access, and must not hide it.
+func TestH2COfferDroppedOnBothFronts(t *testing.T) {
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		b := newBackend(t, "b1", nil)
+		p := hostileProxy(t, b, nil, proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: kind})
+		status, _ := rawExchange(t, p.addr, "GET / HTTP/1.1\r\nHost: demo.test\r\nUpgrade: h2c\r\nHttp2-Settings: AAMAAABkAARAAAAAAAIAAAAA\r\nConnection: close\r\n\r\n")
+		if !strings.HasPrefix(status, "HTTP/1.1 200") {
+			t.Fatalf("%s: h2c offer answered %q, want 200", kind, status)
+		}
+		if r := b.last(); r.Header.Get("Upgrade") != "" || r.Header.Get("Http2-Settings") != "" {
+			t.Errorf("%s: backend saw the upgrade offer: %v", kind, r.Header)
+		}
+	}
+}
+
+// The fasthttp front hands forward the request's fields in the client's
+// order (requestFields) rather than its header map: the backend sees what
+// it sees through the std front, repeated names, names Connection lists
+// (in two fields), Te and the proxy's own fields included.
+func TestFastFrontFieldsForwardedAsOnStd(t *testing.T) {
+	raw := "GET /f HTTP/1.1\r\nHost: demo.test\r\nX-A: 1\r\nConnection: X-B\r\nX-B: 2\r\nTe: gzip\r\nX-A: 3\r\nKeep-Alive: 5\r\n" +
+		"Connection: x-c\r\nX-C: c\r\nTe: trailers\r\nForwarded: for=x\r\nX-Forwarded-For: 6.6.6.6\r\nCookie: a=1; b=2\r\nUser-Agent: ua\r\nConnection: close\r\n\r\n"
+	var seen []string
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		b := newBackend(t, "b1", nil)
+		p := hostileProxy(t, b, nil, proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: kind})
+		if status, _ := rawExchange(t, p.addr, raw); !strings.HasPrefix(status, "HTTP/1.1 200") {
+			t.Fatalf("%s: %q, want 200", kind, status)
+		}
+		r := b.last()
+		keys := make([]string, 0, len(r.Header))
+		for k := range r.Header {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var sb strings.Builder
+		for _, k := range keys {
+			fmt.Fprintf(&sb, "%s=%q ", k, r.Header[k])
+		}
+		seen = append(seen, sb.String())
+	}
+	if seen[0] != seen[1] {
+		t.Errorf("backend saw through the std front:\n%s\nthrough the fasthttp front:\n%s", seen[0], seen[1])
+	}
+	if want := `Te=["trailers"] User-Agent=["ua"] X-A=["1" "3"]`; !strings.Contains(seen[1], want) {
+		t.Errorf("backend saw %s, want it to hold %s", seen[1], want)
 	}
 }

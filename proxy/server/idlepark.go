@@ -113,7 +113,7 @@ func (c *addrConn) Read(p []byte) (int, error) {
 // deadline just before, which SetReadDeadline keeps for the wait
 // (parkUntil, armIdle).
 func (c *addrConn) idleNext() bool {
-	return c.wait != nil && c.idle.Load() && c.park.Load() == connServing && !buffered(c.wait)
+	return c.wait != nil && c.idle.Load() && c.park.Load() == connServing && !(c.buffers && buffered(c.wait))
 }
 
 // idleRead is Read between two requests, which the sweep may kick. It
@@ -342,10 +342,14 @@ type limitedConn interface {
 	Busy()
 }
 
-// buffered reports whether w holds bytes already read from its socket (a TLS
-// connection's records, tlsidle.go): it is not parked then, fasthttp reads.
+// bufferedConn holds bytes already read from its socket (a TLS connection's
+// records, tlsidle.go).
+type bufferedConn interface{ Buffered() bool }
+
+// buffered reports whether w holds bytes already read from its socket: it
+// is not parked then, fasthttp reads.
 func buffered(w readableWaiter) bool {
-	b, ok := w.(interface{ Buffered() bool })
+	b, ok := w.(bufferedConn)
 	return ok && b.Buffered()
 }
 

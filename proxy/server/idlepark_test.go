@@ -676,3 +676,51 @@ func TestFastFrontHalfCloseAfterABusyRequest(t *testing.T) {
 		}
 	}
 }
+
+// waitConn is a connection the front may park (AwaitReadable), with or
+// without bytes of its own read ahead (Buffered, as a TLS one).
+type waitConn struct{ net.Conn }
+
+func (waitConn) AwaitReadable() error { return nil }
+
+type bufferingConn struct {
+	waitConn
+	buffered bool
+}
+
+func (c *bufferingConn) Buffered() bool { return c.buffered }
+
+// oneConnL accepts c, once.
+type oneConnL struct {
+	net.Listener
+	c net.Conn
+}
+
+func (l oneConnL) Accept() (net.Conn, error) { return l.c, nil }
+
+// An idle connection whose wrapper holds bytes already read (a TLS one's
+// records) is not taken for waiting: fasthttp reads them. The front asks
+// Buffered only of a connection that has it, which it finds out once.
+func TestIdleNextAsksBufferedConns(t *testing.T) {
+	bc := &bufferingConn{}
+	for _, c := range []struct {
+		conn     net.Conn
+		buffered bool
+		want     bool
+	}{
+		{waitConn{}, false, true},
+		{bc, false, true},
+		{bc, true, false},
+	} {
+		nc, err := addrListener{Listener: oneConnL{c: c.conn}, f: &FastFront{}}.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ac := nc.(*addrConn)
+		ac.idle.Store(true)
+		bc.buffered = c.buffered
+		if got := ac.idleNext(); got != c.want {
+			t.Errorf("%T buffered=%v: idleNext %v, want %v", c.conn, c.buffered, got, c.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -57,5 +58,34 @@ func TestNotReadyAndNoRoute(t *testing.T) {
 	res, body := get(t, c, p.url+"/", nil)
 	if res.StatusCode != 200 || !strings.Contains(body, "b1") {
 		t.Fatalf("known host: %d %q", res.StatusCode, body)
+	}
+}
+
+// A client's X-Forwarded-For, -Proto and -Host count only from a trusted
+// peer: kept (For extended with the peer) from one, replaced from any
+// other. The fast path looks them up only for a trusted peer.
+func TestForwardingHeadersTrustOnlyTrustedPeers(t *testing.T) {
+	sent := map[string]string{"X-Forwarded-For": "198.51.100.9", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "front.test"}
+	for _, kind := range []string{FrontStd, FrontFastHTTP} {
+		for _, trust := range []bool{false, true} {
+			b := newBackend(t, "b1", nil)
+			po := proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: kind}
+			want := map[string]string{"X-Forwarded-For": "127.0.0.1", "X-Forwarded-Proto": "http", "X-Forwarded-Host": "demo.test"}
+			if trust {
+				po.opts.TrustedProxies = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}
+				want = map[string]string{"X-Forwarded-For": "198.51.100.9, 127.0.0.1", "X-Forwarded-Proto": "https", "X-Forwarded-Host": "front.test"}
+			}
+			p := newProxy(t, testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}},
+				map[string]int{"SC1": 100}, nil)), po)
+			if res, _ := get(t, client(t), p.url+"/", sent); res.StatusCode != 200 {
+				t.Fatalf("%s trusted=%v: status %d", kind, trust, res.StatusCode)
+			}
+			r := b.last()
+			for k, v := range want {
+				if got := r.Header.Values(k); len(got) != 1 || got[0] != v {
+					t.Errorf("%s trusted=%v: backend %s = %q, want %q", kind, trust, k, got, v)
+				}
+			}
+		}
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"sort"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -167,5 +169,36 @@ func getInClientTrace(t *testing.T, c *http.Client, url string, exp *tracetest.I
 	}
 	if root == nil || root.SpanContext().TraceID().String() != clientTrace || root.Parent().SpanID().String() != clientSpan {
 		t.Fatalf("server span %v: want trace %s, parent %s", root, clientTrace, clientSpan)
+	}
+}
+
+// An answer is counted under the sub-cluster that gave it: SC2's after a
+// retry moved there from SC1, whose pick is counted and whose answers are
+// not (finish reuses the first pick's metrics only for that sub-cluster).
+func TestAnswerCountedUnderTheAnsweringSubcluster(t *testing.T) {
+	dead := deadAddr(t)
+	b := newBackend(t, "sc2", nil)
+	snap := testSnapshot(7, testCluster(map[string][]config.Instance{"SC1": {inst(dead, 1)}, "SC2": {inst(b.addr, 1)}},
+		map[string]int{"SC1": 100, "SC2": 0}, func(p *config.Policy) { p.Retry.RetryMax, p.Retry.CrossRetry = 0, 1 }))
+	reg := prometheus.NewRegistry()
+	p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamFast, Metrics: reg}})
+	for i := 0; i < 3; i++ {
+		if res, _ := get(t, client(t), p.url+"/", nil); res.StatusCode != 200 {
+			t.Fatalf("status %d, want 200 after the cross retry", res.StatusCode)
+		}
+	}
+	m := p.s.metrics
+	for _, c := range []struct {
+		what string
+		got  float64
+		want float64
+	}{
+		{"SC1 picks", testutil.ToFloat64(m.picks.WithLabelValues("main", "SC1")), 3},
+		{"SC1 2xx", testutil.ToFloat64(m.requests.WithLabelValues("main", "SC1", "2xx")), 0},
+		{"SC2 2xx", testutil.ToFloat64(m.requests.WithLabelValues("main", "SC2", "2xx")), 3},
+	} {
+		if c.got != c.want {
+			t.Errorf("%s = %v, want %v", c.what, c.got, c.want)
+		}
 	}
 }

@@ -123,7 +123,9 @@ func (st *reqState) next(last *failure) (balance.Pick, error) {
 		st.subcluster, st.algorithm, st.reason = pick.SubCluster(), pick.Algorithm(), pick.Reason()
 		st.instance = pick.Endpoint().AddrString()
 		if pick.Attempt() == 1 {
-			if m := c.subs[pick.SubCluster()]; m != nil {
+			m := c.subs[st.subcluster]
+			st.subName, st.subM = st.subcluster, m // finish's, unless a retry moves on
+			if m != nil {
 				m.picks.Inc()
 			}
 		} else if pick.Cross() {

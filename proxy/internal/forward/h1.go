@@ -35,6 +35,11 @@ type Request struct {
 	// than "trailers", Trailer, Transfer-Encoding, Upgrade), Content-Length
 	// and Expect (Do frames the body itself), and every name in Extra or Skip.
 	Header http.Header
+	// Fields, when not nil, are Header's fields one by one, in the order
+	// the client sent them (a name as often as it came): Do writes them,
+	// under Header's rules, and does not read Header (ranging over a map
+	// costs a randomized iteration, and Connection a lookup).
+	Fields []HeaderField
 	// Skip lists canonical header names not copied from Header.
 	Skip []string
 	// Extra headers are sent after Header (forwarding headers, trace context).
@@ -119,6 +124,7 @@ type conn struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer // writes through sockWriter
 	await   bool          // the next flush is a whole request (see sockWriter)
+	seen    fieldBits     // the names the last readFields read (finishHead)
 	rdl     time.Time     // read deadline last set on nc
 	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream
@@ -129,6 +135,7 @@ type conn struct {
 	stop    func() bool
 	body    Body
 	line    []byte // scratch for header lines longer than the read buffer
+	head    []byte // scratch for request heads longer than the write buffer (writeHead)
 	fields  []field
 	vals    []byte // readFields' scratch: the values of one header, back to back
 	chunked bodyWriter

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
@@ -550,5 +551,254 @@ func TestBodyBufferedChunked(t *testing.T) {
 	rest, err := io.ReadAll(res.Body)
 	if err != nil || string(rest) != "X" {
 		t.Fatalf("rest %q %v", rest, err)
+	}
+}
+
+// The request head is appended into the write buffer's free space, or into
+// the connection's scratch when it is longer (writeHead). Heads around and
+// over the 4 KiB buffer, then short ones, on one keep-alive connection,
+// reach the backend as sent, each in its exact bytes.
+func TestLongRequestHeadsExact(t *testing.T) {
+	heads := make(chan string, 16)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			head, err := readReq(br)
+			if err != nil {
+				return
+			}
+			heads <- head
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+	ctx := context.Background()
+	for i, n := range []int{10, 4000, 4096, 6000, 20000, 10, 9000, 10} {
+		v := strings.Repeat(string(rune('a'+i)), n)
+		req := &Request{Method: "GET", URI: "/p?i=" + fmt.Sprint(i), Host: "b", Header: http.Header{"X-Long": {v}},
+			Extra: []HeaderField{{Name: "X-Forwarded-For", Value: "192.0.2.1"}}}
+		res, err := up.Do(ctx, req, make(http.Header))
+		if err != nil {
+			t.Fatalf("head %d (%d bytes): %v", i, n, err)
+		}
+		io.ReadAll(res.Body)
+		res.Body.Close()
+		want := "GET /p?i=" + fmt.Sprint(i) + " HTTP/1.1\r\nHost: b\r\nX-Long: " + v + "\r\nX-Forwarded-For: 192.0.2.1\r\n\r\n"
+		if got := <-heads; got != want {
+			t.Fatalf("head %d (%d bytes): backend read %d bytes %.80q..., want %d bytes %.80q...", i, n, len(got), got, len(want), want)
+		}
+	}
+}
+
+// finishHead looks up and deletes only the names readFields saw, and
+// readFields adds a name to an empty map without a lookup when no earlier
+// field had it. Hop-by-hop fields in any letter case, names a Connection
+// field lists, repeated fields (their values in order, over and under the
+// 16 fields compared rather than looked up), repeated equal and conflicting
+// Content-Length, and a map that held names before Do: the client's header
+// is what it always was.
+func TestResponseHeaderFieldsExact(t *testing.T) {
+	many := ""
+	for i := 0; i < 20; i++ {
+		many += fmt.Sprintf("X-F%d: %d\r\nx-rep: r%d\r\n", i%7, i, i)
+	}
+	cases := []struct {
+		name, head string
+		pre        http.Header // in the map before Do
+		want       string      // the header after Do, sorted, and the body length
+		err        bool
+	}{
+		{name: "plain", head: "Content-Length: 2\r\nContent-Type: text/plain\r\nDate: d\r\n",
+			want: `Content-Length=["2"] Content-Type=["text/plain"] Date=["d"] len=2`},
+		{name: "hop-by-hop, any case", head: "connection: keep-alive\r\nKEEP-ALIVE: timeout=5\r\nproxy-connection: x\r\nUPGRADE: y\r\ntE: trailers\r\nContent-Length: 2\r\nX-A: a\r\n",
+			want: `Content-Length=["2"] X-A=["a"] len=2`},
+		{name: "one hop-by-hop name", head: "Upgrade: y\r\nContent-Length: 2\r\n", want: `Content-Length=["2"] len=2`},
+		{name: "chunked, length dropped", head: "Transfer-Encoding: chunked\r\nContent-Length: 9\r\nX-A: a\r\n", want: `X-A=["a"] len=-1`},
+		{name: "listed by Connection", head: "Connection: X-Secret, content-length\r\nX-Secret: s\r\nContent-Length: 2\r\nX-A: a\r\n",
+			want: `X-A=["a"] len=-1`},
+		{name: "repeated, in order", head: "X-A: 1\r\nX-B: 2\r\nx-a: 3\r\nX-A: 4\r\nContent-Length: 2\r\n",
+			want: `Content-Length=["2"] X-A=["1" "3" "4"] X-B=["2"] len=2`},
+		{name: "equal lengths", head: "Content-Length: 2\r\nContent-Length: 2\r\n", want: `Content-Length=["2"] len=2`},
+		{name: "conflicting lengths", head: "Content-Length: 2\r\nContent-Length: 3\r\n", err: true},
+		{name: "many fields", head: many + "Content-Length: 2\r\n",
+			want: `Content-Length=["2"] X-F0=["0" "7" "14"] X-F1=["1" "8" "15"] X-F2=["2" "9" "16"] X-F3=["3" "10" "17"] X-F4=["4" "11" "18"] X-F5=["5" "12" "19"] X-F6=["6" "13"] X-Rep=["r0" "r1" "r2" "r3" "r4" "r5" "r6" "r7" "r8" "r9" "r10" "r11" "r12" "r13" "r14" "r15" "r16" "r17" "r18" "r19"] len=2`},
+		{name: "names before Do", head: "Content-Length: 2\r\nX-A: a\r\n", pre: http.Header{"Connection": {"c"}, "Te": {"t"}, "X-A": {"0"}, "X-Pre": {"p"}},
+			want: `Content-Length=["2"] X-A=["0" "a"] X-Pre=["p"] len=2`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			addr := rawBackend(t, func(conn net.Conn) {
+				if _, err := readReq(bufio.NewReader(conn)); err == nil {
+					io.WriteString(conn, "HTTP/1.1 200 OK\r\n"+c.head+"\r\nok")
+				}
+			})
+			_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+			h := c.pre
+			if h == nil {
+				h = make(http.Header)
+			}
+			res, err := up.Do(context.Background(), &Request{Method: "GET", URI: "/", Host: "b", Header: http.Header{}}, h)
+			if c.err {
+				if err == nil {
+					res.Body.Close()
+					t.Fatalf("Do answered %v, want an error", h)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.ReadAll(res.Body)
+			res.Body.Close()
+			keys := make([]string, 0, len(h))
+			for k := range h {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			var b strings.Builder
+			for _, k := range keys {
+				fmt.Fprintf(&b, "%s=%q ", k, h[k])
+			}
+			fmt.Fprintf(&b, "len=%d", res.ContentLength)
+			if b.String() != c.want {
+				t.Errorf("header after Do:\n%s\nwant\n%s", b.String(), c.want)
+			}
+		})
+	}
+}
+
+// Every common response header name, as written and in lower case, sits in
+// its own slot (nameSlot's constants are chosen so), and canonicalKey
+// answers the map's answer for it, for other cases of it and for names
+// that are not common.
+func TestCommonNamesInTheirSlots(t *testing.T) {
+	for name, n := range commonKeys {
+		if s := commonSlots[nameSlot([]byte(name))]; s.name != name || s.n != n {
+			t.Errorf("%q: slot %d holds %q, want it", name, nameSlot([]byte(name)), s.name)
+		}
+		for _, v := range []string{name, strings.ToUpper(name), strings.ToLower(name)} {
+			k, bits := canonicalKey([]byte(v))
+			if want := http.CanonicalHeaderKey(v); k != want || bits != bitsOf(want) {
+				t.Errorf("canonicalKey(%q) = %q %b, want %q %b", v, k, bits, want, bitsOf(want))
+			}
+		}
+	}
+	for _, v := range []string{"X-Other", "x", "DATE-X", "content-lengtH", "Content-Lengtx"} {
+		if k, _ := canonicalKey([]byte(v)); k != http.CanonicalHeaderKey(v) {
+			t.Errorf("canonicalKey(%q) = %q, want %q", v, k, http.CanonicalHeaderKey(v))
+		}
+	}
+}
+
+// plainValue answers what the byte-by-byte check answers: every byte value
+// at every place of values of 1 to 24 bytes (words, their seams and the
+// tail), next to tabs and high bytes.
+func TestPlainValueIsTheByteCheck(t *testing.T) {
+	slow := func(v []byte) bool {
+		for _, b := range v {
+			if (b < ' ' && b != '\t') || b == 0x7f {
+				return false
+			}
+		}
+		return true
+	}
+	for _, fill := range []byte{'a', '\t', 0x80, 0xff, ' ', 0x7e} {
+		for n := 1; n <= 24; n++ {
+			for p := 0; p < n; p++ {
+				for b := 0; b < 256; b++ {
+					v := bytes.Repeat([]byte{fill}, n)
+					v[p] = byte(b)
+					if got, want := plainValue(v), slow(v); got != want {
+						t.Fatalf("plainValue(%q) = %v, want %v", v, got, want)
+					}
+				}
+			}
+		}
+	}
+}
+
+// tokenByte is httpguts.IsTokenRune, byte for byte.
+func TestTokenByte(t *testing.T) {
+	for c := 0; c < 256; c++ {
+		if tokenByte[c] != httpguts.IsTokenRune(rune(c)) {
+			t.Errorf("tokenByte[%#x] = %v", c, tokenByte[c])
+		}
+	}
+}
+
+// Request.Fields writes what Request.Header writes: the same lines, each
+// name's values in the same order (only the order between names differs:
+// the client's rather than the map's). Hop-by-hop names, names listed by
+// Connection in one field or several, Te with and without trailers in one
+// field or several, Skip and Extra names, repeated names.
+func TestFieldsWrittenAsHeader(t *testing.T) {
+	heads := make(chan string, 4)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			head, err := readReq(br)
+			if err != nil {
+				return
+			}
+			heads <- head
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
+	// byName is a head's field lines grouped by name, in order within one.
+	byName := func(head string) string {
+		lines := strings.Split(strings.TrimSuffix(head, "\r\n\r\n"), "\r\n")
+		m := map[string][]string{}
+		for _, l := range lines[1:] {
+			k, v, _ := strings.Cut(l, ": ")
+			m[k] = append(m[k], v)
+		}
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		var b strings.Builder
+		fmt.Fprintf(&b, "%s\n", lines[0])
+		for _, k := range keys {
+			fmt.Fprintf(&b, "%s=%q\n", k, m[k])
+		}
+		return b.String()
+	}
+	cases := [][]HeaderField{
+		{{"User-Agent", "u"}, {"Accept", "*/*"}},
+		{{"X-A", "1"}, {"X-B", "2"}, {"X-A", "3"}, {"Connection", "X-B, keep-alive"}, {"Keep-Alive", "k"}, {"X-C", "c"}},
+		{{"Connection", "X-A"}, {"X-A", "1"}, {"Connection", "x-c"}, {"X-C", "c"}, {"X-D", "d"}},
+		{{"Te", "gzip"}, {"X-A", "1"}, {"Te", "trailers"}},
+		{{"Te", "gzip, trailers"}},
+		{{"Te", "gzip"}},
+		{{"Connection", "te"}, {"Te", "trailers"}},
+		{{"Upgrade", "x"}, {"Proxy-Connection", "p"}, {"Proxy-Authorization", "a"}, {"Trailer", "t"}, {"Transfer-Encoding", "chunked"},
+			{"Content-Length", "9"}, {"Expect", "100-continue"}, {"Host", "h"}, {"Forwarded", "for=x"}, {"X-Forwarded-For", "1.2.3.4"}, {"X-Ok", "ok"}},
+	}
+	for i, fields := range cases {
+		h := http.Header{}
+		for _, f := range fields {
+			h[f.Name] = append(h[f.Name], f.Value)
+		}
+		var got [2]string
+		for j, fs := range [][]HeaderField{nil, fields} {
+			req := &Request{Method: "GET", URI: "/", Host: "b", Header: h, Fields: fs, Skip: []string{"Forwarded"},
+				Extra: []HeaderField{{"X-Forwarded-For", "192.0.2.1"}}}
+			res, err := up.Do(context.Background(), req, make(http.Header))
+			if err != nil {
+				t.Fatalf("case %d: %v", i, err)
+			}
+			io.ReadAll(res.Body)
+			res.Body.Close()
+			got[j] = byName(<-heads)
+		}
+		if got[0] != got[1] {
+			t.Errorf("case %d: from Header:\n%s\nfrom Fields:\n%s", i, got[0], got[1])
+		}
 	}
 }

@@ -3,6 +3,7 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -85,6 +86,12 @@ func trim(b []byte) []byte {
 // values of one key in one shared backing array like net/textproto.
 func (c *conn) readFields(dst http.Header, total *int) error {
 	c.fields, c.vals = c.fields[:0], c.vals[:0]
+	// What finishHead may find: the names read, and, with dst not empty,
+	// whatever it held already.
+	c.seen = 0
+	if len(dst) != 0 {
+		c.seen = fieldAll
+	}
 	for {
 		line, err := c.readLine(total)
 		if err != nil {
@@ -93,17 +100,16 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		if len(line) == 0 {
 			break
 		}
+		// The name: token bytes up to the colon (which is none).
 		i := 0
-		for i < len(line) && line[i] != ':' {
-			if !httpguts.IsTokenRune(rune(line[i])) {
-				return protoErr("header line %q", trim(line))
-			}
+		for i < len(line) && tokenByte[line[i]] {
 			i++
 		}
-		if i == 0 || i == len(line) {
+		if i == 0 || i == len(line) || line[i] != ':' {
 			return protoErr("header line %q", trim(line))
 		}
-		k := canonicalKey(line[:i])
+		k, bits := canonicalKey(line[:i])
+		c.seen |= bits
 		v := line[i+1:]
 		for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
 			v = v[1:]
@@ -111,10 +117,8 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
 			v = v[:len(v)-1]
 		}
-		for _, b := range v {
-			if (b < ' ' && b != '\t') || b == 0x7f {
-				return protoErr("header %s value has a control byte", k)
-			}
+		if !plainValue(v) {
+			return protoErr("header %s value has a control byte", k)
 		}
 		start := len(c.vals)
 		c.vals = append(c.vals, v...)
@@ -128,9 +132,17 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 	all := string(c.vals)
 	c.vals = c.vals[:0]
 	strs := make([]string, len(c.fields))
+	// Into an empty map, a name that no earlier field had is new: no
+	// lookup for it (a few fields compared, not hashed; a long header is
+	// looked up, so the comparisons stay few).
+	fresh := len(dst) == 0 && len(c.fields) <= 16
 	for i, f := range c.fields {
 		v := all[f.start:f.end]
 		strs[i] = v
+		if fresh && !nameIn(c.fields[:i], f.k) {
+			dst[f.k] = strs[i : i+1 : i+1]
+			continue
+		}
 		if vv, ok := dst[f.k]; ok {
 			dst[f.k] = append(vv, v)
 		} else {
@@ -140,24 +152,131 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 	return nil
 }
 
-// commonKeys interns the canonical form of frequent response header names, so
-// that parsing them allocates nothing.
-var commonKeys = func() map[string]string {
-	m := make(map[string]string)
-	for _, k := range []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
-		"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
-		"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
-		"Via", "X-Content-Type-Options", "X-Frame-Options", "Strict-Transport-Security", "Upgrade",
-		"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
-		"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
-		"Content-Disposition", "Pragma", "Alt-Svc"} {
-		m[k] = k
+// tokenByte is httpguts.IsTokenRune for a byte.
+var tokenByte = func() (t [256]bool) {
+	for c := range t {
+		t[c] = httpguts.IsTokenRune(rune(c))
+	}
+	return t
+}()
+
+// plainValue reports whether a field value has no control byte but tab
+// (nor DEL). Eight bytes at a time: a word with a byte below 0x20 or equal
+// to 0x7f (tab included) is looked at byte by byte, with the rest.
+func plainValue(v []byte) bool {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	for len(v) >= 8 {
+		x := binary.LittleEndian.Uint64(v)
+		del := x ^ 0x7f*ones
+		if ((x-0x20*ones)&^x|(del-ones)&^del)&highs != 0 {
+			break
+		}
+		v = v[8:]
+	}
+	for _, b := range v {
+		if (b < ' ' && b != '\t') || b == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// nameIn reports whether one of fs has the name k.
+func nameIn(fs []field, k string) bool {
+	for _, f := range fs {
+		if f.k == k {
+			return true
+		}
+	}
+	return false
+}
+
+// fieldBits flags the response header names finishHead looks up or
+// deletes: it skips those a header lacks.
+type fieldBits uint8
+
+const (
+	fieldConnection fieldBits = 1 << iota
+	fieldTransferEncoding
+	fieldContentLength
+	// Connection, Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade
+	// and Te: the names finishHead deletes
+	fieldHopByHop
+
+	fieldAll = fieldConnection | fieldTransferEncoding | fieldContentLength | fieldHopByHop
+)
+
+// bitsOf is the fieldBits of the canonical name k.
+func bitsOf(k string) fieldBits {
+	switch k {
+	case "Connection":
+		return fieldConnection | fieldHopByHop
+	case "Transfer-Encoding":
+		return fieldTransferEncoding | fieldHopByHop
+	case "Content-Length":
+		return fieldContentLength
+	case "Keep-Alive", "Proxy-Connection", "Upgrade", "Te":
+		return fieldHopByHop
+	}
+	return 0
+}
+
+// commonName is a frequent response header name in canonical form, with
+// its fieldBits.
+type commonName struct {
+	k    string
+	bits fieldBits
+}
+
+// commonNames are frequent response header names in canonical form.
+var commonNames = []string{"Accept-Ranges", "Age", "Cache-Control", "Connection", "Content-Encoding",
+	"Content-Language", "Content-Length", "Content-Type", "Date", "Etag", "Expires", "Keep-Alive",
+	"Last-Modified", "Location", "Server", "Set-Cookie", "Trailer", "Transfer-Encoding", "Vary",
+	"Via", "X-Content-Type-Options", "X-Frame-Options", "Strict-Transport-Security", "Upgrade",
+	"Proxy-Connection", "Te", "Retry-After", "Content-Security-Policy", "Access-Control-Allow-Origin",
+	"X-Request-Id", "Traceparent", "Tracestate", "Www-Authenticate", "Proxy-Authenticate", "Link",
+	"Content-Disposition", "Pragma", "Alt-Svc"}
+
+// commonKeys interns commonNames, as written and in lower case, so that
+// parsing them allocates nothing.
+var commonKeys = func() map[string]commonName {
+	m := make(map[string]commonName)
+	for _, k := range commonNames {
+		m[k] = commonName{k, bitsOf(k)}
 		if l := toLower(k); l != k {
-			m[l] = k
+			m[l] = m[k]
 		}
 	}
 	return m
 }()
+
+// commonSlot is a name of commonKeys in its slot of commonSlots.
+type commonSlot struct {
+	name string
+	n    commonName
+}
+
+// commonSlots holds every name of commonKeys in the slot nameSlot gives
+// it: canonicalKey finds a common name with one comparison, not a map
+// access that hashes it. nameSlot's constants put no two of them in one
+// slot (TestCommonNamesInTheirSlots); were a slot taken, its second name
+// would still be found through the map.
+var commonSlots = func() *[256]commonSlot {
+	var t [256]commonSlot
+	for name, n := range commonKeys {
+		if s := &t[nameSlot([]byte(name))]; s.name == "" {
+			*s = commonSlot{name, n}
+		}
+	}
+	return &t
+}()
+
+// nameSlot is a header name's slot in commonSlots: a mix of its length
+// and its first, middle and last bytes. b is not empty.
+func nameSlot(b []byte) uint8 {
+	n := len(b)
+	return uint8(n + int(b[0])*27 + int(b[n-1])*48 + int(b[n/2]))
+}
 
 func toLower(s string) string {
 	b := []byte(s)
@@ -169,11 +288,19 @@ func toLower(s string) string {
 	return string(b)
 }
 
-func canonicalKey(b []byte) string {
-	if k, ok := commonKeys[string(b)]; ok {
-		return k
+// canonicalKey is the canonical form of the header name b, and its
+// fieldBits.
+func canonicalKey(b []byte) (string, fieldBits) {
+	if len(b) > 0 {
+		if s := &commonSlots[nameSlot(b)]; s.name == string(b) {
+			return s.n.k, s.n.bits
+		}
 	}
-	return http.CanonicalHeaderKey(string(b))
+	if n, ok := commonKeys[string(b)]; ok {
+		return n.k, n.bits
+	}
+	k := http.CanonicalHeaderKey(string(b))
+	return k, bitsOf(k)
 }
 
 // finishHead removes the hop-by-hop fields of a response header and sets up
@@ -182,7 +309,12 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 	b := &c.body
 	*b = Body{c: c, http10: b.http10}
 	keep := reusable && !c.u.noKeepAlive
-	connHdr := h["Connection"]
+	// Only the names readFields saw are looked up or deleted (c.seen): a
+	// name it did not see is not in h (deletions below only remove names).
+	var connHdr, te, cl []string
+	if c.seen&fieldConnection != 0 {
+		connHdr = h["Connection"]
+	}
 	if httpguts.HeaderValuesContainsToken(connHdr, "close") {
 		keep = false
 	}
@@ -196,14 +328,20 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 			}
 		}
 	}
-	te := h["Transfer-Encoding"]
-	cl := h["Content-Length"]
-	delete(h, "Connection")
-	delete(h, "Keep-Alive")
-	delete(h, "Proxy-Connection")
-	delete(h, "Transfer-Encoding")
-	delete(h, "Upgrade")
-	delete(h, "Te")
+	if c.seen&fieldTransferEncoding != 0 {
+		te = h["Transfer-Encoding"]
+	}
+	if c.seen&fieldContentLength != 0 {
+		cl = h["Content-Length"]
+	}
+	if c.seen&fieldHopByHop != 0 {
+		delete(h, "Connection")
+		delete(h, "Keep-Alive")
+		delete(h, "Proxy-Connection")
+		delete(h, "Transfer-Encoding")
+		delete(h, "Upgrade")
+		delete(h, "Te")
+	}
 	b.keep = keep
 	res := Response{Status: status, ContentLength: -1, Body: b}
 	switch {
@@ -239,7 +377,9 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 		if err != nil {
 			return Response{}, err
 		}
-		h["Content-Length"] = cl[:1]
+		if len(cl) > 1 {
+			h["Content-Length"] = cl[:1] // all equal: one is relayed
+		}
 		b.mode, b.remaining, res.ContentLength = modeLength, n, n
 		if n == 0 {
 			b.mode = modeNone
