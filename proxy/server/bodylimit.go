@@ -56,23 +56,24 @@ func overLimitField(k []byte) (ours, client bool) {
 	return false, false
 }
 
-// markForHandOver gives a request handed to net/http (handOver) the head it
-// had when the hook deleted every client copy of the mark, then set its own
-// under the canonical name: client copies deleted, the hook's renamed. It
+// markForHandOver gives a request handed to net/http (handOver) the head
+// the client sent: every client copy of the mark deleted and, when the hook
+// marked it over the limit, its declared length back and the hook's mark
+// gone, so that ServeHTTP answers 413 there as on --front std (the body
+// was not read: fasthttp saw a length of 0, so net/http frames it). It
 // reads no field through All, which would gather the Cookie fields and
 // rewrite them in the head.
 func markForHandOver(h *fasthttp.RequestHeader) {
-	ours := h.PeekCanonical(overLimitRawKey)
-	if ours != nil {
-		ours = append([]byte(nil), ours...)
+	if ours := h.PeekCanonical(overLimitRawKey); ours != nil {
+		n, err := strconv.Atoi(string(ours)) // before Del: ours is a view of the head
 		h.DisableNormalizing()
 		h.Del(overLimitRaw) // set last by the hook: removed in place, the others keep their order
 		h.EnableNormalizing()
+		if err == nil {
+			h.SetContentLength(n)
+		}
 	}
 	h.Del(overLimitMark)
-	if ours != nil {
-		h.SetBytesV(overLimitMark, ours)
-	}
 }
 
 var overLimitRawKey = []byte(overLimitRaw)

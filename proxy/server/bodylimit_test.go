@@ -117,6 +117,19 @@ func TestClientOverLimitMarkNeverForwarded(t *testing.T) {
 				}
 				seen("Upgrade with " + name)
 			}
+			if limit > 0 {
+				// An Upgrade over the limit, handed to net/http: a 413 from
+				// the proxy as on --front std, never the backend (which
+				// saw the internal mark and Content-Length: 0 before)
+				before := b.hits.Load()
+				status, rest := rawExchange(t, p.addr, "POST /ws HTTP/1.1\r\nHost: demo.test\r\nContent-Length: 4096\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\nabc")
+				if !strings.HasPrefix(status, "HTTP/1.1 413") || !strings.Contains(rest, ReasonHeader+": "+CodeBodyTooLarge+"\r\n") {
+					t.Fatalf("Upgrade POST of 4096 bytes: %q %q, want the proxy's 413", status, rest)
+				}
+				if n := b.hits.Load(); n != before {
+					t.Fatalf("Upgrade POST over the limit reached the backend (%d requests, %d before)", n, before)
+				}
+			}
 		})
 	}
 }
