@@ -39,6 +39,12 @@ func newPicker(c *Cluster) instancePicker {
 	return smooth{} // wrr, roundrobin, sticky-cookie
 }
 
+// needsDense says whether the algorithm reads its members' in-flight
+// counts from their records (see loadRec): the draws that compare loads.
+func (c *Cluster) needsDense() bool {
+	return c.algo == algoP2C || c.algo == algoRandom && c.randomN > 1
+}
+
 // needsLoadTree says whether the algorithm reads a group's loadTree.
 func (c *Cluster) needsLoadTree() bool {
 	switch c.algo {
@@ -87,14 +93,23 @@ func (s *Selection) fromSchedule(sc *schedule, g *group, v *view) int {
 type randomN struct{ n int }
 
 func (p randomN) pick(s *Selection, g *group, v *view) int {
+	if p.n > 1 && s.nTried == 0 && v.cand != nil && g.dense.Load() {
+		return s.drawLeast(v, p.n, false)
+	}
 	best := -1
+	var bestN int64
+	dense := g.dense.Load()
 	for range p.n {
 		i := s.weightedIn(g, v)
 		if i < 0 {
 			return best
 		}
-		if best < 0 || g.members[i].ep.InFlight()*int64(v.weights[best]) < g.members[best].ep.InFlight()*int64(v.weights[i]) {
-			best = i
+		if p.n == 1 {
+			return i // a plain weighted draw: no load to compare
+		}
+		n := g.inFlight(i, dense)
+		if best < 0 || n*int64(v.weights[best]) < bestN*int64(v.weights[i]) {
+			best, bestN = i, n
 		}
 	}
 	return best
@@ -104,25 +119,75 @@ func (p randomN) pick(s *Selection, g *group, v *view) int {
 type p2c struct{}
 
 func (p2c) pick(s *Selection, g *group, v *view) int {
+	if s.nTried == 0 && v.cand != nil && g.dense.Load() {
+		return s.drawLeast(v, 2, true)
+	}
 	a := s.weightedIn(g, v)
 	b := s.weightedIn(g, v)
 	if a < 0 || b < 0 || a == b {
 		return max(a, b)
 	}
-	if p2cCost(g, v, b) < p2cCost(g, v, a) {
+	ra, rb := g.members[a].rec, g.members[b].rec
+	if g.dense.Load() {
+		if rb.cost(rb.inFlight(), v.weights[b]) < ra.cost(ra.inFlight(), v.weights[a]) {
+			return b
+		}
+		return a
+	}
+	if rb.cost(g.members[b].ep.InFlight(), v.weights[b]) < ra.cost(g.members[a].ep.InFlight(), v.weights[a]) {
 		return b
 	}
 	return a
 }
 
-// p2cCost is member i's EWMA latency × (in-flight + 1) / weight.
-func p2cCost(g *group, v *view, i int) float64 {
-	e := g.members[i].ep
-	l := float64(e.EWMALatency())
-	if l <= 0 {
-		l = 1
+// drawLeast is the first pick of p2c-ewma (cost: by p2c's cost) and
+// random(N) (else: by in-flight / weight) from v's candidates while g is
+// dense (g.dense; v.cand set): n weighted draws, the least costly wins
+// (the first drawn of equals), counted in flight here (s.acquired) from
+// the candidate's endpoint. The same choice as the general path's, which
+// a first pick would take with weightedIn's first draw every time: the
+// alias table gives members without weight — the unavailable — no mass
+// (TestAliasExact), so every draw is usable without reading v.avail.
+// Per candidate it reads its alias column, its candidate and its record:
+// three lines, where the general path read seven (p2c's ewma and
+// in-flight on the endpoint's first line and four cells).
+func (s *Selection) drawLeast(v *view, n int, p2c bool) int {
+	best := -1
+	var bc *candidate
+	var bn int64
+	var bcost float64
+	for range n {
+		i := v.alias.draw(s.c.reg.rand(), v.total)
+		if i == best {
+			continue
+		}
+		c := &v.cand[i]
+		cn := c.rec.inFlight()
+		if p2c {
+			cost := c.rec.cost(cn, int(c.w))
+			if bc == nil || cost < bcost {
+				best, bc, bcost = i, c, cost
+			}
+		} else if bc == nil || cn*bc.w < bn*c.w {
+			best, bc, bn = i, c, cn
+		}
 	}
-	return l * float64(e.InFlight()+1) / float64(v.weights[i])
+	if e := bc.ep; e.acquire(s.stripe) {
+		e.noteLoad(s.stripe)
+	}
+	s.acquired = bc.ep
+	return best
+}
+
+// inFlight is member i's in-flight count: from its record when dense
+// (g.dense: the copy is kept; one line, see loadRec), else from the
+// endpoint's cells (a selection still running on a table that was
+// replaced).
+func (g *group) inFlight(i int, dense bool) int64 {
+	if dense {
+		return g.members[i].rec.inFlight()
+	}
+	return g.members[i].ep.InFlight()
 }
 
 // source is HAProxy's balance source: the client address hashed onto the

@@ -663,6 +663,9 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 	c := &e.load[k]
 	n := c.n.Add(1)
 	s.acquired = e
+	if c.flags.Load()&cellDense != 0 {
+		c.rec.copyCell(c, k) // a dense group of another cluster also holds the address
+	}
 	// Read after the count moved: a table swap that re-points the address
 	// at new trees either shows here or re-reads the count itself. From
 	// the cell just written: no other line of the endpoint is read.
@@ -678,7 +681,7 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		return i
 	}
 	t.mu.Unlock()
-	e.noteLoad()
+	e.noteTrees()
 	return i
 }
 
@@ -720,7 +723,9 @@ func (g *group) inFlightSum(v *view) int64 {
 
 // installLoadTrees makes t's trees live and points every endpoint at the
 // trees holding it; the trees of the table it replaces (old, may be nil)
-// stop being written and serving. r.mu held.
+// stop being written and serving. Likewise for dense groups (loadRec):
+// the old table's stop reading the records, the addresses of t's have
+// their records kept, then t's read them. r.mu held.
 func installLoadTrees(old, t *Table) {
 	if old != nil {
 		for _, c := range old.clusters {
@@ -728,10 +733,12 @@ func installLoadTrees(old, t *Table) {
 				if g.load != nil {
 					g.load.live.Store(false)
 				}
+				g.dense.Store(false)
 			}
 		}
 		for _, e := range old.endpoints {
 			e.track(nil)
+			e.setDense(false)
 		}
 	}
 	if t == nil {
@@ -740,6 +747,11 @@ func installLoadTrees(old, t *Table) {
 	slots := map[*Endpoint][]loadSlot{}
 	for _, c := range t.clusters {
 		for _, g := range c.subs {
+			if c.needsDense() {
+				for i := range g.members {
+					g.members[i].ep.setDense(true)
+				}
+			}
 			if g.load == nil {
 				continue
 			}
@@ -759,6 +771,9 @@ func installLoadTrees(old, t *Table) {
 				// config update never does. The next pick re-reads every count.
 				g.load.resync.Store(true)
 				g.load.live.Store(true)
+			}
+			if c.needsDense() {
+				g.dense.Store(true)
 			}
 		}
 	}

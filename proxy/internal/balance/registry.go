@@ -137,12 +137,21 @@ func (r *Registry) endpoint(addr netip.AddrPort) *Endpoint {
 	if e := r.endpoints[addr]; e != nil {
 		return e
 	}
-	e := &Endpoint{addr: addr, addrText: addr.String(), reg: r}
+	e := newEndpoint(addr, r)
 	if r.stored {
 		// Addresses that appear after the first table ramp up (slow start).
 		e.rampStart = r.now()
 	}
 	r.endpoints[addr] = e
+	return e
+}
+
+// newEndpoint is the state of a new address (no table references it yet).
+func newEndpoint(addr netip.AddrPort, r *Registry) *Endpoint {
+	e := &Endpoint{addr: addr, addrText: addr.String(), reg: r, rec: new(loadRec)}
+	for k := range e.load {
+		e.load[k].rec = e.rec
+	}
 	return e
 }
 

@@ -376,7 +376,7 @@ func (s *Selection) fastFirst(g *group, v *view) Pick {
 // that did not acquire it.
 func (s *Selection) takeFirst(g *group, e *Endpoint, why reason) Pick {
 	if e.acquire(s.stripe) {
-		e.noteLoad()
+		e.noteLoad(s.stripe)
 	}
 	s.triedArr[0] = e
 	s.nTried = 1
@@ -390,7 +390,7 @@ func (s *Selection) take(g *group, i int, why reason, cross bool) Pick {
 	if e != nil {
 		s.acquired = nil
 	} else if e = g.members[i].ep; e.acquire(s.stripe) {
-		e.noteLoad()
+		e.noteLoad(s.stripe)
 	}
 	s.addTried(e)
 	s.attempt++
