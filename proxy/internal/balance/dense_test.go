@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"sync"
@@ -272,4 +273,62 @@ func TestDenseEnableCopiesHeld(t *testing.T) {
 		p.Done(Result{Status: 200})
 	}
 	checkRecords(t, e, "all released")
+}
+
+// The production source (RegistryOptions.Rand nil: Selection.rand, each
+// stripe's SplitMix64) draws in proportion to the weights: random's shares
+// of an idle group over several stripes are within 3 % (relative; 5 σ for
+// the rarest) of the
+// weight shares, p2c-ewma's of the two-draw shares (the heavier of two
+// draws wins an idle group: p_i² + 2 p_i Σ_{w_j < w_i} p_j), and every bit
+// of the words is set about half the time.
+func TestStripeRandDraws(t *testing.T) {
+	ws := []int{1, 2, 3, 4, 5, 6}
+	total := 21
+	for _, mode := range []string{config.InstanceRandom, config.InstanceP2CEWMA} {
+		e := newEnvRand(t, snap(1, modePolicy(mode), 0, sc{name: "A", weight: 100, weights: ws}), nil)
+		if e.reg.ownRand {
+			t.Fatal("a registry without Rand draws from it")
+		}
+		const picks = 210000
+		counts := map[netip.AddrPort]int{}
+		var bits [64]int
+		for k := range picks {
+			var s Selection
+			e.cluster().Start(&s, nil, netip.MustParseAddr("192.0.2.1"), uint32(k))
+			if k < 20000 {
+				w := s.rand()
+				for b := range bits {
+					bits[b] += int(w >> b & 1)
+				}
+			}
+			p, err := s.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			counts[p.Endpoint().Addr()]++
+			p.Done(Result{Status: 200})
+			s.Release()
+		}
+		for i, w := range ws {
+			p := float64(w) / float64(total)
+			want := float64(picks) * p
+			if mode == config.InstanceP2CEWMA {
+				lighter := 0.0
+				for _, x := range ws[:i] {
+					lighter += float64(x) / float64(total)
+				}
+				want = float64(picks) * (p*p + 2*p*lighter)
+			}
+			tol := max(0.03*want, 5*math.Sqrt(want)) // 3 %, or 5 σ for the rarest
+			if got := float64(counts[inst(1, i)]); math.Abs(got-want) > tol {
+				t.Errorf("%s: member %d (weight %d) picked %.0f times, want %.0f ± %.0f", mode, i, w, got, want, tol)
+			}
+		}
+		for b, n := range bits {
+			if n < 9500 || n > 10500 {
+				t.Errorf("%s: bit %d set in %d of 20000 words", mode, b, n)
+			}
+		}
+	}
 }

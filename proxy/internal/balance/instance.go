@@ -157,7 +157,7 @@ func (s *Selection) drawLeast(v *view, n int, p2c bool) int {
 	var bn int64
 	var bcost float64
 	for range n {
-		i := v.alias.draw(s.c.reg.rand(), v.total)
+		i := v.alias.draw(s.rand(), v.total)
 		if i == best {
 			continue
 		}
@@ -199,7 +199,7 @@ func (p source) pick(s *Selection, g *group, v *view) int {
 	if s.ip.IsValid() {
 		h = hashAddr(s.ip)
 	} else {
-		h = s.c.reg.rand()
+		h = s.rand()
 	}
 	return s.hashedIn(g, v, h, p.consistent)
 }
@@ -252,7 +252,7 @@ type sticky struct{ boundPercent int }
 func (p sticky) pick(s *Selection, g *group, v *view) int {
 	h, kok := s.key()
 	if !kok {
-		h = s.c.reg.rand()
+		h = s.rand()
 	}
 	if p.boundPercent <= 0 {
 		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
@@ -293,9 +293,9 @@ func (s *Selection) drawWeighted(v *view, ok func(int) bool) int {
 	}
 	var i int
 	if v.alias != nil {
-		i = v.alias.draw(s.c.reg.rand(), v.total)
+		i = v.alias.draw(s.rand(), v.total)
 	} else {
-		x := int64(s.c.reg.rand() % uint64(v.total))
+		x := int64(s.rand() % uint64(v.total))
 		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
 	}
 	if i < len(v.prefix) && ok(i) {
@@ -315,7 +315,7 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 	if total <= 0 {
 		return -1
 	}
-	x := int64(s.c.reg.rand() % uint64(total))
+	x := int64(s.rand() % uint64(total))
 	for i, w := range v.weights {
 		if ok(i) {
 			if x < int64(w) {
@@ -333,7 +333,7 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 // mass — else the scan re-draws among them.
 func (s *Selection) weightedIn(g *group, v *view) int {
 	if v.alias != nil && v.total > 0 {
-		if i := v.alias.draw(s.c.reg.rand(), v.total); s.usable(g, v, i) {
+		if i := v.alias.draw(s.rand(), v.total); s.usable(g, v, i) {
 			return i
 		}
 		return s.scanWeighted(v, s.untried(g, v))

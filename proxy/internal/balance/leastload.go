@@ -492,7 +492,7 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 		case root.ties == 1:
 			return int(root.best)
 		case p.tie == tieRandom:
-			k := int(s.c.reg.rand() % uint64(root.ties))
+			k := int(s.rand() % uint64(root.ties))
 			if int(root.ties) == len(t.m) {
 				return k // every member tied (an idle group): the k-th is member k
 			}
@@ -512,7 +512,7 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	}
 	switch p.tie {
 	case tieRandom:
-		return t.firstTie(int(s.c.reg.rand()%uint64(len(g.members))), best, ok)
+		return t.firstTie(int(s.rand()%uint64(len(g.members))), best, ok)
 	case tieRotate:
 		return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), best, ok)
 	}
@@ -571,7 +571,7 @@ func (p leastLoad) scan(s *Selection, g *group, v *view) int {
 	after := func(from int) int { return firstFrom(len(g.members), from, isTie, best) }
 	switch {
 	case p.tie == tieRandom && s.nTried == 0:
-		k := int(s.c.reg.rand() % uint64(ties))
+		k := int(s.rand() % uint64(ties))
 		for i := range g.members {
 			if isTie(i) {
 				if k == 0 {
@@ -582,7 +582,7 @@ func (p leastLoad) scan(s *Selection, g *group, v *view) int {
 		}
 		return best
 	case p.tie == tieRandom:
-		return after(int(s.c.reg.rand() % uint64(len(g.members))))
+		return after(int(s.rand() % uint64(len(g.members))))
 	case p.tie == tieRotate:
 		return after(int(g.rr.Add(1) % uint64(len(g.members))))
 	}

@@ -46,12 +46,15 @@ type RegistryOptions struct {
 // Registry owns the per-address runtime state that survives table swaps. One
 // per proxy process. Safe for concurrent use.
 type Registry struct {
-	now    func() time.Time
-	rand   func() uint64
-	probe  ProbeFunc
-	limit  *probe.Limiter
-	log    *slog.Logger
-	secret []byte
+	now  func() time.Time
+	rand func() uint64
+	// ownRand: RegistryOptions.Rand was given (the tests' seeded sources);
+	// selections draw from it rather than from their stripe (Selection.rand).
+	ownRand bool
+	probe   ProbeFunc
+	limit   *probe.Limiter
+	log     *slog.Logger
+	secret  []byte
 
 	// epoch changes whenever any address's availability or dynamic weight
 	// may have changed; cached per-sub-cluster views are rebuilt on mismatch.
@@ -65,7 +68,7 @@ type Registry struct {
 	// Proxy-wide retry budget accounting: live selections, counted per
 	// stripe so that concurrent requests do not share a cache line, and
 	// retry picks not yet Done (written only by retries).
-	active  []cursor
+	active  []stripeState
 	_       [64]byte
 	retries atomic.Int64
 	_       [56]byte
@@ -91,7 +94,11 @@ func NewRegistry(o RegistryOptions) *Registry {
 		wake:      make(chan struct{}, 1),
 		stripes:   stripeCount(runtime.GOMAXPROCS(0)),
 	}
-	r.active = make([]cursor, r.stripes)
+	r.active = make([]stripeState, r.stripes)
+	for k := range r.active {
+		r.active[k].rng.Store(rand.Uint64())
+	}
+	r.ownRand = o.Rand != nil
 	if r.now == nil {
 		r.now = time.Now
 	}

@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 )
 
 // Selection is one request's sequence of picks. Not safe for concurrent use.
@@ -82,6 +83,32 @@ func (s *Selection) Release() {
 		clear(s.triedArr[:])
 		selPool.Put(s)
 	}
+}
+
+// stripeState is one stripe's active-selection count and random state,
+// on one line that Start and Release write anyway.
+type stripeState struct {
+	n   atomic.Uint64
+	rng atomic.Uint64
+	_   [48]byte
+}
+
+// rand is a uniformly random 64-bit value for the selection's draws:
+// SplitMix64 over its stripe's Weyl sequence (one atomic add on the line
+// Start wrote, and Stafford's mix 13), seeded from math/rand/v2 per
+// stripe when the registry was made. math/rand/v2's Uint64 (ChaCha8,
+// runtime.rand) cost 73 instructions a draw in callgrind — p2c-ewma and
+// random(2) draw twice per pick, whose whole wrr pick is 421. With
+// RegistryOptions.Rand (the tests' seeded sources) it draws from that.
+func (s *Selection) rand() uint64 {
+	r := s.c.reg
+	if r.ownRand {
+		return r.rand()
+	}
+	z := r.active[s.stripe].rng.Add(0x9e3779b97f4a7c15)
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 // Attempts is the number of picks returned so far.
@@ -242,7 +269,7 @@ func (s *Selection) pickCross() *group {
 		}
 	}
 	if total > 0 {
-		x := int64(c.reg.rand() % uint64(total))
+		x := int64(s.rand() % uint64(total))
 		for gi, g := range c.subs {
 			if gi != s.primary && g.weight > 0 && s.hasUntried(gi) {
 				if x < int64(g.weight) {
@@ -261,7 +288,7 @@ func (s *Selection) pickCross() *group {
 	if n == 0 {
 		return nil
 	}
-	k := int(c.reg.rand() % uint64(n))
+	k := int(s.rand() % uint64(n))
 	for gi, g := range c.subs {
 		if gi != s.primary && g.weight == 0 && s.hasUntried(gi) {
 			if k == 0 {
