@@ -472,7 +472,7 @@ const scheduleTries = 8
 // with the least in-flight / weight, ties broken by the rule.
 type leastLoad struct{ tie tieRule }
 
-func (p leastLoad) pick(s *Selection, g *group, v *view) int {
+func (p *leastLoad) pick(s *Selection, g *group, v *view) int {
 	t := g.load
 	if t == nil || !t.live.Load() {
 		return p.scan(s, g, v)
@@ -624,7 +624,7 @@ func firstFrom(n, from int, want func(int) bool, otherwise int) int {
 // available one.
 type firstAvail struct{ limit int64 }
 
-func (p firstAvail) pick(s *Selection, g *group, v *view) int {
+func (p *firstAvail) pick(s *Selection, g *group, v *view) int {
 	t := g.load
 	ok := func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
 	if t == nil || !t.live.Load() {
