@@ -332,3 +332,47 @@ func TestStripeRandDraws(t *testing.T) {
 		}
 	}
 }
+
+// A hashing algorithm's view resolves exactly its available members'
+// endpoints (v.eps: set iff v.avail, to the member's endpoint), which a
+// first pick takes without reading v.avail: with members unhealthy,
+// drained and of weight 0, and after the drain is lifted.
+func TestViewEndpointsFollowAvailability(t *testing.T) {
+	weights := []int{1, 2, 0, 4, 5, 6}
+	for _, mode := range []string{config.InstanceSticky, config.InstanceRingHash, config.InstanceSource, "source/consistent", "uri", "hdr(X-User)", "url_param(uid)/consistent"} {
+		t.Run(mode, func(t *testing.T) {
+			e := newEnv(t, snap(1, modePolicy(mode), 0, sc{name: "A", weight: 100, weights: weights, states: map[int]string{1: config.StateUnhealthy}}))
+			check := func(when string) {
+				g := e.cluster().subs[0]
+				v := g.currentView()
+				if v.eps == nil {
+					t.Fatalf("%s: no endpoints resolved", when)
+				}
+				for i, ok := range v.avail {
+					if want := map[bool]*Endpoint{true: g.members[i].ep}[ok]; v.eps[i] != want {
+						t.Fatalf("%s: member %d (available %v): endpoint %p, want %p", when, i, ok, v.eps[i], want)
+					}
+				}
+				for k := range 300 {
+					p, err := e.pick(netip.AddrFrom4([4]byte{198, 51, 100, byte(k)}))
+					if err != nil {
+						t.Fatal(err)
+					}
+					for i, ok := range v.avail {
+						if !ok && p.Endpoint() == g.members[i].ep {
+							t.Fatalf("%s: picked unavailable member %d", when, i)
+						}
+					}
+				}
+			}
+			if err := e.reg.SetOverride(inst(1, 4), Override{Drain: true}); err != nil {
+				t.Fatal(err)
+			}
+			check("drained")
+			if err := e.reg.ClearOverride(inst(1, 4)); err != nil {
+				t.Fatal(err)
+			}
+			check("drain lifted")
+		})
+	}
+}

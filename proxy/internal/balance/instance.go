@@ -211,14 +211,36 @@ func (p *source) pick(s *Selection, g *group, v *view) int {
 // the hash lands on is checked first, without the filter's closure: it is
 // the answer unless it is unavailable or already tried.
 func (s *Selection) hashedIn(g *group, v *view, h uint64, consistent bool) int {
+	i := -1
 	if consistent {
-		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
-			return i
-		}
-	} else if i := mapIndex(v, h); i >= 0 && i < len(v.prefix) && s.usable(g, v, i) {
+		i = g.ring.at(h)
+	} else if i = mapIndex(v, h); i >= len(v.prefix) {
+		i = -1
+	}
+	if i >= 0 && s.landed(g, v, i) {
 		return i
 	}
 	return hashedPick(g, v, h, s.untried(g, v), consistent)
+}
+
+// landed says whether member i, the one a hash landed on, is the pick: it
+// is usable. On a first pick (nothing tried) that is v.eps[i] set, and the
+// endpoint is counted in flight here (s.acquired): a hashing pick at 1 000
+// members and more missed the v.avail and g.members lines besides the
+// ring's and the endpoint's, in callgrind.
+func (s *Selection) landed(g *group, v *view, i int) bool {
+	if s.nTried > 0 || v.eps == nil {
+		return s.usable(g, v, i)
+	}
+	e := v.eps[i]
+	if e == nil {
+		return false
+	}
+	if e.acquire(s.stripe) {
+		e.noteLoad(s.stripe)
+	}
+	s.acquired = e
+	return true
 }
 
 // hashedPick maps a key hash onto the members as HAProxy's hash-type does:
@@ -258,7 +280,7 @@ func (p *sticky) pick(s *Selection, g *group, v *view) int {
 		h = s.rand()
 	}
 	if p.boundPercent <= 0 {
-		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
+		if i := g.ring.at(h); i >= 0 && s.landed(g, v, i) {
 			return i
 		}
 	}

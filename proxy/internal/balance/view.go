@@ -17,6 +17,10 @@ type view struct {
 	prefix  []int64     // prefix sums of weights (map-based hashing; random draws without alias)
 	alias   aliasTable  // random draws (random, random(N), p2c-ewma); nil for the other algorithms
 	cand    []candidate // p2c-ewma, random(N > 1): what a draw's candidate is compared by (see candidate)
+	// eps: the hashing algorithms' members' endpoints, nil where not
+	// available in the view: a first pick reads one 8-byte entry where it
+	// read v.avail and g.members (Selection.holdFirst).
+	eps     []*Endpoint
 	pindex  prefixIndex // map-based hashing: where a hash falls in prefix (prefixindex.go)
 	sched   *schedule
 	full    bool           // every member available at its configured weight (sched is the base)
@@ -174,6 +178,14 @@ func (g *group) rebuildView(epoch uint64) *view {
 		v.cand = make([]candidate, n)
 		for i := range v.cand {
 			v.cand[i] = candidate{ep: g.members[i].ep, rec: g.members[i].rec, w: int64(v.weights[i])}
+		}
+	}
+	if g.c.algo.Hashed() || g.ring != nil {
+		v.eps = make([]*Endpoint, n)
+		for i, ok := range v.avail {
+			if ok {
+				v.eps[i] = g.members[i].ep
+			}
 		}
 	}
 	if v.total > 0 && g.c.algo.Hashed() && !g.c.consistent {
