@@ -358,7 +358,7 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 // mass — else the scan re-draws among them.
 func (s *Selection) weightedIn(g *group, v *view) int {
 	if v.alias != nil && v.total > 0 {
-		if i := v.alias.draw(s.rand(), v.total); s.usable(g, v, i) {
+		if i := v.alias.draw(s.rand(), v.total); s.landed(g, v, i) {
 			return i
 		}
 		return s.scanWeighted(v, s.untried(g, v))

@@ -528,6 +528,11 @@ func (t *loadTree) scheduledTie(s *Selection, v *view, root loadNode) int {
 	if len(sc.order) == 0 {
 		return int(root.best)
 	}
+	if int(root.ties) == v.nAvail {
+		// Every available member is tied (an idle group): the schedule
+		// holds only available members, so its next one is a tie.
+		return int(sc.next(s.stripe))
+	}
 	var i int
 	for range scheduleTries {
 		// From the record, not the leaf: the acquire reads that line next.

@@ -17,9 +17,9 @@ type view struct {
 	prefix  []int64     // prefix sums of weights (map-based hashing; random draws without alias)
 	alias   aliasTable  // random draws (random, random(N), p2c-ewma); nil for the other algorithms
 	cand    []candidate // p2c-ewma, random(N > 1): what a draw's candidate is compared by (see candidate)
-	// eps: the hashing algorithms' members' endpoints, nil where not
-	// available in the view: a first pick reads one 8-byte entry where it
-	// read v.avail and g.members (Selection.holdFirst).
+	// eps: the hashing algorithms' and random's members' endpoints, nil
+	// where not available in the view: a first pick reads one 8-byte entry
+	// where it read v.avail and g.members (Selection.landed).
 	eps     []*Endpoint
 	pindex  prefixIndex // map-based hashing: where a hash falls in prefix (prefixindex.go)
 	sched   *schedule
@@ -180,7 +180,9 @@ func (g *group) rebuildView(epoch uint64) *view {
 			v.cand[i] = candidate{ep: g.members[i].ep, rec: g.members[i].rec, w: int64(v.weights[i])}
 		}
 	}
-	if g.c.algo.Hashed() || g.ring != nil {
+	if g.c.algo.Hashed() || g.ring != nil || g.c.algo == algoRandom && g.c.randomN <= 1 {
+		// Not random(N > 1) nor p2c: their general path draws several
+		// candidates with weightedIn, and landed counts what it accepts.
 		v.eps = make([]*Endpoint, n)
 		for i, ok := range v.avail {
 			if ok {
