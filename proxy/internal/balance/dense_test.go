@@ -275,14 +275,14 @@ func TestDenseEnableCopiesHeld(t *testing.T) {
 	checkRecords(t, e, "all released")
 }
 
-// The production source (RegistryOptions.Rand nil: Selection.rand, each
-// stripe's SplitMix64) draws in proportion to the weights: random's shares
+// The production source (RegistryOptions.Rand nil: Selection.rand, the
+// runtime's per-thread wyrand) draws in proportion to the weights: random's shares
 // of an idle group over several stripes are within 3 % (relative; 5 σ for
 // the rarest) of the
 // weight shares, p2c-ewma's of the two-draw shares (the heavier of two
 // draws wins an idle group: p_i² + 2 p_i Σ_{w_j < w_i} p_j), and every bit
 // of the words is set about half the time.
-func TestStripeRandDraws(t *testing.T) {
+func TestSelectionRandDraws(t *testing.T) {
 	ws := []int{1, 2, 3, 4, 5, 6}
 	total := 21
 	for _, mode := range []string{config.InstanceRandom, config.InstanceP2CEWMA} {

@@ -68,7 +68,7 @@ type Registry struct {
 	// Proxy-wide retry budget accounting: live selections, counted per
 	// stripe so that concurrent requests do not share a cache line, and
 	// retry picks not yet Done (written only by retries).
-	active  []stripeState
+	active  []cursor
 	_       [64]byte
 	retries atomic.Int64
 	_       [56]byte
@@ -94,10 +94,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 		wake:      make(chan struct{}, 1),
 		stripes:   stripeCount(runtime.GOMAXPROCS(0)),
 	}
-	r.active = make([]stripeState, r.stripes)
-	for k := range r.active {
-		r.active[k].rng.Store(rand.Uint64())
-	}
+	r.active = make([]cursor, r.stripes)
 	r.ownRand = o.Rand != nil
 	if r.now == nil {
 		r.now = time.Now

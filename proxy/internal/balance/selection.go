@@ -4,7 +4,7 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
-	"sync/atomic"
+	_ "unsafe" // go:linkname
 )
 
 // Selection is one request's sequence of picks. Not safe for concurrent use.
@@ -85,31 +85,26 @@ func (s *Selection) Release() {
 	}
 }
 
-// stripeState is one stripe's active-selection count and random state,
-// on one line that Start and Release write anyway.
-type stripeState struct {
-	n   atomic.Uint64
-	rng atomic.Uint64
-	_   [48]byte
-}
-
-// rand is a uniformly random 64-bit value for the selection's draws:
-// SplitMix64 over its stripe's Weyl sequence (one atomic add on the line
-// Start wrote, and Stafford's mix 13), seeded from math/rand/v2 per
-// stripe when the registry was made. math/rand/v2's Uint64 (ChaCha8,
-// runtime.rand) cost 73 instructions a draw in callgrind — p2c-ewma and
-// random(2) draw twice per pick, whose whole wrr pick is 421. With
-// RegistryOptions.Rand (the tests' seeded sources) it draws from that.
+// rand is a uniformly random 64-bit value for the selection's draws: two
+// of the runtime's per-thread wyrand outputs (runtime.cheaprand: no lock,
+// no atomic). math/rand/v2's Uint64 (ChaCha8, runtime.rand) cost 73
+// instructions a draw in callgrind, where p2c-ewma and random(2) draw
+// twice per pick and wrr's whole pick is 421; a per-stripe counter drawn
+// with an atomic add cost as few instructions but a locked one per draw.
+// With RegistryOptions.Rand (the tests' seeded sources) it draws from that.
 func (s *Selection) rand() uint64 {
-	r := s.c.reg
-	if r.ownRand {
+	if r := s.c.reg; r.ownRand {
 		return r.rand()
 	}
-	z := r.active[s.stripe].rng.Add(0x9e3779b97f4a7c15)
-	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
-	z = (z ^ z>>27) * 0x94d049bb133111eb
-	return z ^ z>>31
+	return uint64(cheaprand())<<32 | uint64(cheaprand())
 }
+
+// cheaprand is the runtime's per-M wyrand (its 32 high-quality bits), the
+// source of its own cheap draws (select, map iteration, scheduling);
+// linknamed as the runtime allows (go.dev/issue/67401).
+//
+//go:linkname cheaprand runtime.cheaprand
+func cheaprand() uint32
 
 // Attempts is the number of picks returned so far.
 func (s *Selection) Attempts() int { return s.attempt }
