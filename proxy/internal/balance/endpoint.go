@@ -155,7 +155,8 @@ type cell struct {
 // (the address is a member of a group that reads it: dense): every change
 // of a cell is followed by copyCell, which stores the cell's value and
 // re-reads the cell after its store, so at rest the copies equal the
-// cells (see copyCell).
+// cells (see copyCell). The price: one locked instruction (copyCell's
+// store) after every change of a dense address's count, two a request.
 type loadRec struct {
 	cells [inflightCells]atomic.Int32
 	ewma  atomic.Uint64
@@ -173,8 +174,8 @@ func (r *loadRec) inFlight() int64 {
 // when that is what it stored. So the last store to cells[k] is followed
 // by its writer's re-read finding c.n equal to it, and any later change of
 // c.n is followed by its own writer's store, which would come after that
-// last one: at rest cells[k] = c.n. (A plain store, not a compare-and-swap:
-// a stale store is repaired by the re-read of the writer that made it.)
+// last one: at rest cells[k] = c.n. (A store, not a compare-and-swap: a
+// stale store is repaired by the re-read of the writer that made it.)
 func (r *loadRec) copyCell(c *cell, k uint32) {
 	d := &r.cells[k&(inflightCells-1)]
 	v := c.n.Load()
@@ -241,8 +242,9 @@ func (e *Endpoint) InFlight() int64 {
 
 // acquire counts one pick on stripe's cell; Pick.Done takes it back with
 // release. Both report whether load trees track the address or a dense
-// group reads its record: the caller then calls noteLoad. (Calling it here would keep them from being
-// inlined into the pick and Done: a call costs most of the inlining budget.)
+// group reads its record: the caller then calls noteLoad. (Calling it
+// here would keep them from being inlined into the pick and Done: a call
+// costs most of the inlining budget.)
 // The flag is read from the cell just written: an address no load tree
 // tracks pays no second cache line.
 func (e *Endpoint) acquire(stripe uint32) (tracked bool) {

@@ -150,7 +150,7 @@ func (*p2c) pick(s *Selection, g *group, v *view) int {
 // the candidate's endpoint. The same choice as the general path's, which
 // a first pick would take with weightedIn's first draw every time: the
 // alias table gives members without weight — the unavailable — no mass
-// (TestAliasExact), so every draw is usable without reading v.avail.
+// (TestAliasTableIsExact), so every draw is usable without reading v.avail.
 // Per candidate it reads its alias column, its candidate and its record:
 // three lines, where the general path read seven (p2c's ewma and
 // in-flight on the endpoint's first line and four cells).
