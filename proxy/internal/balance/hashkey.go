@@ -121,7 +121,7 @@ type instKey struct {
 // hash returns the request's key hash; ok is false when there is no key
 // (hdr without the header or with an empty value, url_param without the
 // parameter or with an empty value): HAProxy then balances round robin.
-func (k instKey) hash(req *http.Request) (uint64, bool) {
+func (k *instKey) hash(req *http.Request) (uint64, bool) {
 	if req == nil {
 		return 0, false
 	}

@@ -5,7 +5,10 @@ import "sort"
 // instancePicker is one instance algorithm (policy.balance.instance). Build
 // chooses it once per cluster, as gRPC-Go's weighted round robin chooses
 // its scheduler once in newScheduler: a pick makes one indirect call, with
-// no switch on the algorithm's name.
+// no switch on the algorithm's name. Every picker is a pointer with
+// pointer-receiver methods: a value in the interface is called through a
+// compiler-made wrapper that copies it (22 instructions a pick for
+// requestHash, whose instKey holds a string, 9 for p2c's empty struct).
 type instancePicker interface {
 	// pick returns the index in g.members of the instance to try: available
 	// in v and not tried yet by s; -1 when there is none.
@@ -16,27 +19,33 @@ type instancePicker interface {
 func newPicker(c *Cluster) instancePicker {
 	switch c.algo {
 	case algoStaticRR:
-		return staticRR{}
+		return &staticRR{}
 	case algoWLC:
-		return leastLoad{tieSchedule}
+		return &leastLoad{tieSchedule}
 	case algoLeastConn:
-		return leastLoad{tieRotate}
+		return &leastLoad{tieRotate}
 	case algoWLCRandom:
-		return leastLoad{tieRandom}
+		return &leastLoad{tieRandom}
 	case algoP2C:
-		return p2c{}
+		return &p2c{}
 	case algoRandom:
-		return randomN{max(1, c.randomN)}
+		return &randomN{max(1, c.randomN)}
 	case algoFirst:
-		return firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}
+		return &firstAvail{int64(c.pol.Pool.MaxConnsPerHost)}
 	case algoSource:
-		return source{c.consistent}
+		return &source{c.consistent}
 	case algoURI, algoHdr, algoURLParam:
-		return requestHash{c.instKey, c.consistent}
+		return &requestHash{c.instKey, c.consistent}
 	case algoSticky, algoRingHash:
-		return sticky{c.pol.Balance.BoundedLoadPercent}
+		return &sticky{c.pol.Balance.BoundedLoadPercent}
 	}
-	return smooth{} // wrr, roundrobin, sticky-cookie
+	return &smooth{} // wrr, roundrobin, sticky-cookie
+}
+
+// needsDense says whether the algorithm reads its members' in-flight
+// counts from their records (see loadRec): the draws that compare loads.
+func (c *Cluster) needsDense() bool {
+	return c.algo == algoP2C || c.algo == algoRandom && c.randomN > 1
 }
 
 // needsLoadTree says whether the algorithm reads a group's loadTree.
@@ -55,7 +64,7 @@ func (c *Cluster) needsLoadTree() bool {
 // without a valid cookie).
 type smooth struct{}
 
-func (smooth) pick(s *Selection, g *group, v *view) int {
+func (*smooth) pick(s *Selection, g *group, v *view) int {
 	if s.nTried == 0 && len(v.sched.order) > 0 {
 		// The view's schedule holds only available members.
 		return int(v.sched.next(s.stripe))
@@ -67,7 +76,7 @@ func (smooth) pick(s *Selection, g *group, v *view) int {
 // whatever slow start or effective weights say.
 type staticRR struct{}
 
-func (staticRR) pick(s *Selection, g *group, v *view) int {
+func (*staticRR) pick(s *Selection, g *group, v *view) int {
 	return s.fromSchedule(g.base, g, v)
 }
 
@@ -86,15 +95,24 @@ func (s *Selection) fromSchedule(sc *schedule, g *group, v *view) int {
 // (inflight/weight) wins; N = 1 is a plain weighted random pick.
 type randomN struct{ n int }
 
-func (p randomN) pick(s *Selection, g *group, v *view) int {
+func (p *randomN) pick(s *Selection, g *group, v *view) int {
+	if p.n > 1 && s.nTried == 0 && v.cand != nil && g.dense.Load() {
+		return s.drawLeast(v, p.n, false)
+	}
 	best := -1
+	var bestN int64
+	dense := g.dense.Load()
 	for range p.n {
 		i := s.weightedIn(g, v)
 		if i < 0 {
 			return best
 		}
-		if best < 0 || g.members[i].ep.InFlight()*int64(v.weights[best]) < g.members[best].ep.InFlight()*int64(v.weights[i]) {
-			best = i
+		if p.n == 1 {
+			return i // a plain weighted draw: no load to compare
+		}
+		n := g.inFlight(i, dense)
+		if best < 0 || n*int64(v.weights[best]) < bestN*int64(v.weights[i]) {
+			best, bestN = i, n
 		}
 	}
 	return best
@@ -103,38 +121,88 @@ func (p randomN) pick(s *Selection, g *group, v *view) int {
 // p2c is power of two choices on EWMA latency × (in-flight + 1) / weight.
 type p2c struct{}
 
-func (p2c) pick(s *Selection, g *group, v *view) int {
+func (*p2c) pick(s *Selection, g *group, v *view) int {
+	if s.nTried == 0 && v.cand != nil && g.dense.Load() {
+		return s.drawLeast(v, 2, true)
+	}
 	a := s.weightedIn(g, v)
 	b := s.weightedIn(g, v)
 	if a < 0 || b < 0 || a == b {
 		return max(a, b)
 	}
-	if p2cCost(g, v, b) < p2cCost(g, v, a) {
+	ra, rb := g.members[a].rec, g.members[b].rec
+	if g.dense.Load() {
+		if rb.cost(rb.inFlight(), v.weights[b]) < ra.cost(ra.inFlight(), v.weights[a]) {
+			return b
+		}
+		return a
+	}
+	if rb.cost(g.members[b].ep.InFlight(), v.weights[b]) < ra.cost(g.members[a].ep.InFlight(), v.weights[a]) {
 		return b
 	}
 	return a
 }
 
-// p2cCost is member i's EWMA latency × (in-flight + 1) / weight.
-func p2cCost(g *group, v *view, i int) float64 {
-	e := g.members[i].ep
-	l := float64(e.EWMALatency())
-	if l <= 0 {
-		l = 1
+// drawLeast is the first pick of p2c-ewma (cost: by p2c's cost) and
+// random(N) (else: by in-flight / weight) from v's candidates while g is
+// dense (g.dense; v.cand set): n weighted draws, the least costly wins
+// (the first drawn of equals), counted in flight here (s.acquired) from
+// the candidate's endpoint. The same choice as the general path's, which
+// a first pick would take with weightedIn's first draw every time: the
+// alias table gives members without weight — the unavailable — no mass
+// (TestAliasTableIsExact), so every draw is usable without reading v.avail.
+// Per candidate it reads its alias column, its candidate and its record:
+// three lines, where the general path read seven (p2c's ewma and
+// in-flight on the endpoint's first line and four cells).
+func (s *Selection) drawLeast(v *view, n int, p2c bool) int {
+	best := -1
+	var bc *candidate
+	var bn int64
+	var bcost float64
+	for range n {
+		i := v.alias.draw(s.rand(), v.total)
+		if i == best {
+			continue
+		}
+		c := &v.cand[i]
+		cn := c.rec.inFlight()
+		if p2c {
+			cost := c.rec.cost(cn, int(c.w))
+			if bc == nil || cost < bcost {
+				best, bc, bcost = i, c, cost
+			}
+		} else if bc == nil || cn*bc.w < bn*c.w {
+			best, bc, bn = i, c, cn
+		}
 	}
-	return l * float64(e.InFlight()+1) / float64(v.weights[i])
+	if e := bc.ep; e.acquire(s.stripe) {
+		e.noteLoad(s.stripe)
+	}
+	s.acquired = bc.ep
+	return best
+}
+
+// inFlight is member i's in-flight count: from its record when dense
+// (g.dense: the copy is kept; one line, see loadRec), else from the
+// endpoint's cells (a selection still running on a table that was
+// replaced).
+func (g *group) inFlight(i int, dense bool) int64 {
+	if dense {
+		return g.members[i].rec.inFlight()
+	}
+	return g.members[i].ep.InFlight()
 }
 
 // source is HAProxy's balance source: the client address hashed onto the
 // members, map-based (hash modulo the total weight) or consistent (the ring).
 type source struct{ consistent bool }
 
-func (p source) pick(s *Selection, g *group, v *view) int {
+func (p *source) pick(s *Selection, g *group, v *view) int {
 	h := uint64(0)
 	if s.ip.IsValid() {
 		h = hashAddr(s.ip)
 	} else {
-		h = s.c.reg.rand()
+		h = s.rand()
 	}
 	return s.hashedIn(g, v, h, p.consistent)
 }
@@ -143,14 +211,36 @@ func (p source) pick(s *Selection, g *group, v *view) int {
 // the hash lands on is checked first, without the filter's closure: it is
 // the answer unless it is unavailable or already tried.
 func (s *Selection) hashedIn(g *group, v *view, h uint64, consistent bool) int {
+	i := -1
 	if consistent {
-		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
-			return i
-		}
-	} else if i := mapIndex(v, h); i >= 0 && i < len(v.prefix) && s.usable(g, v, i) {
+		i = g.ring.at(h)
+	} else if i = mapIndex(v, h); i >= len(v.prefix) {
+		i = -1
+	}
+	if i >= 0 && s.landed(g, v, i) {
 		return i
 	}
 	return hashedPick(g, v, h, s.untried(g, v), consistent)
+}
+
+// landed says whether member i, the one a hash landed on, is the pick: it
+// is usable. On a first pick (nothing tried) that is v.eps[i] set, and the
+// endpoint is counted in flight here (s.acquired): a hashing pick at 1 000
+// members and more missed the v.avail and g.members lines besides the
+// ring's and the endpoint's, in callgrind.
+func (s *Selection) landed(g *group, v *view, i int) bool {
+	if s.nTried > 0 || v.eps == nil {
+		return s.usable(g, v, i)
+	}
+	e := v.eps[i]
+	if e == nil {
+		return false
+	}
+	if e.acquire(s.stripe) {
+		e.noteLoad(s.stripe)
+	}
+	s.acquired = e
+	return true
 }
 
 // hashedPick maps a key hash onto the members as HAProxy's hash-type does:
@@ -171,10 +261,10 @@ type requestHash struct {
 	consistent bool
 }
 
-func (p requestHash) pick(s *Selection, g *group, v *view) int {
+func (p *requestHash) pick(s *Selection, g *group, v *view) int {
 	h, ok := p.key.hash(s.req)
 	if !ok {
-		return smooth{}.pick(s, g, v)
+		return (*smooth).pick(nil, s, g, v)
 	}
 	return s.hashedIn(g, v, h, p.consistent)
 }
@@ -184,13 +274,13 @@ func (p requestHash) pick(s *Selection, g *group, v *view) int {
 // n⌉ in flight passes the key on along the ring.
 type sticky struct{ boundPercent int }
 
-func (p sticky) pick(s *Selection, g *group, v *view) int {
+func (p *sticky) pick(s *Selection, g *group, v *view) int {
 	h, kok := s.key()
 	if !kok {
-		h = s.c.reg.rand()
+		h = s.rand()
 	}
 	if p.boundPercent <= 0 {
-		if i := g.ring.at(h); i >= 0 && s.usable(g, v, i) {
+		if i := g.ring.at(h); i >= 0 && s.landed(g, v, i) {
 			return i
 		}
 	}
@@ -228,9 +318,9 @@ func (s *Selection) drawWeighted(v *view, ok func(int) bool) int {
 	}
 	var i int
 	if v.alias != nil {
-		i = v.alias.draw(s.c.reg.rand(), v.total)
+		i = v.alias.draw(s.rand(), v.total)
 	} else {
-		x := int64(s.c.reg.rand() % uint64(v.total))
+		x := int64(s.rand() % uint64(v.total))
 		i = sort.Search(len(v.prefix), func(i int) bool { return v.prefix[i] > x })
 	}
 	if i < len(v.prefix) && ok(i) {
@@ -250,7 +340,7 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 	if total <= 0 {
 		return -1
 	}
-	x := int64(s.c.reg.rand() % uint64(total))
+	x := int64(s.rand() % uint64(total))
 	for i, w := range v.weights {
 		if ok(i) {
 			if x < int64(w) {
@@ -268,7 +358,7 @@ func (s *Selection) scanWeighted(v *view, ok func(int) bool) int {
 // mass — else the scan re-draws among them.
 func (s *Selection) weightedIn(g *group, v *view) int {
 	if v.alias != nil && v.total > 0 {
-		if i := v.alias.draw(s.c.reg.rand(), v.total); s.usable(g, v, i) {
+		if i := v.alias.draw(s.rand(), v.total); s.landed(g, v, i) {
 			return i
 		}
 		return s.scanWeighted(v, s.untried(g, v))

@@ -472,7 +472,7 @@ const scheduleTries = 8
 // with the least in-flight / weight, ties broken by the rule.
 type leastLoad struct{ tie tieRule }
 
-func (p leastLoad) pick(s *Selection, g *group, v *view) int {
+func (p *leastLoad) pick(s *Selection, g *group, v *view) int {
 	t := g.load
 	if t == nil || !t.live.Load() {
 		return p.scan(s, g, v)
@@ -492,7 +492,7 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 		case root.ties == 1:
 			return int(root.best)
 		case p.tie == tieRandom:
-			k := int(s.c.reg.rand() % uint64(root.ties))
+			k := int(s.rand() % uint64(root.ties))
 			if int(root.ties) == len(t.m) {
 				return k // every member tied (an idle group): the k-th is member k
 			}
@@ -512,7 +512,7 @@ func (p leastLoad) treePick(s *Selection, g *group, v *view, t *loadTree) int {
 	}
 	switch p.tie {
 	case tieRandom:
-		return t.firstTie(int(s.c.reg.rand()%uint64(len(g.members))), best, ok)
+		return t.firstTie(int(s.rand()%uint64(len(g.members))), best, ok)
 	case tieRotate:
 		return t.firstTie(int(g.rr.Add(1)%uint64(len(g.members))), best, ok)
 	}
@@ -527,6 +527,11 @@ func (t *loadTree) scheduledTie(s *Selection, v *view, root loadNode) int {
 	sc := v.sched
 	if len(sc.order) == 0 {
 		return int(root.best)
+	}
+	if int(root.ties) == v.nAvail {
+		// Every available member is tied (an idle group): the schedule
+		// holds only available members, so its next one is a tie.
+		return int(sc.next(s.stripe))
 	}
 	var i int
 	for range scheduleTries {
@@ -571,7 +576,7 @@ func (p leastLoad) scan(s *Selection, g *group, v *view) int {
 	after := func(from int) int { return firstFrom(len(g.members), from, isTie, best) }
 	switch {
 	case p.tie == tieRandom && s.nTried == 0:
-		k := int(s.c.reg.rand() % uint64(ties))
+		k := int(s.rand() % uint64(ties))
 		for i := range g.members {
 			if isTie(i) {
 				if k == 0 {
@@ -582,7 +587,7 @@ func (p leastLoad) scan(s *Selection, g *group, v *view) int {
 		}
 		return best
 	case p.tie == tieRandom:
-		return after(int(s.c.reg.rand() % uint64(len(g.members))))
+		return after(int(s.rand() % uint64(len(g.members))))
 	case p.tie == tieRotate:
 		return after(int(g.rr.Add(1) % uint64(len(g.members))))
 	}
@@ -624,7 +629,7 @@ func firstFrom(n, from int, want func(int) bool, otherwise int) int {
 // available one.
 type firstAvail struct{ limit int64 }
 
-func (p firstAvail) pick(s *Selection, g *group, v *view) int {
+func (p *firstAvail) pick(s *Selection, g *group, v *view) int {
 	t := g.load
 	ok := func(i int) bool { return v.avail[i] && !s.isTried(g.members[i].ep) }
 	if t == nil || !t.live.Load() {
@@ -663,6 +668,9 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 	c := &e.load[k]
 	n := c.n.Add(1)
 	s.acquired = e
+	if c.flags.Load()&cellDense != 0 {
+		c.rec.copyCell(c, k) // a dense group of another cluster also holds the address
+	}
 	// Read after the count moved: a table swap that re-points the address
 	// at new trees either shows here or re-reads the count itself. From
 	// the cell just written: no other line of the endpoint is read.
@@ -678,7 +686,7 @@ func (t *loadTree) acquire(s *Selection, i int) int {
 		return i
 	}
 	t.mu.Unlock()
-	e.noteLoad()
+	e.noteTrees()
 	return i
 }
 
@@ -720,7 +728,9 @@ func (g *group) inFlightSum(v *view) int64 {
 
 // installLoadTrees makes t's trees live and points every endpoint at the
 // trees holding it; the trees of the table it replaces (old, may be nil)
-// stop being written and serving. r.mu held.
+// stop being written and serving. Likewise for dense groups (loadRec):
+// the old table's stop reading the records, the addresses of t's have
+// their records kept, then t's read them. r.mu held.
 func installLoadTrees(old, t *Table) {
 	if old != nil {
 		for _, c := range old.clusters {
@@ -728,10 +738,12 @@ func installLoadTrees(old, t *Table) {
 				if g.load != nil {
 					g.load.live.Store(false)
 				}
+				g.dense.Store(false)
 			}
 		}
 		for _, e := range old.endpoints {
 			e.track(nil)
+			e.setDense(false)
 		}
 	}
 	if t == nil {
@@ -740,6 +752,11 @@ func installLoadTrees(old, t *Table) {
 	slots := map[*Endpoint][]loadSlot{}
 	for _, c := range t.clusters {
 		for _, g := range c.subs {
+			if c.needsDense() {
+				for i := range g.members {
+					g.members[i].ep.setDense(true)
+				}
+			}
 			if g.load == nil {
 				continue
 			}
@@ -759,6 +776,9 @@ func installLoadTrees(old, t *Table) {
 				// config update never does. The next pick re-reads every count.
 				g.load.resync.Store(true)
 				g.load.live.Store(true)
+			}
+			if c.needsDense() {
+				g.dense.Store(true)
 			}
 		}
 	}

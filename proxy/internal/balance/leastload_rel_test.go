@@ -167,7 +167,7 @@ func TestLoadTreePendingLeafTakesOtherChange(t *testing.T) {
 	tr, g, i, p := pendingPick(t)
 	ep := p.Endpoint()
 	if ep.acquire(1) {
-		ep.noteLoad()
+		ep.noteLoad(1)
 	}
 	checkMember(t, tr, g, i, 2)
 	p.Done(Result{Status: 200})
@@ -183,7 +183,7 @@ func TestLoadTreePendingLeafTakesOtherChange(t *testing.T) {
 // holding the acquire: the pending leaf is written, not dropped.
 func TestLoadTreePendingLeafLateNote(t *testing.T) {
 	tr, g, i, p := pendingPick(t)
-	p.Endpoint().noteLoad()
+	p.Endpoint().noteTrees()
 	tr.mu.Lock()
 	pend := tr.pend
 	tr.mu.Unlock()

@@ -46,12 +46,15 @@ type RegistryOptions struct {
 // Registry owns the per-address runtime state that survives table swaps. One
 // per proxy process. Safe for concurrent use.
 type Registry struct {
-	now    func() time.Time
-	rand   func() uint64
-	probe  ProbeFunc
-	limit  *probe.Limiter
-	log    *slog.Logger
-	secret []byte
+	now  func() time.Time
+	rand func() uint64
+	// ownRand: RegistryOptions.Rand was given (the tests' seeded sources);
+	// selections draw from it rather than from their stripe (Selection.rand).
+	ownRand bool
+	probe   ProbeFunc
+	limit   *probe.Limiter
+	log     *slog.Logger
+	secret  []byte
 
 	// epoch changes whenever any address's availability or dynamic weight
 	// may have changed; cached per-sub-cluster views are rebuilt on mismatch.
@@ -92,6 +95,7 @@ func NewRegistry(o RegistryOptions) *Registry {
 		stripes:   stripeCount(runtime.GOMAXPROCS(0)),
 	}
 	r.active = make([]cursor, r.stripes)
+	r.ownRand = o.Rand != nil
 	if r.now == nil {
 		r.now = time.Now
 	}
@@ -137,12 +141,21 @@ func (r *Registry) endpoint(addr netip.AddrPort) *Endpoint {
 	if e := r.endpoints[addr]; e != nil {
 		return e
 	}
-	e := &Endpoint{addr: addr, addrText: addr.String(), reg: r}
+	e := newEndpoint(addr, r)
 	if r.stored {
 		// Addresses that appear after the first table ramp up (slow start).
 		e.rampStart = r.now()
 	}
 	r.endpoints[addr] = e
+	return e
+}
+
+// newEndpoint is the state of a new address (no table references it yet).
+func newEndpoint(addr netip.AddrPort, r *Registry) *Endpoint {
+	e := &Endpoint{addr: addr, addrText: addr.String(), reg: r, rec: new(loadRec)}
+	for k := range e.load {
+		e.load[k].rec = e.rec
+	}
 	return e
 }
 

@@ -133,7 +133,7 @@ func TestRetiredTreeAcquireReachesTheNewTree(t *testing.T) {
 		p.Done(Result{Status: 200})
 	}
 	busy.load[sel.stripe&(inflightCells-1)].n.Add(-1)
-	busy.noteLoad()
+	busy.noteLoad(sel.stripe)
 }
 
 // A release whose cell names the tree but a wrong place in it (a track

@@ -135,8 +135,9 @@ func (c *Cluster) Policy() config.Policy { return c.pol }
 // member is one instance of a sub-cluster.
 type member struct {
 	ep       *Endpoint
-	weight   int  // configured
-	agentOK  bool // snapshot state is not draining/unhealthy
+	rec      *loadRec // ep.rec: what p2c and random(N) read, without ep's lines
+	weight   int      // configured
+	agentOK  bool     // snapshot state is not draining/unhealthy
 	addrHash uint64
 }
 
@@ -151,10 +152,14 @@ type group struct {
 	base     *schedule // configured weights; progress shared across tables
 	ring     *ring     // sticky, ring_hash, and the HAProxy hash modes with hash_type consistent
 	view     atomic.Pointer[view]
-	mu       sync.Mutex     // view rebuilds
-	load     *loadTree      // least-loaded pickers; nil for the others
-	rr       atomic.Uint64  // leastconn's rotating tie-break start
-	cookies  []*http.Cookie // sticky-cookie: each member's Set-Cookie, signed at Build (cookie.go)
+	mu       sync.Mutex // view rebuilds
+	load     *loadTree  // least-loaded pickers; nil for the others
+	// dense: the members' records copy their in-flight cells (a p2c or
+	// random(N > 1) group of the current table; see loadRec): the pickers
+	// read member.rec, else Endpoint.InFlight.
+	dense   atomic.Bool
+	rr      atomic.Uint64  // leastconn's rotating tie-break start
+	cookies []*http.Cookie // sticky-cookie: each member's Set-Cookie, signed at Build (cookie.go)
 }
 
 // Build compiles a checked snapshot into a Table. It changes nothing
@@ -223,6 +228,7 @@ func build(s *snapshot.Snapshot, r *Registry) (*Table, error) {
 			for mi := range g.members {
 				a := addrs[ci][gi][mi]
 				g.members[mi].ep = seen[a]
+				g.members[mi].rec = seen[a].rec
 				b, _ := a.MarshalBinary()
 				g.members[mi].addrHash = hashBytes(b)
 				ids[mi] = int32(g.members[mi].addrHash)

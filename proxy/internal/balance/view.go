@@ -16,6 +16,11 @@ type view struct {
 	total   int64
 	prefix  []int64     // prefix sums of weights (map-based hashing; random draws without alias)
 	alias   aliasTable  // random draws (random, random(N), p2c-ewma); nil for the other algorithms
+	cand    []candidate // p2c-ewma, random(N > 1): what a draw's candidate is compared by (see candidate)
+	// eps: the hashing algorithms' and random's members' endpoints, nil
+	// where not available in the view: a first pick reads one 8-byte entry
+	// where it read v.avail and g.members (Selection.landed).
+	eps     []*Endpoint
 	pindex  prefixIndex // map-based hashing: where a hash falls in prefix (prefixindex.go)
 	sched   *schedule
 	full    bool           // every member available at its configured weight (sched is the base)
@@ -24,6 +29,17 @@ type view struct {
 	cookies []*http.Cookie // sticky-cookie: sched.order resolved to the members' cookies
 	panic   bool
 	states  []memberState
+}
+
+// candidate is one member as the load-comparing draws (p2c-ewma,
+// random(N > 1)) read it on a first pick: its endpoint, its record and its
+// weight in the view, 24 bytes in one array, where the general path reads
+// v.avail, g.members and v.weights (three more lines per candidate at
+// 1 000 members and more).
+type candidate struct {
+	ep  *Endpoint
+	rec *loadRec
+	w   int64
 }
 
 // slowStartStep bounds how long a view's slow-start weights are reused.
@@ -157,6 +173,22 @@ func (g *group) rebuildView(epoch uint64) *view {
 	}
 	if v.total > 0 && g.c.drawsWeighted() {
 		v.alias = newAlias(v.weights, v.total)
+	}
+	if v.total > 0 && g.c.needsDense() {
+		v.cand = make([]candidate, n)
+		for i := range v.cand {
+			v.cand[i] = candidate{ep: g.members[i].ep, rec: g.members[i].rec, w: int64(v.weights[i])}
+		}
+	}
+	if g.c.algo.Hashed() || g.ring != nil || g.c.algo == algoRandom && g.c.randomN <= 1 {
+		// Not random(N > 1) nor p2c: their general path draws several
+		// candidates with weightedIn, and landed counts what it accepts.
+		v.eps = make([]*Endpoint, n)
+		for i, ok := range v.avail {
+			if ok {
+				v.eps[i] = g.members[i].ep
+			}
+		}
 	}
 	if v.total > 0 && g.c.algo.Hashed() && !g.c.consistent {
 		v.pindex = newPrefixIndex(v.prefix, v.total)
