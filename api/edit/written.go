@@ -27,7 +27,7 @@ func DrainWritten(on bool, cluster, sub string, rev int64) string {
 // PinWritten is "Pinned BFE1 row of demo-main to SC1=30 SC2=70 (desired
 // state revision 42)."
 func PinWritten(pc, cluster string, row map[string]int, rev int64) string {
-	return fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d).", pc, cluster, FormatRow(row), rev)
+	return fmt.Sprintf("Pinned %s row of %s to %s (desired state revision %d).", pc, cluster, FormatRow(row, nil), rev)
 }
 
 // UnpinWritten is "Unpinned BFE1 row of demo-main (desired state revision
@@ -62,8 +62,8 @@ func WaitCommand(pc string, rev int64) string {
 	return fmt.Sprintf("lbctl rollout status --revision %d --wait", rev)
 }
 
-// FormatRow prints a row as SC=N, sub-clusters sorted, GSLB_BLACKHOLE last.
-func FormatRow(row map[string]int) string {
+// RowKeys lists a row's sub-clusters sorted, GSLB_BLACKHOLE last.
+func RowKeys(row map[string]int) []string {
 	ks := make([]string, 0, len(row))
 	for k := range row {
 		if k != config.Blackhole {
@@ -74,8 +74,17 @@ func FormatRow(row map[string]int) string {
 	if _, ok := row[config.Blackhole]; ok {
 		ks = append(ks, config.Blackhole)
 	}
-	parts := make([]string, len(ks))
-	for i, k := range ks {
+	return ks
+}
+
+// FormatRow prints a row as SC=N in the order given (RowKeys when nil):
+// "SC1=30 SC2=70 GSLB_BLACKHOLE=0".
+func FormatRow(row map[string]int, order []string) string {
+	if order == nil {
+		order = RowKeys(row)
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
 		parts[i] = fmt.Sprintf("%s=%d", k, row[k])
 	}
 	return strings.Join(parts, " ")

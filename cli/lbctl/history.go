@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -125,8 +126,8 @@ func diffCommand() *cli.Command {
 					fmt.Fprintf(w, "v%d and v%d have the same rows\n", v1, v2)
 				}
 				for _, c := range changes {
-					names := sortedSubclusters(merge(c.Before, c.After))
-					fmt.Fprintf(w, "%s\n  - v%d\t%s\n  + v%d\t%s\n", c.Cluster, v1, formatRow(c.Before, names), v2, formatRow(c.After, names))
+					names := edit.RowKeys(merge(c.Before, c.After))
+					fmt.Fprintf(w, "%s\n  - v%d\t%s\n  + v%d\t%s\n", c.Cluster, v1, edit.FormatRow(c.Before, names), v2, edit.FormatRow(c.After, names))
 				}
 				if a.Meta.Hash != b.Meta.Hash && len(changes) == 0 {
 					fmt.Fprintln(w, "(other content differs: instances, routes or policy)")
@@ -208,7 +209,7 @@ func rollbackCommand() *cli.Command {
 			fmt.Fprintf(e.info(), "Rows of %s at v%d:\n", pc, v)
 			for _, n := range sortedKeys(old.Clusters) {
 				r := old.Clusters[n].Row
-				fmt.Fprintf(e.info(), "  %s: %s\n", n, formatRow(r.Weights, sortedSubclusters(r.Weights)))
+				fmt.Fprintf(e.info(), "  %s: %s\n", n, edit.FormatRow(r.Weights, edit.RowKeys(r.Weights)))
 			}
 			if !e.c.Bool("yes") && !confirm(e, "Pin these rows?") {
 				return withCode(ExitAborted, fmt.Errorf("not rolled back"))

@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/snapshot"
 )
 
@@ -142,7 +143,7 @@ func (d planDoc) table(w io.Writer, only string) error {
 				subs[k] = 0
 			}
 		}
-		cols := sortedSubclusters(subs)
+		cols := edit.RowKeys(subs)
 		fmt.Fprintf(w, "CLUSTER %s\nPROXY CLUSTER\t%s\tMODE\n", c, strings.Join(columnNames(cols), "\t"))
 		for _, pc := range sortedKeys(clusters[c]) {
 			r := clusters[c][pc]

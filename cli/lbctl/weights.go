@@ -236,29 +236,6 @@ func formatWeight(w, denom int) string {
 	return strconv.FormatFloat(100*float64(w)/float64(denom), 'f', 2, 64)
 }
 
-func formatRow(row map[string]int, order []string) string {
-	parts := make([]string, 0, len(order))
-	for _, k := range order {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, row[k]))
-	}
-	return strings.Join(parts, " ")
-}
-
-// sortedSubclusters lists a row's keys with GSLB_BLACKHOLE last.
-func sortedSubclusters(row map[string]int) []string {
-	var out []string
-	for k := range row {
-		if k != config.Blackhole {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	if _, ok := row[config.Blackhole]; ok {
-		out = append(out, config.Blackhole)
-	}
-	return out
-}
-
 // columnNames is the header of weight columns: tables say BLACKHOLE;
 // GSLB_BLACKHOLE is the name in BFE files and in weight specs only.
 func columnNames(cols []string) []string {
