@@ -27,6 +27,7 @@ type Result struct {
 // concurrent use; build a new one for a new configuration.
 type Router struct {
 	hosts    map[string]*product // lower-case host → product
+	hostLens uint64              // bit min(len, 63) set for each key of hosts
 	def      *product
 	clusters []string
 }
@@ -76,6 +77,7 @@ func Compile(products map[string]config.Product, defaultProduct string) (*Router
 			}
 			owner[key] = name
 			rt.hosts[key] = p
+			rt.hostLens |= hostLenBit(key)
 		}
 		if len(src.Rules) == 0 {
 			bad(path+".rules", "is empty; want at least a default rule (cond \"default_t()\")")
@@ -160,15 +162,25 @@ func (rt *Router) Match(r *Request) (res Result, ok bool) {
 func (rt *Router) productOf(r *Request) *product {
 	h := r.host()
 	var p *product
-	if hasUpper(h) {
+	switch {
+	case rt.hostLens&hostLenBit(h) == 0:
+		// No host of that length: a miss without hashing h (a request by
+		// address, say, served by the default product).
+	case hasUpper(h):
 		p = rt.hosts[string(r.lowerHostBytes(h))] // no allocation: map index by converted bytes
-	} else {
+	default:
 		p = rt.hosts[h]
 	}
 	if p == nil {
 		p = rt.def
 	}
 	return p
+}
+
+// hostLenBit is the bit of Router.hostLens for a host of h's length: hosts
+// of 63 bytes or more share the last one.
+func hostLenBit(h string) uint64 {
+	return 1 << min(len(h), 63)
 }
 
 // Clusters returns every cluster some rule routes to, sorted.

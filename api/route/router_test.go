@@ -66,6 +66,46 @@ func TestRouterDefaultProduct(t *testing.T) {
 	}
 }
 
+// TestRouterHostLengths: productOf skips the host lookup when no host has
+// the request host's length (Router.hostLens); every configured host is
+// still found, whatever its length (63 bytes and more share a bit), its
+// case, port or trailing dot, and a host of another length, or of a
+// configured length but unknown, gets the default product.
+func TestRouterHostLengths(t *testing.T) {
+	hosts := []string{"a", "ab.c", strings.Repeat("x", 62), strings.Repeat("y", 63), strings.Repeat("z", 64), strings.Repeat("w", 100)}
+	products := map[string]config.Product{"def": {Rules: []config.Rule{{Name: "all", Cond: `default_t()`, Cluster: "def"}}}}
+	for i, h := range hosts {
+		name := fmt.Sprintf("p%d", i)
+		products[name] = config.Product{Hosts: []string{h}, Rules: []config.Rule{{Name: "all", Cond: `default_t()`, Cluster: name}}}
+	}
+	rt, err := Compile(products, "def")
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := func(host string) string {
+		h := newReq("GET", "http://x/", nil)
+		h.Host = host
+		got, ok := rt.Match(&Request{HTTP: h})
+		if !ok {
+			t.Fatalf("host %q: no match", host)
+		}
+		return got.Product
+	}
+	for i, h := range hosts {
+		want := fmt.Sprintf("p%d", i)
+		for _, req := range []string{h, strings.ToUpper(h), h + ":8080", h + "."} {
+			if got := match(req); got != want {
+				t.Errorf("host %q (%d bytes) = product %s, want %s", req, len(h), got, want)
+			}
+		}
+	}
+	for _, req := range []string{"", "b", "abc", "ab.d", strings.Repeat("x", 61), strings.Repeat("v", 63), strings.Repeat("v", 70), "10.0.0.1:80"} {
+		if got := match(req); got != "def" {
+			t.Errorf("host %q = product %s, want def", req, got)
+		}
+	}
+}
+
 func TestCompileErrors(t *testing.T) {
 	products := map[string]config.Product{
 		"a": {Hosts: []string{"x.local", "", "y.local:80"}, Rules: []config.Rule{

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"golang.org/x/net/http/httpguts"
 
@@ -273,6 +274,9 @@ func (a *fastAdapter) WriteHeader(code int) {
 	rh := &a.ctx.Response.Header
 	a.ctx.SetStatusCode(code)
 	announced := false // a Trailer field went before
+	// Every name given to fasthttp so far was its own canonical form: no
+	// two of them are one name once normalized (map keys differ).
+	canon := true
 	for k, vv := range a.h {
 		switch k {
 		case "Content-Type":
@@ -313,6 +317,15 @@ func (a *fastAdapter) WriteHeader(code int) {
 		if len(k) > len(http.TrailerPrefix) && k[:len(http.TrailerPrefix)] == http.TrailerPrefix {
 			continue
 		}
+		if canon && len(vv) == 1 && fastCanonical(k) {
+			// What Add does, without copying and normalizing the name: a
+			// name fasthttp holds no field of yet (a fresh response header,
+			// and every name before a different canonical one), so setting
+			// it appends, as adding would.
+			rh.SetCanonical(unsafe.Slice(unsafe.StringData(k), len(k)), unsafe.Slice(unsafe.StringData(vv[0]), len(vv[0])))
+			continue
+		}
+		canon = canon && fastCanonical(k)
 		for _, v := range vv {
 			rh.Add(k, v)
 		}
@@ -327,6 +340,56 @@ func (a *fastAdapter) WriteHeader(code int) {
 		}
 	}
 }
+
+// fastCanonical reports whether fasthttp's normalization leaves the header
+// name k as it is: a non-empty token with an upper-case letter (or none)
+// first and after each '-' and lower-case letters (or none) elsewhere.
+func fastCanonical(k string) bool {
+	if k == "" {
+		return false
+	}
+	upper := true
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		switch keyClass[c] {
+		case keyInvalid:
+			return false
+		case keyLower:
+			if upper {
+				return false
+			}
+		case keyUpper:
+			if !upper {
+				return false
+			}
+		}
+		upper = c == '-'
+	}
+	return true
+}
+
+const (
+	keyInvalid = iota // not a token byte
+	keyOther          // a token byte that is not a letter
+	keyLower
+	keyUpper
+)
+
+var keyClass = func() (t [256]uint8) {
+	for c := range t {
+		switch {
+		case !httpguts.IsTokenRune(rune(c)):
+			t[c] = keyInvalid
+		case c >= 'a' && c <= 'z':
+			t[c] = keyLower
+		case c >= 'A' && c <= 'Z':
+			t[c] = keyUpper
+		default:
+			t[c] = keyOther
+		}
+	}
+	return t
+}()
 
 // setTrailers gives the backend's trailers to fasthttp, which writes the
 // announced ones after the last chunk (handedBody calls it at EOF).

@@ -151,10 +151,15 @@ func (s *Server) FastHTTPServer(o FrontOptions) (*FastFront, error) {
 		NoDefaultServerHeader:         true,
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
-		CloseOnShutdown:               true,
-		SecureErrorLogMessage:         true,
-		Logger:                        discardLogger{},
-		ConnState:                     f.connState,
+		// Nothing here reads ctx.Time(): no clock read per request for
+		// it. Shutdown's idle-connection sweep then compares fasthttp's
+		// once-a-second clock (never ahead of now) instead of the request's
+		// time: the same connections close.
+		LazyRequestTime:       true,
+		CloseOnShutdown:       true,
+		SecureErrorLogMessage: true,
+		Logger:                discardLogger{},
+		ConnState:             f.connState,
 	}
 	return f, nil
 }

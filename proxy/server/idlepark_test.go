@@ -189,6 +189,34 @@ func TestFastFrontShutdownClosesParked(t *testing.T) {
 	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
 }
 
+// TestFastFrontShutdownClosesIdle: with LazyRequestTime on (no clock read
+// per request for ctx.Time, which nothing reads), a keep-alive connection
+// idle right after a request is still closed by Shutdown at once: fasthttp
+// marks it idle with a once-a-second clock instead of the request's time.
+func TestFastFrontShutdownClosesIdle(t *testing.T) {
+	p, log := parkProxy(t, FrontOptions{ParkIdleAfter: time.Hour})
+	f := p.hs.(*FastFront)
+	if !f.fs.LazyRequestTime {
+		t.Fatal("LazyRequestTime off: a clock read per request")
+	}
+	conn, br := dialFront(t, p.addr)
+	io.WriteString(conn, smallGET)
+	readAnswers(t, br, len("small body\n"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	if err := f.Shutdown(ctx); err != nil {
+		t.Fatalf("shutdown: %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Shutdown took %v with one idle connection", d)
+	}
+	if _, err := br.ReadByte(); !errors.Is(err, io.EOF) {
+		t.Fatalf("read on the idle connection after Shutdown: %v, want EOF", err)
+	}
+	poll.EventuallyTrue(t, 20*time.Second, "the closed connection reported", func() bool { return log.count(http.StateClosed) == 1 })
+}
+
 // TestFastFrontQuietCloseLogsNothing: a connection that ends before the
 // first byte of a request gets no answer and no access line, as an idle
 // keep-alive connection that ends does not with the std front or nginx: a
