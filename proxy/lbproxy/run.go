@@ -364,7 +364,7 @@ func (p *proxy) serveAll() error {
 	if p.tlsL != nil {
 		f := front
 		f.Certificates = p.certs
-		hs, err := p.srv.TLSFront(cfg.TLSFrontKind, f) // ALPN h2 to net/http, HTTP/1.1 to --tls-front
+		hs, err := p.srv.TLSFront(cfg.TLSFrontKind, f) // ALPN h2 to --h2-server, HTTP/1.1 to --tls-front
 		if err != nil {
 			return err
 		}
