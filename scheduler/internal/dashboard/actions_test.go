@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -34,22 +33,7 @@ func TestDesiredStateActionsSayNotLive(t *testing.T) {
 	d := New(Options{Client: cli, Layout: layout, Inputs: (&fakeInputs{}).get, Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
-	act := func(body string) (int, map[string]string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/ui/api/action", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set(CSRFHeader, "1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]string
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, out
-	}
+	act := func(body string) (int, map[string]string) { t.Helper(); return postAction(t, srv.URL, body) }
 	rev := func() int64 {
 		t.Helper()
 		r, err := cli.Get(context.Background(), layout.Desired())

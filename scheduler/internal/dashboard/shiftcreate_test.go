@@ -28,22 +28,7 @@ func TestShiftCreateAction(t *testing.T) {
 	d := New(Options{Client: cli, Layout: layout, Inputs: (&fakeInputs{}).get, Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
-	act := func(body string) (int, map[string]string) {
-		t.Helper()
-		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/ui/api/action", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer tok")
-		req.Header.Set(CSRFHeader, "1")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var out map[string]string
-		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-			t.Fatal(err)
-		}
-		return resp.StatusCode, out
-	}
+	act := func(body string) (int, map[string]string) { t.Helper(); return postAction(t, srv.URL, body) }
 	shifts := func() []config.Shift {
 		t.Helper()
 		r, err := cli.Get(context.Background(), layout.ShiftsPrefix(), clientv3.WithPrefix())
@@ -95,4 +80,23 @@ func TestShiftCreateAction(t *testing.T) {
 		sh.Reason != "idc1 maintenance" || !strings.HasPrefix(sh.Author, "dashboard@") || sh.CreatedAt.IsZero() {
 		t.Errorf("shift intent %+v", sh)
 	}
+}
+
+// postAction posts body to the dashboard's action endpoint at url with the
+// test's token and the CSRF header, and returns the status and the answer.
+func postAction(t *testing.T, url, body string) (int, map[string]string) {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, url+"/ui/api/action", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer tok")
+	req.Header.Set(CSRFHeader, "1")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out map[string]string
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, out
 }
