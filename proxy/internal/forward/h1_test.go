@@ -559,20 +559,7 @@ func TestBodyBufferedChunked(t *testing.T) {
 // over the 4 KiB buffer, then short ones, on one keep-alive connection,
 // reach the backend as sent, each in its exact bytes.
 func TestLongRequestHeadsExact(t *testing.T) {
-	heads := make(chan string, 16)
-	addr := rawBackend(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			head, err := readReq(br)
-			if err != nil {
-				return
-			}
-			heads <- head
-			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-				return
-			}
-		}
-	})
+	addr, heads := headRecorder(t, 16)
 	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
 	ctx := context.Background()
 	for i, n := range []int{10, 4000, 4096, 6000, 20000, 10, 9000, 10} {
@@ -734,20 +721,7 @@ func TestTokenByte(t *testing.T) {
 // Connection in one field or several, Te with and without trailers in one
 // field or several, Skip and Extra names, repeated names.
 func TestFieldsWrittenAsHeader(t *testing.T) {
-	heads := make(chan string, 4)
-	addr := rawBackend(t, func(c net.Conn) {
-		br := bufio.NewReader(c)
-		for {
-			head, err := readReq(br)
-			if err != nil {
-				return
-			}
-			heads <- head
-			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
-				return
-			}
-		}
-	})
+	addr, heads := headRecorder(t, 4)
 	_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
 	// byName is a head's field lines grouped by name, in order within one.
 	byName := func(head string) string {
@@ -801,4 +775,24 @@ func TestFieldsWrittenAsHeader(t *testing.T) {
 			t.Errorf("case %d: from Header:\n%s\nfrom Fields:\n%s", i, got[0], got[1])
 		}
 	}
+}
+
+// headRecorder is a backend that sends every request head it reads to
+// heads (buffered n) and answers each with a 2-byte 200.
+func headRecorder(t *testing.T, n int) (string, <-chan string) {
+	heads := make(chan string, n)
+	addr := rawBackend(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			head, err := readReq(br)
+			if err != nil {
+				return
+			}
+			heads <- head
+			if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"); err != nil {
+				return
+			}
+		}
+	})
+	return addr, heads
 }
