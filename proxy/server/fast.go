@@ -74,8 +74,9 @@ func (st *reqState) serveFast(ctx context.Context, w http.ResponseWriter, r *htt
 	st.relay(w, rep)
 }
 
-// fastAttempter is one attempt over forward's HTTP/1.1 client; the answer's
-// header goes straight into the client's response header h.
+// fastAttempter is one attempt over forward's HTTP/1.1 client. The answer's
+// header stays in its reply (forward.Response.Header) until relay writes it;
+// h is the client's response header (a sticky cookie goes there).
 type fastAttempter struct {
 	st  *reqState
 	ctx context.Context
@@ -175,8 +176,8 @@ func hasExpectContinue(h http.Header) bool {
 	return false
 }
 
-// attemptFast forwards the request to one pick. The response header goes
-// into h (the client's response header).
+// attemptFast forwards the request to one pick. A sticky cookie goes into h
+// (the client's response header); the backend's header stays in the reply.
 func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick balance.Pick, h http.Header) (*reply, *failure) {
 	p := &st.c.policy
 	ep := pick.Endpoint()
@@ -203,7 +204,7 @@ func (st *reqState) attemptFast(ctx context.Context, fr *forward.Request, pick b
 	}
 	start := time.Now()
 	fr.Start = start
-	res, err := up.Do(tctx, fr, h)
+	res, err := up.Do(tctx, fr, nil)
 	lat := time.Since(start)
 	if err != nil {
 		f := st.classify(ctx, tctx, err)
@@ -260,13 +261,43 @@ func accelPolicy(h http.Header) flushPolicy {
 		return flushIdle
 	}
 	delete(h, AccelBuffering)
+	if len(vv) != 1 {
+		return flushIdle
+	}
+	return accelValue(vv[0])
+}
+
+// accelFields takes X-Accel-Buffering out of the backend's fields hdr.
+func accelFields(hdr *forward.Fields) flushPolicy {
+	i := hdr.Index(AccelBuffering)
+	if i < 0 {
+		return flushIdle
+	}
+	_, v := hdr.Field(i)
+	p := accelValue(string(v))
+	n := hdr.Len()
+	if *hdr = hdr.Without(AccelBuffering); n-hdr.Len() != 1 {
+		return flushIdle // repeated: as net/http's path, no policy
+	}
+	return p
+}
+
+// accelValue is the flush policy one X-Accel-Buffering value sets.
+func accelValue(v string) flushPolicy {
 	switch {
-	case len(vv) == 1 && strings.EqualFold(strings.TrimSpace(vv[0]), "no"):
+	case strings.EqualFold(strings.TrimSpace(v), "no"):
 		return flushEach
-	case len(vv) == 1 && strings.EqualFold(strings.TrimSpace(vv[0]), "yes"):
+	case strings.EqualFold(strings.TrimSpace(v), "yes"):
 		return flushBuffer
 	}
 	return flushIdle
+}
+
+// upstreamHeader is implemented by a response writer (the fasthttp front's)
+// that writes the backend's fields itself at WriteHeader, with no map in
+// between. Any other gets them added to its Header().
+type upstreamHeader interface {
+	setUpstreamHeader(forward.Fields)
 }
 
 // relay writes the backend's answer to the client: the header as soon as it
@@ -279,7 +310,12 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 	if st.status >= 500 {
 		st.c.stats.errors.Add(1)
 	}
-	policy := accelPolicy(w.Header())
+	policy := accelFields(&rep.res.Header)
+	if uh, ok := w.(upstreamHeader); ok {
+		uh.setUpstreamHeader(rep.res.Header)
+	} else {
+		rep.res.Header.AddTo(w.Header())
+	}
 	body := rep.res.Body
 	ready := body.Ready()
 	w.WriteHeader(st.status)

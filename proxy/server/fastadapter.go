@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 	"unsafe"
@@ -34,6 +33,7 @@ type fastAdapter struct {
 	url    url.URL
 	in     http.Header // request header
 	h      http.Header // response header
+	up     forward.Fields // the backend's response header (setUpstreamHeader)
 	conn   *addrConn   // the request's connection, when the front wrapped it (remoteAddrPort)
 	status int
 	wrote  bool
@@ -72,6 +72,7 @@ func (a *fastAdapter) release() {
 	a.body = bodyReader{}
 	clear(a.in)
 	clear(a.h)
+	a.up = forward.Fields{}
 	a.status, a.wrote, a.handed = 0, false, false
 	adapters.Put(a)
 }
@@ -265,80 +266,120 @@ func (b *bodyReader) Close() error { return nil }
 // Header is the response header, sent at WriteHeader.
 func (a *fastAdapter) Header() http.Header { return a.h }
 
-// WriteHeader copies the status and header into the fasthttp response.
+// setUpstreamHeader takes the backend's fields, which WriteHeader writes
+// into the fasthttp response before a.h's (relay; upstreamHeader).
+func (a *fastAdapter) setUpstreamHeader(f forward.Fields) { a.up = f }
+
+// WriteHeader copies the status and header into the fasthttp response: the
+// backend's fields (setUpstreamHeader) in their order, then a.h's.
 func (a *fastAdapter) WriteHeader(code int) {
 	if a.wrote || code < 200 {
 		return
 	}
 	a.wrote, a.status = true, code
-	rh := &a.ctx.Response.Header
 	a.ctx.SetStatusCode(code)
-	announced := false // a Trailer field went before
-	// Every name given to fasthttp so far was its own canonical form: no
-	// two of them are one name once normalized (map keys differ).
-	canon := true
+	hw := headerWriter{a: a, rh: &a.ctx.Response.Header, canon: true}
+	up := a.up
+	n := up.Len()
+	var length []byte // the backend's Content-Length (HEAD)
+	for i := 0; i < n; i++ {
+		k, v := up.Field(i)
+		if k == "Content-Length" {
+			length = v
+		}
+		// A name's first field may be set (it appends); a later one of
+		// the same name is added. Over 16 fields every one is added
+		// (no quadratic search for earlier names).
+		hw.put(k, v, n <= 16 && !up.Earlier(i))
+	}
 	for k, vv := range a.h {
-		switch k {
-		case "Content-Type":
-			// What Add does with it (fasthttp never takes it for a trailer),
-			// without copying and normalizing the name first.
-			for _, v := range vv {
-				rh.SetContentType(v)
-			}
-			continue
-		case "Date":
-			// fasthttp writes its own Date and ignores one added, unless
-			// a Trailer field before announced it: only then is Add asked.
-			if !announced {
-				continue
-			}
-		case "Trailer":
-			announced = true
-			// Announced trailers: fasthttp sends them after a chunked body
-			// (values set by setTrailers once the backend's body ended).
-			for _, v := range vv {
-				for _, name := range strings.Split(v, ",") {
-					if name = strings.TrimSpace(name); name != "" {
-						_ = rh.AddTrailer(name) // forbidden names are dropped
-					}
-				}
-			}
-			continue
-		case "Transfer-Encoding", "Content-Length":
-			// fasthttp frames the body itself (Content-Length from the
-			// buffered body or StreamBody's length, chunked otherwise).
-			continue
-		case "Connection":
-			if httpguts.HeaderValuesContainsToken(vv, "close") {
-				a.ctx.SetConnectionClose()
-			}
-			continue
+		if k == "Content-Length" && len(vv) == 1 {
+			length = bytesOf(vv[0])
 		}
-		if len(k) > len(http.TrailerPrefix) && k[:len(http.TrailerPrefix)] == http.TrailerPrefix {
-			continue
-		}
-		if canon && len(vv) == 1 && fastCanonical(k) {
-			// What Add does, without copying and normalizing the name: a
-			// name fasthttp holds no field of yet (a fresh response header,
-			// and every name before a different canonical one), so setting
-			// it appends, as adding would.
-			rh.SetCanonical(unsafe.Slice(unsafe.StringData(k), len(k)), unsafe.Slice(unsafe.StringData(vv[0]), len(vv[0])))
-			continue
-		}
-		canon = canon && fastCanonical(k)
+		// After the backend's fields a name may be one of theirs: added.
 		for _, v := range vv {
-			rh.Add(k, v)
+			hw.put(k, bytesOf(v), n == 0 && len(vv) == 1)
 		}
 	}
-	if a.req.Method == http.MethodHead {
+	if a.req.Method == http.MethodHead && length != nil {
 		// No body follows; announce the backend's length as net/http does.
-		if cl := a.h["Content-Length"]; len(cl) == 1 {
-			if n, err := strconv.Atoi(cl[0]); err == nil && n >= 0 {
-				a.ctx.Response.SkipBody = true
-				rh.SetContentLength(n)
+		if n, err := strconv.Atoi(string(length)); err == nil && n >= 0 {
+			a.ctx.Response.SkipBody = true
+			hw.rh.SetContentLength(n)
+		}
+	}
+}
+
+// bytesOf is a view of s as bytes (fasthttp copies what it is given).
+func bytesOf(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
+
+// headerWriter puts response header fields into a fasthttp response header
+// as net/http would send them.
+type headerWriter struct {
+	a  *fastAdapter
+	rh *fasthttp.ResponseHeader
+	// announced: a Trailer field went before
+	announced bool
+	// canon: every name given to fasthttp so far was its own canonical
+	// form, so no two of them are one name once normalized
+	canon bool
+}
+
+// put writes the field k: v. single says that no field named k went to
+// fasthttp before and none will follow: it may then be set, not added.
+func (hw *headerWriter) put(k string, v []byte, single bool) {
+	rh := hw.rh
+	switch k {
+	case "Content-Type":
+		// What Add does with it (fasthttp never takes it for a trailer),
+		// without copying and normalizing the name first.
+		rh.SetContentTypeBytes(v)
+		return
+	case "Date":
+		// fasthttp writes its own Date and ignores one added, unless a
+		// Trailer field before announced it: only then is Add asked.
+		if !hw.announced {
+			return
+		}
+	case "Trailer":
+		hw.announced = true
+		// Announced trailers: fasthttp sends them after a chunked body
+		// (values set by setTrailers once the backend's body ended).
+		for len(v) > 0 {
+			var name []byte
+			if i := bytes.IndexByte(v, ','); i >= 0 {
+				name, v = v[:i], v[i+1:]
+			} else {
+				name, v = v, nil
+			}
+			if name = bytes.TrimSpace(name); len(name) > 0 {
+				_ = rh.AddTrailerBytes(name) // forbidden names are dropped
 			}
 		}
+		return
+	case "Transfer-Encoding", "Content-Length":
+		// fasthttp frames the body itself (Content-Length from the
+		// buffered body or StreamBody's length, chunked otherwise).
+		return
+	case "Connection":
+		if httpguts.HeaderValuesContainsToken([]string{string(v)}, "close") {
+			hw.a.ctx.SetConnectionClose()
+		}
+		return
 	}
+	if len(k) > len(http.TrailerPrefix) && k[:len(http.TrailerPrefix)] == http.TrailerPrefix {
+		return
+	}
+	if hw.canon && single && fastCanonical(k) {
+		// What Add does, without copying and normalizing the name: a name
+		// fasthttp holds no field of yet (a fresh response header, and
+		// every name before a different canonical one), so setting it
+		// appends, as adding would.
+		rh.SetCanonical(bytesOf(k), v)
+		return
+	}
+	hw.canon = hw.canon && fastCanonical(k)
+	rh.AddBytesV(k, v)
 }
 
 // fastCanonical reports whether fasthttp's normalization leaves the header

@@ -1,12 +1,18 @@
 package server
 
 import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/sluicelb/sluice/api/config"
 )
 
 // headerLines is a fasthttp response header's field lines, sorted, with
@@ -74,6 +80,99 @@ func TestFastCanonical(t *testing.T) {
 		}
 		if ok := fastCanonical(k); ok && http.CanonicalHeaderKey(k) != k {
 			t.Errorf("fastCanonical(%q) but net/http canonicalizes it to %q", k, http.CanonicalHeaderKey(k))
+		}
+	}
+}
+
+// fieldAnswers are raw backend answers by request path: header shapes
+// net/http's own servers never send (names in any case, repeated fields,
+// hop-by-hop fields and those a Connection field names, X-Accel-Buffering
+// once and twice, over 16 fields).
+var fieldAnswers = map[string]string{
+	"/mixed": "HTTP/1.1 200 OK\r\nx-dup: lower\r\nX-Dup: canonical\r\nSet-Cookie: a=1\r\nset-cookie: b=2\r\n" +
+		"Vary: Accept\r\nVary: Accept-Encoding\r\nServer: backend/1\r\nContent-Type: text/plain\r\n" +
+		"Cache-Control: no-cache\r\nConnection: keep-alive, X-Hop\r\nX-Hop: h\r\nKeep-Alive: timeout=5\r\n" +
+		"X-Accel-Buffering: no\r\nEtag: \"e\"\r\nContent-Length: 2\r\n\r\nok",
+	"/accel-twice": "HTTP/1.1 200 OK\r\nX-Accel-Buffering: yes\r\nX-A: 1\r\nX-Accel-Buffering: no\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
+	"/many": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + strings.Repeat("X-R: r\r\nx-s: s\r\nX-T: t\r\n", 7) + "Content-Length: 2\r\n\r\nok",
+	"/upper": "HTTP/1.1 201 Created\r\nCONTENT-TYPE: text/plain\r\nX-UP: U\r\nLOCATION: /x\r\nContent-Length: 2\r\n\r\nok",
+}
+
+// TestFrontsRelayBackendFieldsAlike: the fasthttp front writes the
+// backend's fields (forward.Fields) straight into fasthttp's header, the
+// std front gets them through its header map: the client sees the same
+// header (every field, sorted, Date left out) and body from both.
+func TestFrontsRelayBackendFieldsAlike(t *testing.T) {
+	addr := rawListen(t, func(c net.Conn) {
+		br := bufio.NewReader(c)
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			ans, ok := fieldAnswers[req.URL.Path]
+			if !ok {
+				ans = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"
+			}
+			if req.Method == http.MethodHead {
+				ans = ans[:strings.Index(ans, "\r\n\r\n")+4]
+			}
+			if _, err := io.WriteString(c, ans); err != nil {
+				return
+			}
+		}
+	}, nil)
+	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(addr, 1)}},
+		map[string]int{"SC1": 100}, nil))
+	o := Options{UpstreamClient: UpstreamFast}
+	std := newProxy(t, snap, proxyOpts{frontKind: FrontStd, opts: o})
+	fast := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: o})
+	dump := func(c *http.Client, method, url string) string {
+		req, err := http.NewRequest(method, url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = "demo.test"
+		res, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, url, err)
+		}
+		b, err := io.ReadAll(res.Body)
+		res.Body.Close()
+		if err != nil {
+			t.Fatalf("%s %s: body: %v", method, url, err)
+		}
+		var lines []string
+		for k, vv := range res.Header {
+			if k == "Date" {
+				continue
+			}
+			for _, v := range vv {
+				lines = append(lines, k+": "+v)
+			}
+		}
+		slices.Sort(lines)
+		return fmt.Sprintf("%d %q len=%d body=%q", res.StatusCode, lines, res.ContentLength, b)
+	}
+	cs, cf := client(t), client(t)
+	want := map[string]string{
+		"GET /mixed": `200 ["Cache-Control: no-cache" "Content-Length: 2" "Content-Type: text/plain" "Etag: \"e\"" ` +
+			`"Server: backend/1" "Set-Cookie: a=1" "Set-Cookie: b=2" "Vary: Accept" "Vary: Accept-Encoding" "X-Dup: canonical" "X-Dup: lower"] len=2 body="ok"`,
+		"GET /accel-twice": `200 ["Content-Length: 2" "Content-Type: text/plain" "X-A: 1"] len=2 body="ok"`,
+		"GET /upper":       `201 ["Content-Length: 2" "Content-Type: text/plain" "Location: /x" "X-Up: U"] len=2 body="ok"`,
+		"HEAD /mixed": `200 ["Cache-Control: no-cache" "Content-Length: 2" "Content-Type: text/plain" "Etag: \"e\"" ` +
+			`"Server: backend/1" "Set-Cookie: a=1" "Set-Cookie: b=2" "Vary: Accept" "Vary: Accept-Encoding" "X-Dup: canonical" "X-Dup: lower"] len=2 body=""`,
+	}
+	for _, method := range []string{"GET", "HEAD"} {
+		for _, path := range []string{"/mixed", "/accel-twice", "/many", "/upper"} {
+			ds, df := dump(cs, method, std.url+path), dump(cf, method, fast.url+path)
+			if ds != df {
+				t.Errorf("%s %s: fronts differ:\nstd:      %s\nfasthttp: %s", method, path, ds, df)
+			}
+			if w, ok := want[method+" "+path]; ok && df != w {
+				t.Errorf("%s %s: fasthttp front answered\n%s\nwant\n%s", method, path, df, w)
+			}
 		}
 	}
 }

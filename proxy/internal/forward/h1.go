@@ -67,10 +67,13 @@ type Request struct {
 // body anyway (http.Transport.ExpectContinueTimeout in the std path).
 const ContinueTimeout = time.Second
 
-// Response is the backend's answer to Do. Its header fields were added to the
-// map given to Do.
+// Response is the backend's answer to Do.
 type Response struct {
 	Status int
+	// Header is the answer's header, hop-by-hop fields removed: views of
+	// the connection's buffers, valid until Body is closed or has read a
+	// trailer (Fields). Do also added them to the map given it, if any.
+	Header Fields
 	// ContentLength is the body length, -1 when unknown (chunked or
 	// close-delimited).
 	ContentLength int64
@@ -124,7 +127,7 @@ type conn struct {
 	br      *bufio.Reader
 	bw      *bufio.Writer // writes through sockWriter
 	await   bool          // the next flush is a whole request (see sockWriter)
-	seen    fieldBits     // the names the last readFields read (finishHead)
+	seen    fieldBits     // the fieldBits of the names the last readFields read (finishHead)
 	rdl     time.Time     // read deadline last set on nc
 	wdl     time.Time     // write deadline last set on nc
 	u       *Upstream
@@ -146,11 +149,12 @@ type conn struct {
 	interrupt func()
 }
 
-// field is one header field being read: its value is vals[start:end] of
-// the conn's value scratch until readFields turns them all into one string.
+// field is one header field read: its value is vals[start:end] of the
+// conn's value scratch.
 type field struct {
 	k          string
 	start, end int
+	bits       fieldBits // bitsOf(k)
 }
 
 func (c *conn) close() { c.nc.Close() }
@@ -160,7 +164,9 @@ func (c *conn) close() { c.nc.Close() }
 // included (its deadline becomes the connection's; cancelling it interrupts
 // I/O). Over the connection cap it waits up to the queue timeout for a slot
 // and then fails with ErrPoolFull. Failures to connect are *DialError. The
-// slot and connection are held until Response.Body is closed.
+// slot and connection are held until Response.Body is closed. The answer's
+// header is Response.Header; when dst is not nil, Do adds a copy of its
+// fields to dst too.
 func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Response, error) {
 	if u.slots != nil {
 		if err := u.acquire(ctx); err != nil {
@@ -177,9 +183,13 @@ func (u *Upstream) Do(ctx context.Context, req *Request, dst http.Header) (Respo
 		return Response{}, err
 	}
 	sent := c.sent
-	res, st, err := c.exchange(ctx, req, dst, now)
+	res, st, err := c.exchange(ctx, req, now)
 	if err == nil {
 		res.Connect, c.dialed = c.dialed, 0
+		res.Header = c.header()
+		if dst != nil {
+			res.Header.AddTo(dst)
+		}
 		return res, nil
 	}
 	c.stopWatch()
@@ -210,7 +220,7 @@ func (c *conn) stopWatch() bool {
 	return ok
 }
 
-func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now time.Time) (Response, exchangeState, error) {
+func (c *conn) exchange(ctx context.Context, req *Request, now time.Time) (Response, exchangeState, error) {
 	st := exchangeState{noResponse: true}
 	deadline, hasDeadline := ctx.Deadline()
 	streamed := req.BodyBytes == nil && req.Body != nil
@@ -261,15 +271,14 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now 
 		c.setReadDeadline(deadline)
 		if err == nil {
 			st.noResponse = false
-			status, err := c.readHead(dst)
+			status, err := c.readHead()
 			if err != nil {
 				return Response{}, st, err
 			}
 			if status != http.StatusContinue {
-				res, err := c.finishHead(req, status, dst, false)
+				res, err := c.finishHead(req, status, false)
 				return res, st, err
 			}
-			clear(dst)
 		} else if !isTimeout(err) || ctx.Err() != nil {
 			return Response{}, st, err
 		}
@@ -300,18 +309,17 @@ func (c *conn) exchange(ctx context.Context, req *Request, dst http.Header, now 
 		return Response{}, st, err
 	}
 	st.noResponse = false
-	status, err := c.readHead(dst)
+	status, err := c.readHead()
 	for err == nil && status >= 100 && status < 200 {
 		if status == http.StatusSwitchingProtocols {
 			return Response{}, st, protoErr("101 Switching Protocols to a request without Upgrade")
 		}
-		clear(dst) // 1xx informational answers are not relayed
-		status, err = c.readHead(dst)
+		status, err = c.readHead() // 1xx informational answers are not relayed
 	}
 	if err != nil {
 		return Response{}, st, err
 	}
-	res, err := c.finishHead(req, status, dst, werr == nil)
+	res, err := c.finishHead(req, status, werr == nil)
 	// The body is read under the exchange's deadline, not the header
 	// timeout — unless it is all buffered already and never touches the
 	// socket (the next exchange sets its own deadlines).

@@ -579,13 +579,14 @@ func TestLongRequestHeadsExact(t *testing.T) {
 	}
 }
 
-// finishHead looks up and deletes only the names readFields saw, and
-// readFields adds a name to an empty map without a lookup when no earlier
-// field had it. Hop-by-hop fields in any letter case, names a Connection
-// field lists, repeated fields (their values in order, over and under the
-// 16 fields compared rather than looked up), repeated equal and conflicting
-// Content-Length, and a map that held names before Do: the client's header
-// is what it always was.
+// finishHead looks up and removes only the names readFields saw, and
+// AddTo adds a name to an empty map without a lookup when no earlier field
+// had it. Hop-by-hop fields in any letter case, names a Connection field
+// lists, repeated fields (their values in order, over and under the 16
+// fields compared rather than looked up), repeated equal and conflicting
+// Content-Length, and a map that held names before Do (they are the
+// caller's: kept as they were, the backend's added). Response.Header holds
+// the same fields in the backend's order.
 func TestResponseHeaderFieldsExact(t *testing.T) {
 	many := ""
 	for i := 0; i < 20; i++ {
@@ -595,6 +596,7 @@ func TestResponseHeaderFieldsExact(t *testing.T) {
 		name, head string
 		pre        http.Header // in the map before Do
 		want       string      // the header after Do, sorted, and the body length
+		order      string      // Response.Header in order, when given
 		err        bool
 	}{
 		{name: "plain", head: "Content-Length: 2\r\nContent-Type: text/plain\r\nDate: d\r\n",
@@ -606,19 +608,29 @@ func TestResponseHeaderFieldsExact(t *testing.T) {
 		{name: "listed by Connection", head: "Connection: X-Secret, content-length\r\nX-Secret: s\r\nContent-Length: 2\r\nX-A: a\r\n",
 			want: `X-A=["a"] len=-1`},
 		{name: "repeated, in order", head: "X-A: 1\r\nX-B: 2\r\nx-a: 3\r\nX-A: 4\r\nContent-Length: 2\r\n",
-			want: `Content-Length=["2"] X-A=["1" "3" "4"] X-B=["2"] len=2`},
+			want:  `Content-Length=["2"] X-A=["1" "3" "4"] X-B=["2"] len=2`,
+			order: "X-A: 1|X-B: 2|X-A: 3|X-A: 4|Content-Length: 2"},
+		{name: "hop-by-hop between others", head: "X-A: 1\r\nConnection: keep-alive, X-B\r\nX-B: 2\r\nKeep-Alive: timeout=5\r\nX-C: 3\r\nContent-Length: 2\r\n",
+			want: `Content-Length=["2"] X-A=["1"] X-C=["3"] len=2`, order: "X-A: 1|X-C: 3|Content-Length: 2"},
+		{name: "equal lengths, the first kept", head: "Content-Length: 2\r\nX-A: 1\r\nContent-Length: 2\r\n",
+			want: `Content-Length=["2"] X-A=["1"] len=2`, order: "Content-Length: 2|X-A: 1"},
+		{name: "204 drops its length", head: "Content-Length: 0\r\nX-A: 1\r\n", want: `X-A=["1"] len=0`, order: "X-A: 1"},
 		{name: "equal lengths", head: "Content-Length: 2\r\nContent-Length: 2\r\n", want: `Content-Length=["2"] len=2`},
 		{name: "conflicting lengths", head: "Content-Length: 2\r\nContent-Length: 3\r\n", err: true},
 		{name: "many fields", head: many + "Content-Length: 2\r\n",
 			want: `Content-Length=["2"] X-F0=["0" "7" "14"] X-F1=["1" "8" "15"] X-F2=["2" "9" "16"] X-F3=["3" "10" "17"] X-F4=["4" "11" "18"] X-F5=["5" "12" "19"] X-F6=["6" "13"] X-Rep=["r0" "r1" "r2" "r3" "r4" "r5" "r6" "r7" "r8" "r9" "r10" "r11" "r12" "r13" "r14" "r15" "r16" "r17" "r18" "r19"] len=2`},
 		{name: "names before Do", head: "Content-Length: 2\r\nX-A: a\r\n", pre: http.Header{"Connection": {"c"}, "Te": {"t"}, "X-A": {"0"}, "X-Pre": {"p"}},
-			want: `Content-Length=["2"] X-A=["0" "a"] X-Pre=["p"] len=2`},
+			want: `Connection=["c"] Content-Length=["2"] Te=["t"] X-A=["0" "a"] X-Pre=["p"] len=2`, order: "Content-Length: 2|X-A: a"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			status := "200 OK"
+			if strings.HasPrefix(c.name, "204") {
+				status = "204 No Content"
+			}
 			addr := rawBackend(t, func(conn net.Conn) {
 				if _, err := readReq(bufio.NewReader(conn)); err == nil {
-					io.WriteString(conn, "HTTP/1.1 200 OK\r\n"+c.head+"\r\nok")
+					io.WriteString(conn, "HTTP/1.1 "+status+"\r\n"+c.head+"\r\nok")
 				}
 			})
 			_, up := upstreamFor(t, addr, testPool(1, 0, 0, time.Minute), 0)
@@ -637,8 +649,16 @@ func TestResponseHeaderFieldsExact(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			var order []string
+			for i := 0; i < res.Header.Len(); i++ {
+				k, v := res.Header.Field(i)
+				order = append(order, k+": "+string(v))
+			}
 			io.ReadAll(res.Body)
 			res.Body.Close()
+			if got := strings.Join(order, "|"); c.order != "" && got != c.order {
+				t.Errorf("Response.Header: %s, want %s", got, c.order)
+			}
 			keys := make([]string, 0, len(h))
 			for k := range h {
 				keys = append(keys, k)

@@ -46,8 +46,8 @@ func (c *conn) readLine(total *int) ([]byte, error) {
 	return line, nil
 }
 
-// readHead reads a status line and header fields into dst.
-func (c *conn) readHead(dst http.Header) (int, error) {
+// readHead reads a status line and header fields (c.fields).
+func (c *conn) readHead() (int, error) {
 	total := 0
 	line, err := c.readLine(&total)
 	if err != nil {
@@ -69,7 +69,7 @@ func (c *conn) readHead(dst http.Header) (int, error) {
 	if status < 100 {
 		return 0, protoErr("status %d", status)
 	}
-	if err := c.readFields(dst, &total); err != nil {
+	if err := c.readFields(&total); err != nil {
 		return 0, err
 	}
 	return status, nil
@@ -82,16 +82,12 @@ func trim(b []byte) []byte {
 	return b
 }
 
-// readFields reads header (or trailer) fields up to the empty line into dst,
-// values of one key in one shared backing array like net/textproto.
-func (c *conn) readFields(dst http.Header, total *int) error {
+// readFields reads header (or trailer) fields up to the empty line into the
+// conn's scratch (c.fields, their values back to back in c.vals): no map,
+// no allocation. c.header() is the view of what it read.
+func (c *conn) readFields(total *int) error {
 	c.fields, c.vals = c.fields[:0], c.vals[:0]
-	// What finishHead may find: the names read, and, with dst not empty,
-	// whatever it held already.
-	c.seen = 0
-	if len(dst) != 0 {
-		c.seen = fieldAll
-	}
+	c.seen = 0 // the names finishHead may find
 	for {
 		line, err := c.readLine(total)
 		if err != nil {
@@ -122,34 +118,87 @@ func (c *conn) readFields(dst http.Header, total *int) error {
 		}
 		start := len(c.vals)
 		c.vals = append(c.vals, v...)
-		c.fields = append(c.fields, field{k, start, len(c.vals)})
+		c.fields = append(c.fields, field{k: k, start: start, end: len(c.vals), bits: bits})
 	}
-	if len(c.fields) == 0 {
-		return nil
+	return nil
+}
+
+// header is the view of the fields readFields read (finishHead's
+// deletions applied).
+func (c *conn) header() Fields { return Fields{list: c.fields, vals: c.vals} }
+
+// Fields is a response header as the backend sent it: its fields in the
+// order they came, names in canonical form, hop-by-hop fields removed. The
+// values are views of the connection's buffers: valid until the response
+// Body is closed or reads its trailer; AddTo copies them.
+type Fields struct {
+	list []field
+	vals []byte
+}
+
+// Len is the number of fields.
+func (f Fields) Len() int { return len(f.list) }
+
+// Field is the i-th field's name (canonical) and value (a view: see
+// Fields).
+func (f Fields) Field(i int) (name string, value []byte) {
+	x := f.list[i]
+	return x.k, f.vals[x.start:x.end:x.end]
+}
+
+// Index is the position of the first field named name (canonical), -1 when
+// there is none.
+func (f Fields) Index(name string) int {
+	for i, x := range f.list {
+		if x.k == name {
+			return i
+		}
 	}
-	// One string holds all the values (one allocation, not one a field);
-	// each value is a slice of it.
-	all := string(c.vals)
-	c.vals = c.vals[:0]
-	strs := make([]string, len(c.fields))
+	return -1
+}
+
+// Earlier reports whether a field before the i-th has its name.
+func (f Fields) Earlier(i int) bool { return nameIn(f.list[:i], f.list[i].k) }
+
+// Without is f without its fields named name. It reuses f's storage: f
+// itself must not be used after.
+func (f Fields) Without(name string) Fields {
+	out := f.list[:0]
+	for _, x := range f.list {
+		if x.k != name {
+			out = append(out, x)
+		}
+	}
+	clear(f.list[len(out):])
+	return Fields{list: out, vals: f.vals}
+}
+
+// AddTo adds the fields to h, the values of one name in their order. One
+// string holds all the values (one allocation, not one a field), each value
+// a slice of it, as net/textproto does.
+func (f Fields) AddTo(h http.Header) {
+	if len(f.list) == 0 {
+		return
+	}
+	all := string(f.vals)
+	strs := make([]string, len(f.list))
 	// Into an empty map, a name that no earlier field had is new: no
 	// lookup for it (a few fields compared, not hashed; a long header is
 	// looked up, so the comparisons stay few).
-	fresh := len(dst) == 0 && len(c.fields) <= 16
-	for i, f := range c.fields {
-		v := all[f.start:f.end]
+	fresh := len(h) == 0 && len(f.list) <= 16
+	for i, x := range f.list {
+		v := all[x.start:x.end]
 		strs[i] = v
-		if fresh && !nameIn(c.fields[:i], f.k) {
-			dst[f.k] = strs[i : i+1 : i+1]
+		if fresh && !nameIn(f.list[:i], x.k) {
+			h[x.k] = strs[i : i+1 : i+1]
 			continue
 		}
-		if vv, ok := dst[f.k]; ok {
-			dst[f.k] = append(vv, v)
+		if vv, ok := h[x.k]; ok {
+			h[x.k] = append(vv, v)
 		} else {
-			dst[f.k] = strs[i : i+1 : i+1]
+			h[x.k] = strs[i : i+1 : i+1]
 		}
 	}
-	return nil
 }
 
 // tokenByte is httpguts.IsTokenRune for a byte.
@@ -303,44 +352,55 @@ func canonicalKey(b []byte) (string, fieldBits) {
 	return k, bitsOf(k)
 }
 
-// finishHead removes the hop-by-hop fields of a response header and sets up
-// its body. reusable is false when the request was not fully written.
-func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool) (Response, error) {
+// finishHead removes the hop-by-hop fields of the response header readFields
+// read (c.fields), and those its Connection fields name, and sets up its
+// body. reusable is false when the request was not fully written.
+func (c *conn) finishHead(req *Request, status int, reusable bool) (Response, error) {
 	b := &c.body
 	*b = Body{c: c, http10: b.http10}
 	keep := reusable && !c.u.noKeepAlive
-	// Only the names readFields saw are looked up or deleted (c.seen): a
-	// name it did not see is not in h (deletions below only remove names).
-	var connHdr, te, cl []string
+	// Only the names readFields saw are looked for (c.seen). A removed
+	// field is first blanked (drop), then all go at once (compact).
+	keepAlive := false
 	if c.seen&fieldConnection != 0 {
-		connHdr = h["Connection"]
-	}
-	if httpguts.HeaderValuesContainsToken(connHdr, "close") {
-		keep = false
-	}
-	if b.http10 && !httpguts.HeaderValuesContainsToken(connHdr, "keep-alive") {
-		keep = false
-	}
-	for _, name := range connHdr {
-		for _, t := range splitTokens(name) {
-			if t != "" {
-				delete(h, http.CanonicalHeaderKey(t))
+		for _, f := range c.fields {
+			if f.bits&fieldConnection == 0 {
+				continue
+			}
+			for v := c.vals[f.start:f.end]; len(v) > 0; {
+				var tok []byte
+				tok, v = nextToken(v)
+				switch {
+				case len(tok) == 0:
+					continue
+				case equalFoldTrim(string(tok), "close"):
+					keep = false
+				case equalFoldTrim(string(tok), "keep-alive"):
+					keepAlive = true
+				}
+				k, _ := canonicalKey(tok)
+				c.drop(k)
 			}
 		}
 	}
-	if c.seen&fieldTransferEncoding != 0 {
-		te = h["Transfer-Encoding"]
+	if b.http10 && !keepAlive {
+		keep = false
 	}
-	if c.seen&fieldContentLength != 0 {
-		cl = h["Content-Length"]
-	}
-	if c.seen&fieldHopByHop != 0 {
-		delete(h, "Connection")
-		delete(h, "Keep-Alive")
-		delete(h, "Proxy-Connection")
-		delete(h, "Transfer-Encoding")
-		delete(h, "Upgrade")
-		delete(h, "Te")
+	var te, cl []byte
+	nte, ncl := 0, 0
+	if c.seen&(fieldTransferEncoding|fieldContentLength) != 0 {
+		for _, f := range c.fields {
+			switch f.k {
+			case "Transfer-Encoding":
+				nte++
+				te = c.vals[f.start:f.end]
+			case "Content-Length":
+				ncl++
+				if ncl == 1 {
+					cl = c.vals[f.start:f.end]
+				}
+			}
+		}
 	}
 	b.keep = keep
 	res := Response{Status: status, ContentLength: -1, Body: b}
@@ -348,72 +408,105 @@ func (c *conn) finishHead(req *Request, status int, h http.Header, reusable bool
 	case req.Method == http.MethodHead || status == http.StatusNoContent || status == http.StatusNotModified:
 		b.mode = modeNone
 		if status == http.StatusNoContent {
-			delete(h, "Content-Length")
+			c.drop("Content-Length")
 		}
-		if len(cl) == 1 {
-			if n, err := parseLength(cl[0]); err == nil {
+		if ncl == 1 {
+			if n, err := parseLength(cl); err == nil {
 				res.ContentLength = n
 			}
 		}
 		if status != http.StatusOK || req.Method != http.MethodHead {
 			res.ContentLength = 0
 		}
-		return res, nil
-	case len(te) > 0:
-		if len(te) != 1 || !equalFoldTrim(te[0], "chunked") {
-			return Response{}, protoErr("unsupported Transfer-Encoding %q", te)
+	case nte > 0:
+		if nte != 1 || !equalFoldTrim(string(te), "chunked") {
+			return Response{}, protoErr("unsupported Transfer-Encoding %q", c.values("Transfer-Encoding"))
 		}
-		delete(h, "Content-Length") // chunked wins (RFC 9112 6.3)
+		c.drop("Content-Length") // chunked wins (RFC 9112 6.3)
 		b.mode = modeChunked
 		b.cr = httputil.NewChunkedReader(c.br)
-		return res, nil
-	case len(cl) > 0:
-		n, err := parseLength(cl[0])
-		for _, v := range cl[1:] {
-			if m, err2 := parseLength(v); err2 != nil || m != n {
-				err = protoErr("conflicting Content-Length %q", cl)
+	case ncl > 0:
+		n, err := parseLength(cl)
+		if ncl > 1 {
+			// All equal: the first is relayed.
+			first := true
+			for i, f := range c.fields {
+				if f.k != "Content-Length" {
+					continue
+				}
+				if m, err2 := parseLength(c.vals[f.start:f.end]); err2 != nil || m != n {
+					err = protoErr("conflicting Content-Length %q", c.values("Content-Length"))
+				}
+				if !first {
+					c.fields[i].k = ""
+				}
+				first = false
 			}
 		}
 		if err != nil {
 			return Response{}, err
 		}
-		if len(cl) > 1 {
-			h["Content-Length"] = cl[:1] // all equal: one is relayed
-		}
 		b.mode, b.remaining, res.ContentLength = modeLength, n, n
 		if n == 0 {
 			b.mode = modeNone
 		}
-		return res, nil
 	default:
 		b.mode = modeEOF
 		b.keep = false
-		return res, nil
+	}
+	c.compact()
+	return res, nil
+}
+
+// nextToken splits the first comma-separated token, without its spaces and
+// tabs, off a field value.
+func nextToken(v []byte) (tok, rest []byte) {
+	tok, rest = v, nil
+	if i := bytes.IndexByte(v, ','); i >= 0 {
+		tok, rest = v[:i], v[i+1:]
+	}
+	for len(tok) > 0 && (tok[0] == ' ' || tok[0] == '\t') {
+		tok = tok[1:]
+	}
+	for len(tok) > 0 && (tok[len(tok)-1] == ' ' || tok[len(tok)-1] == '\t') {
+		tok = tok[:len(tok)-1]
+	}
+	return tok, rest
+}
+
+// drop blanks the fields named name (canonical): compact removes them.
+func (c *conn) drop(name string) {
+	for i := range c.fields {
+		if c.fields[i].k == name {
+			c.fields[i].k = ""
+		}
 	}
 }
 
-func splitTokens(s string) []string {
-	var out []string
-	for len(s) > 0 {
-		var tok string
-		if i := indexByte(s, ','); i >= 0 {
-			tok, s = s[:i], s[i+1:]
-		} else {
-			tok, s = s, ""
+// compact removes the blanked fields and the hop-by-hop ones.
+func (c *conn) compact() {
+	out := c.fields[:0]
+	for _, f := range c.fields {
+		if f.k != "" && f.bits&fieldHopByHop == 0 {
+			out = append(out, f)
 		}
-		for len(tok) > 0 && (tok[0] == ' ' || tok[0] == '\t') {
-			tok = tok[1:]
-		}
-		for len(tok) > 0 && (tok[len(tok)-1] == ' ' || tok[len(tok)-1] == '\t') {
-			tok = tok[:len(tok)-1]
-		}
-		out = append(out, tok)
 	}
-	return out
+	c.fields = out
 }
 
-func parseLength(s string) (int64, error) {
-	if s == "" {
+// values are the values of the fields named name, for an error message.
+func (c *conn) values(name string) []string {
+	var vv []string
+	for _, f := range c.fields {
+		if f.k == name {
+			vv = append(vv, string(c.vals[f.start:f.end]))
+		}
+	}
+	return vv
+}
+
+func parseLength(s []byte) (int64, error) {
+	if len(s) == 0 {
 		return 0, protoErr("empty Content-Length")
 	}
 	var n int64
@@ -483,14 +576,16 @@ func (b *Body) Read(p []byte) (int, error) {
 	case modeChunked:
 		n, err = b.cr.Read(p)
 		if err == io.EOF {
-			tr := make(http.Header)
+			// (the header's fields were relayed already: the trailer
+			// reuses their scratch)
 			total := 0
-			if terr := b.c.readFields(tr, &total); terr != nil {
+			if terr := b.c.readFields(&total); terr != nil {
 				b.err = terr
 				return n, terr
 			}
-			if len(tr) > 0 {
-				b.trailer = tr
+			if len(b.c.fields) > 0 {
+				b.trailer = make(http.Header, len(b.c.fields))
+				b.c.header().AddTo(b.trailer)
 			}
 			b.eof = true
 			return n, io.EOF
