@@ -31,10 +31,10 @@ type fastAdapter struct {
 	ctx    *fasthttp.RequestCtx
 	req    http.Request
 	url    url.URL
-	in     http.Header // request header
-	h      http.Header // response header
+	in     http.Header    // request header
+	h      http.Header    // response header
 	up     forward.Fields // the backend's response header (setUpstreamHeader)
-	conn   *addrConn   // the request's connection, when the front wrapped it (remoteAddrPort)
+	conn   *addrConn      // the request's connection, when the front wrapped it (remoteAddrPort)
 	status int
 	wrote  bool
 	handed bool // the body was handed to fasthttp: release on its Close

@@ -94,8 +94,8 @@ var fieldAnswers = map[string]string{
 		"Cache-Control: no-cache\r\nConnection: keep-alive, X-Hop\r\nX-Hop: h\r\nKeep-Alive: timeout=5\r\n" +
 		"X-Accel-Buffering: no\r\nEtag: \"e\"\r\nContent-Length: 2\r\n\r\nok",
 	"/accel-twice": "HTTP/1.1 200 OK\r\nX-Accel-Buffering: yes\r\nX-A: 1\r\nX-Accel-Buffering: no\r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\nok",
-	"/many": "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + strings.Repeat("X-R: r\r\nx-s: s\r\nX-T: t\r\n", 7) + "Content-Length: 2\r\n\r\nok",
-	"/upper": "HTTP/1.1 201 Created\r\nCONTENT-TYPE: text/plain\r\nX-UP: U\r\nLOCATION: /x\r\nContent-Length: 2\r\n\r\nok",
+	"/many":        "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n" + strings.Repeat("X-R: r\r\nx-s: s\r\nX-T: t\r\n", 7) + "Content-Length: 2\r\n\r\nok",
+	"/upper":       "HTTP/1.1 201 Created\r\nCONTENT-TYPE: text/plain\r\nX-UP: U\r\nLOCATION: /x\r\nContent-Length: 2\r\n\r\nok",
 }
 
 // TestFrontsRelayBackendFieldsAlike: the fasthttp front writes the
