@@ -816,3 +816,80 @@ func headRecorder(t *testing.T, n int) (string, <-chan string) {
 	})
 	return addr, heads
 }
+
+// chunkReader gives its bytes n at a time, as a backend's segments arrive.
+type chunkReader struct {
+	b []byte
+	n int
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	if len(r.b) == 0 {
+		return 0, io.EOF
+	}
+	k := min(r.n, len(p), len(r.b))
+	copy(p, r.b[:k])
+	r.b = r.b[k:]
+	return k, nil
+}
+
+// readHeadIn is what readHead makes of head arriving n bytes at a time
+// (after the first byte was waited for, as exchange does): the status, the
+// fields in order, the bytes left unread, or the error.
+func readHeadIn(head string, n int) string {
+	c := &conn{br: bufio.NewReaderSize(&chunkReader{b: []byte(head), n: n}, 4096), u: &Upstream{}}
+	if _, err := c.br.Peek(1); err != nil {
+		return "peek: " + err.Error()
+	}
+	status, err := c.readHead()
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d http10=%v", status, c.body.http10)
+	for i := 0; i < c.header().Len(); i++ {
+		k, v := c.header().Field(i)
+		fmt.Fprintf(&b, "|%s=%q", k, v)
+	}
+	rest, _ := io.ReadAll(c.br)
+	fmt.Fprintf(&b, " rest=%q", rest)
+	return b.String()
+}
+
+// A head the reader holds whole is parsed from the buffer at once
+// (readHeadBuffered); one arriving in pieces, line by line. Both read the
+// same: every split of valid, odd and malformed heads gives what the whole
+// head gives, and the whole head's reading is pinned.
+func TestReadHeadWholeOrInPieces(t *testing.T) {
+	cases := []struct{ head, want string }{
+		{"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Type: text/plain\r\nDate: d\r\n\r\nok",
+			`200 http10=false|Content-Length="2"|Content-Type="text/plain"|Date="d" rest="ok"`},
+		{"HTTP/1.0 404 Not Found\nx-a:  1 \nX-Weird_Name!: v\n\nbody",
+			`404 http10=true|X-A="1"|X-Weird_name!="v" rest="body"`},
+		{"HTTP/1.1 204 No Content\r\n\r\n", `204 http10=false rest=""`},
+		{"HTTP/1.1 200 OK\r\nBad Name: v\r\n\r\n", `error: forward: malformed backend response: header line "Bad Name: v"`},
+		{"HTTP/1.1 200 OK\r\n: v\r\n\r\n", `error: forward: malformed backend response: header line ": v"`},
+		{"HTTP/1.1 200 OK\r\nX-A: a\x01b\r\n\r\n", `error: forward: malformed backend response: header X-A value has a control byte`},
+		{"HTTP/1.1 2x0 OK\r\n\r\n", `error: forward: malformed backend response: status line "HTTP/1.1 2x0 OK"`},
+		{"HTTP/1.1 200 OK\r\nX-A: a\r\n", `error: unexpected EOF`},
+	}
+	// An uncommon name in the slot of a common one is not taken for it.
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("X-Slot-%d", i)
+		if s := commonSlots[nameSlot([]byte(name))]; s.name != "" {
+			cases = append(cases, struct{ head, want string }{"HTTP/1.1 200 OK\r\n" + name + ": v\r\n\r\n",
+				fmt.Sprintf(`200 http10=false|%s="v" rest=""`, name)})
+			break
+		}
+	}
+	for _, c := range cases {
+		if got := readHeadIn(c.head, len(c.head)); got != c.want {
+			t.Errorf("%q whole:\n got %s\nwant %s", c.head, got, c.want)
+		}
+		for n := 1; n < len(c.head); n++ {
+			if got := readHeadIn(c.head, n); got != c.want {
+				t.Errorf("%q in pieces of %d:\n got %s\nwant %s", c.head, n, got, c.want)
+			}
+		}
+	}
+}

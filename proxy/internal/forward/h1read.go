@@ -48,12 +48,74 @@ func (c *conn) readLine(total *int) ([]byte, error) {
 
 // readHead reads a status line and header fields (c.fields).
 func (c *conn) readHead() (int, error) {
+	if status, whole, err := c.readHeadBuffered(); whole {
+		return status, err
+	}
 	total := 0
 	line, err := c.readLine(&total)
 	if err != nil {
 		return 0, err
 	}
-	// "HTTP/1.x NNN reason"
+	status, err := c.parseStatus(line)
+	if err != nil {
+		return 0, err
+	}
+	if err := c.readFields(&total); err != nil {
+		return 0, err
+	}
+	return status, nil
+}
+
+// readHeadBuffered parses a head the reader holds whole already (the usual
+// case: one read brought it), without a read per line. whole is false when
+// the buffered bytes hold no complete head yet: nothing was consumed, and
+// readHead reads it line by line. The buffer (4 KiB) is far below
+// maxHeaderBytes.
+func (c *conn) readHeadBuffered() (status int, whole bool, err error) {
+	n := c.br.Buffered()
+	if n == 0 {
+		return 0, false, nil
+	}
+	p, _ := c.br.Peek(n) // buffered bytes: no I/O
+	line, rest, ok := cutLine(p)
+	if !ok {
+		return 0, false, nil
+	}
+	if status, err = c.parseStatus(line); err != nil {
+		return 0, true, err
+	}
+	c.fields, c.vals, c.seen = c.fields[:0], c.vals[:0], 0
+	for {
+		if line, rest, ok = cutLine(rest); !ok {
+			return 0, false, nil
+		}
+		if len(line) == 0 {
+			break
+		}
+		if err := c.addField(line); err != nil {
+			return 0, true, err
+		}
+	}
+	c.br.Discard(n - len(rest))
+	return status, true, nil
+}
+
+// cutLine splits the first line, without its LF and a CR before it, off p;
+// ok is false when p holds no LF.
+func cutLine(p []byte) (line, rest []byte, ok bool) {
+	i := bytes.IndexByte(p, '\n')
+	if i < 0 {
+		return nil, p, false
+	}
+	line, rest = p[:i], p[i+1:]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, rest, true
+}
+
+// parseStatus parses a status line, "HTTP/1.x NNN reason".
+func (c *conn) parseStatus(line []byte) (int, error) {
 	if len(line) < 12 || string(line[:7]) != "HTTP/1." || (line[7] != '0' && line[7] != '1') || line[8] != ' ' ||
 		(len(line) > 12 && line[12] != ' ') {
 		return 0, protoErr("status line %q", trim(line))
@@ -68,9 +130,6 @@ func (c *conn) readHead() (int, error) {
 	}
 	if status < 100 {
 		return 0, protoErr("status %d", status)
-	}
-	if err := c.readFields(&total); err != nil {
-		return 0, err
 	}
 	return status, nil
 }
@@ -94,32 +153,48 @@ func (c *conn) readFields(total *int) error {
 			return err
 		}
 		if len(line) == 0 {
-			break
+			return nil
 		}
-		// The name: token bytes up to the colon (which is none).
-		i := 0
-		for i < len(line) && tokenByte[line[i]] {
-			i++
+		if err := c.addField(line); err != nil {
+			return err
 		}
-		if i == 0 || i == len(line) || line[i] != ':' {
-			return protoErr("header line %q", trim(line))
-		}
-		k, bits := canonicalKey(line[:i])
-		c.seen |= bits
-		v := line[i+1:]
-		for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
-			v = v[1:]
-		}
-		for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
-			v = v[:len(v)-1]
-		}
-		if !plainValue(v) {
-			return protoErr("header %s value has a control byte", k)
-		}
-		start := len(c.vals)
-		c.vals = append(c.vals, v...)
-		c.fields = append(c.fields, field{k: k, start: start, end: len(c.vals), bits: bits})
 	}
+}
+
+// addField parses one field line into c.fields.
+func (c *conn) addField(line []byte) error {
+	// The name: token bytes up to the colon (which is none). A common
+	// name is found by its slot, its bytes all tokens by construction.
+	i := bytes.IndexByte(line, ':')
+	if i <= 0 {
+		return protoErr("header line %q", trim(line))
+	}
+	var k string
+	var bits fieldBits
+	if s := &commonSlots[nameSlot(line[:i])]; s.name == string(line[:i]) {
+		k, bits = s.n.k, s.n.bits
+	} else {
+		for _, b := range line[:i] {
+			if !tokenByte[b] {
+				return protoErr("header line %q", trim(line))
+			}
+		}
+		k, bits = canonicalKey(line[:i])
+	}
+	c.seen |= bits
+	v := line[i+1:]
+	for len(v) > 0 && (v[0] == ' ' || v[0] == '\t') {
+		v = v[1:]
+	}
+	for len(v) > 0 && (v[len(v)-1] == ' ' || v[len(v)-1] == '\t') {
+		v = v[:len(v)-1]
+	}
+	if !plainValue(v) {
+		return protoErr("header %s value has a control byte", k)
+	}
+	start := len(c.vals)
+	c.vals = append(c.vals, v...)
+	c.fields = append(c.fields, field{k: k, start: start, end: len(c.vals), bits: bits})
 	return nil
 }
 
