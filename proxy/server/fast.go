@@ -325,6 +325,18 @@ func (st *reqState) relay(w http.ResponseWriter, rep *reply) {
 		return
 	}
 	defer rep.finish()
+	if p, ok := body.Rest(); ok {
+		// All of it came with the header: written from the connection's
+		// buffer, no copy buffer, no read.
+		if len(p) > 0 {
+			if _, werr := w.Write(p); werr != nil {
+				st.clientLeft()
+				panic(http.ErrAbortHandler) // the client went away mid-answer
+			}
+			st.bytesOut += int64(len(p))
+		}
+		return
+	}
 	fl, _ := w.(http.Flusher)
 	if fl == nil {
 		policy = flushBuffer

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httputil"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
@@ -890,6 +891,44 @@ func TestReadHeadWholeOrInPieces(t *testing.T) {
 			if got := readHeadIn(c.head, n); got != c.want {
 				t.Errorf("%q in pieces of %d:\n got %s\nwant %s", c.head, n, got, c.want)
 			}
+		}
+	}
+}
+
+// Rest hands over a body that is all in memory and ends it; any other body
+// is left as it was, to be read.
+func TestBodyRest(t *testing.T) {
+	body := func(mode bodyMode, remaining int64, data string, chunk int) *Body {
+		c := &conn{br: bufio.NewReaderSize(&chunkReader{b: []byte(data), n: chunk}, 4096)}
+		c.br.Peek(1) // what arrived with the header
+		return &Body{c: c, mode: mode, remaining: remaining}
+	}
+	for _, tc := range []struct {
+		name string
+		b    *Body
+		want string // Rest's answer, then what Read gives after it
+	}{
+		{"sized, all buffered", body(modeLength, 5, "hello next", 64), `"hello" true | "" EOF`},
+		{"sized, part buffered", body(modeLength, 5, "hello", 3), `"" false | "hel" <nil>`},
+		{"empty", body(modeNone, 0, "x", 64), `"" true | "" EOF`},
+		{"chunked", body(modeChunked, 0, "5\r\nhello\r\n0\r\n\r\n", 64), `"" false | "" <nil>`},
+		{"to the close", body(modeEOF, 0, "abc", 64), `"" false | "abc" <nil>`},
+	} {
+		if tc.b.mode == modeChunked {
+			tc.b.cr = httputil.NewChunkedReader(tc.b.c.br)
+		}
+		p, ok := tc.b.Rest()
+		buf := make([]byte, 16)
+		n, err := tc.b.Read(buf)
+		if tc.b.mode == modeChunked {
+			n, err = 0, nil // the chunk reader reads ahead: only Rest's answer is pinned
+		}
+		errs := fmt.Sprint(err)
+		if err == io.EOF {
+			errs = "EOF"
+		}
+		if got := fmt.Sprintf("%q %v | %q %s", p, ok, buf[:n], errs); got != tc.want {
+			t.Errorf("%s: %s, want %s", tc.name, got, tc.want)
 		}
 	}
 }

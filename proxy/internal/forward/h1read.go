@@ -690,6 +690,26 @@ func (b *Body) Ready() bool {
 	return b.eof
 }
 
+// Rest ends a body that is all in memory already (Ready, no trailer to
+// come) and returns what was left of it: a view of the connection's buffer,
+// valid until Close. ok is false, and nothing changes, for any other body.
+func (b *Body) Rest() (p []byte, ok bool) {
+	if b.eof || b.err != nil {
+		return nil, b.eof && b.err == nil
+	}
+	switch {
+	case b.mode == modeNone:
+	case b.mode == modeLength && int64(b.c.br.Buffered()) >= b.remaining:
+		p, _ = b.c.br.Peek(int(b.remaining)) // buffered bytes: no I/O
+		b.c.br.Discard(len(p))
+		b.remaining = 0
+	default:
+		return nil, false
+	}
+	b.eof = true
+	return p, true
+}
+
 // Buffered reports whether bytes from the backend are waiting to be read,
 // so that the next Read returns without waiting for the backend. In a
 // chunked body that takes a whole chunk-size line: a part of one leaves the
