@@ -43,18 +43,25 @@ type RolloutStage struct {
 }
 
 // RolloutGates are the thresholds of every stage. Zero fields take the
-// defaults below; a negative ratio or factor turns that gate off.
+// defaults below (Confidence5xx: an absent one); a negative ratio or factor
+// turns that gate off.
 type RolloutGates struct {
 	// ApplyTimeout: every selected proxy applies the candidate within it.
 	// Default 30s.
 	ApplyTimeout Duration `json:"apply_timeout,omitempty"`
 	// Max5xxRatio (0-1): the stage's 5xx ratio (blackhole drops excepted)
-	// that, when also above the stable proxies' ratio + Margin5xx, fails the
-	// stage. Default 0.05.
+	// that, when also above the stable proxies' ratio + Margin5xx (with
+	// Confidence5xx), fails the stage. Default 0.05.
 	Max5xxRatio float64 `json:"max_5xx_ratio,omitempty"`
 	// Margin5xx (0-1) over the stable proxies' 5xx ratio measured at the
 	// same time (a fleet-wide incident is not the candidate's). Default 0.02.
 	Margin5xx float64 `json:"margin_5xx,omitempty"`
+	// Confidence5xx (0 < c < 1): the stage is above the stable ratio +
+	// Margin5xx only when a one-sided two-proportion test says so at this
+	// confidence, given both sides' numbers of answers: sampling noise
+	// alone does not fail a stage. Absent: 0.99; 0: off, the ratios are
+	// compared plainly. A pointer: an explicit 0 is not the default.
+	Confidence5xx *float64 `json:"confidence_5xx,omitempty"`
 	// P99Factor: the stage's p99 latency above the stable proxies' × this
 	// factor fails the stage. Default 3; negative: off.
 	P99Factor float64 `json:"p99_factor,omitempty"`
@@ -76,6 +83,7 @@ const (
 	DefaultRolloutApplyTimeout = 30 * time.Second
 	DefaultMax5xxRatio         = 0.05
 	DefaultMargin5xx           = 0.02
+	DefaultConfidence5xx       = 0.99
 	DefaultP99Factor           = 3
 	DefaultBlackholeEpsilon    = 5
 	DefaultMinRequests         = 20
@@ -91,6 +99,10 @@ func (g RolloutGates) WithDefaults() RolloutGates {
 	}
 	if g.Margin5xx == 0 {
 		g.Margin5xx = DefaultMargin5xx
+	}
+	if g.Confidence5xx == nil {
+		c := DefaultConfidence5xx
+		g.Confidence5xx = &c
 	}
 	if g.P99Factor == 0 {
 		g.P99Factor = DefaultP99Factor

@@ -76,6 +76,9 @@ func (c *collector) rollout(path string, p *config.RolloutPolicy, s *config.Stat
 			c.add(path+".gates."+r.name, "%v is a ratio above 1; write 0.05 for 5 %%", r.v)
 		}
 	}
+	if conf := g.Confidence5xx; conf != nil && (*conf < 0 || *conf >= 1) {
+		c.add(path+".gates.confidence_5xx", "%v is outside 0 < c < 1; write 0.99 for 99 %% (0: off, the plain margin)", *conf)
+	}
 	for _, r := range []struct {
 		name string
 		v    float64

@@ -18,11 +18,12 @@ func TestRolloutRules(t *testing.T) {
 		s.Rollout = &config.RolloutPolicy{
 			Stages: []config.RolloutStage{{Count: 1}, {Percent: 50}, {ProxyClusters: []string{"BFE1"}},
 				{Count: 1}, {Percent: 50}, {Percent: 100}},
-			Gates:     config.RolloutGates{Max5xxRatio: 1, Margin5xx: 1, ShareTolerance: 100, BlackholeEpsilon: 100},
+			Gates:     config.RolloutGates{Max5xxRatio: 1, Margin5xx: 1, Confidence5xx: new(0.0), ShareTolerance: 100, BlackholeEpsilon: 100},
 			Promotion: config.PromotionManual,
 		}
 		pc := s.Topology.ProxyClusters["BFE2"]
-		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 2}}, Promotion: config.PromotionAuto}
+		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 2}}, Gates: config.RolloutGates{Confidence5xx: new(0.9999)},
+			Promotion: config.PromotionAuto}
 		s.Topology.ProxyClusters["BFE2"] = pc
 		if err := State(s); err != nil {
 			t.Fatalf("State() = %v, want nil", err)
@@ -30,23 +31,30 @@ func TestRolloutRules(t *testing.T) {
 	})
 	t.Run("past the limits", func(t *testing.T) {
 		s := loadMission(t)
-		s.Rollout = &config.RolloutPolicy{}
+		s.Rollout = &config.RolloutPolicy{Gates: config.RolloutGates{Confidence5xx: new(-0.5)}}
 		pc := s.Topology.ProxyClusters["BFE2"]
 		pc.Rollout = &config.RolloutPolicy{
 			Stages: []config.RolloutStage{{}, {Count: 2, Percent: 10}, {Count: -1}, {Count: 3}, {Count: 2},
 				{Percent: 60}, {Percent: 50}, {Percent: 101}, {Percent: -1}, {ProxyClusters: []string{"BFE1", "NOPE"}}},
-			Gates:     config.RolloutGates{Max5xxRatio: 1.5, Margin5xx: 2, ShareTolerance: 101, BlackholeEpsilon: 150, MinRequests: -1},
+			Gates: config.RolloutGates{Max5xxRatio: 1.5, Margin5xx: 2, Confidence5xx: new(99.0), ShareTolerance: 101, BlackholeEpsilon: 150,
+				MinRequests: -1},
 			Promotion: "sometimes",
 		}
 		s.Topology.ProxyClusters["BFE2"] = pc
+		pc1 := s.Topology.ProxyClusters["BFE1"]
+		pc1.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1}}, Gates: config.RolloutGates{Confidence5xx: new(1.0)}}
+		s.Topology.ProxyClusters["BFE1"] = pc1
 		es, ok := AsErrors(State(s))
 		if !ok {
 			t.Fatalf("State() = %v, want Errors", State(s))
 		}
 		p := "topology.proxy_clusters.BFE2.rollout"
 		want := []string{
+			"rollout.gates.confidence_5xx: -0.5 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			"rollout.stages: is empty; want at least one stage (or no rollout policy)",
+			"topology.proxy_clusters.BFE1.rollout.gates.confidence_5xx: 1 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			p + ".gates.blackhole_epsilon_points: 150 points is above 100",
+			p + ".gates.confidence_5xx: 99 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			p + ".gates.margin_5xx: 2 is a ratio above 1; write 0.05 for 5 %",
 			p + ".gates.max_5xx_ratio: 1.5 is a ratio above 1; write 0.05 for 5 %",
 			p + ".gates.min_requests: -1 is negative",

@@ -111,17 +111,38 @@ func (s side) ratio() float64 {
 	return float64(s.errors5xx) / float64(s.answers)
 }
 
+// excess5xx is how many standard errors the stage's 5xx ratio sr (of ns
+// answers) lies over the stable ratio br (of nb answers) + margin: the
+// statistic of the one-sided two-proportion test of H0: p_stage − p_stable
+// ≤ margin, unpooled. Each side's variance is taken at its ratio with one
+// 5xx and one success added (Agresti–Caffo), never zero: 0 % against 0 %
+// (or 100 % against 100 %) is not 0/0, and 100 % against 0 % is a large z,
+// not an infinite one. The difference itself is the measured one.
+func excess5xx(sr float64, ns uint64, br float64, nb uint64, margin float64) float64 {
+	variance := func(r float64, n uint64) float64 {
+		m := float64(n) + 2
+		p := (r*float64(n) + 1) / m
+		return p * (1 - p) / m
+	}
+	return (sr - br - margin) / math.Sqrt(variance(sr, ns)+variance(br, nb))
+}
+
+// normalQuantile is the standard normal distribution's c quantile
+// (0 < c < 1): 2.33 at 0.99.
+func normalQuantile(c float64) float64 { return math.Sqrt2 * math.Erfinv(2*c-1) }
+
 // trafficGates judge the stage's proxies against the stable ones over the
 // same report windows; without enough stable answers (a 100 % stage),
-// against the baseline the stable proxies had earlier in the rollout.
+// against the baseline the stable proxies had earlier in the rollout. g has
+// its defaults (WithDefaults).
 func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot, base *rs.Baseline) verdict {
 	var v verdict
 	min := uint64(g.MinRequests)
 	stageOK, stableOK := stage.answers >= min, stable.answers >= min
 	pct := func(r float64) string { return fmt.Sprintf("%.1f%%", 100*r) }
-	br, bp := stable.ratio(), stable.all.Quantile(0.99)
+	br, bp, bn := stable.ratio(), stable.all.Quantile(0.99), stable.answers
 	if !stableOK && base != nil {
-		stableOK, br, bp = true, base.Ratio5xx, base.P99Ms
+		stableOK, br, bp, bn = true, base.Ratio5xx, base.P99Ms, base.Answers
 	}
 	if g.Max5xxRatio >= 0 {
 		gt := rs.Gate{Name: "5xx", OK: true, Judged: stageOK}
@@ -136,6 +157,19 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 			detail += fmt.Sprintf(", stable not judged (%d answers)", stable.answers)
 		}
 		detail += fmt.Sprintf("; limit %s and stable + %s", pct(g.Max5xxRatio), pct(g.Margin5xx))
+		worse := sr > br+g.Margin5xx
+		if conf := *g.Confidence5xx; conf > 0 {
+			detail += fmt.Sprintf(" at %.4g%% confidence", 100*conf)
+			if stageOK && stableOK {
+				z, need := excess5xx(sr, stage.answers, br, bn, g.Margin5xx), normalQuantile(conf)
+				worse = z > need
+				rel := "over"
+				if z < 0 {
+					rel = "under"
+				}
+				detail += fmt.Sprintf(": %.2f standard errors %s stable + %s (needs %.2f)", math.Abs(z), rel, pct(g.Margin5xx), need)
+			}
+		}
 		switch {
 		case !stageOK:
 			detail += fmt.Sprintf("; fewer than %d answers: not judged", g.MinRequests)
@@ -145,7 +179,7 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 			// what may be a fleet-wide incident.
 			gt.Judged = false
 			detail += "; waiting for the stable proxies' reports"
-		case sr > g.Max5xxRatio && (!stableOK || sr > br+g.Margin5xx):
+		case sr > g.Max5xxRatio && (!stableOK || worse):
 			gt.OK = false
 		}
 		gt.Detail = detail
