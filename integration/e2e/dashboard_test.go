@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -352,10 +353,19 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 	waitInPage(t, bctx, "#notice-live", "the drain live on every proxy", 30*time.Second,
 		has("that counts runs a snapshot computed from revision "))
 	wait(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", has("DRAINED"))
+	drained := desiredRevision(t, mustText(t, bctx, "#notice"))
 	out, code, _ := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2")
 	if code != 0 {
 		t.Fatalf("the page's drain is not in etcd: lbctl undrain exit %d\n%s", code, out)
 	}
+	// A later write made elsewhere: the line no longer says the drain is the
+	// current state; it keeps when the drain was seen live and follows the
+	// undrain's revision until every proxy runs it.
+	undrained := desiredRevision(t, out)
+	movedOn := regexp.MustCompile(fmt.Sprintf(`^Live at .+ \(revision %d\)\. Desired state now at revision %d, written after this page's write of revision %d: `+
+		`live at .+: every proxy that counts runs a snapshot computed from revision %d or later\.$`, drained, undrained, drained, undrained))
+	waitInPage(t, bctx, "#notice-live", "the line follows lbctl's later undrain to live", 30*time.Second, movedOn.MatchString)
+	t.Logf("after lbctl undrain: %s", mustText(t, bctx, "#notice-live"))
 
 	// A pin that does not sum to 100 is refused in the dialog, in lbctl's words.
 	pinBtn := `button[data-key="pin/demo-main/BFE1"]`
@@ -380,6 +390,12 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 		t.Fatalf("unpin: %v", err)
 	}
 	wait("#notice", "the unpin's answer", has("Unpinned BFE1 row of demo-main"))
+	// A later write from the page replaces the line: the unpin's own
+	// progress, on BFE1 only, and nothing of the earlier writes.
+	unpinned := desiredRevision(t, mustText(t, bctx, "#notice"))
+	ownLive := regexp.MustCompile(fmt.Sprintf(`^Live at .+: every proxy of BFE1 that counts runs a snapshot computed from revision %d or later\.$`, unpinned))
+	waitInPage(t, bctx, "#notice-live", "the unpin live on BFE1", 30*time.Second, ownLive.MatchString)
+	t.Logf("after the unpin: %s", mustText(t, bctx, "#notice-live"))
 	wait(`tr[data-row="demo-main/BFE1"]`, "BFE1 no longer pinned", func(s string) bool { return !strings.Contains(s, "PINNED") })
 
 	// A shift with a ramp, from the row's Shift… dialog: the intent lbctl

@@ -37,6 +37,21 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// desiredRevision is N in the first "(desired state revision N)" of s, the
+// line lbctl and the dashboard print for a write of the desired state.
+func desiredRevision(t *testing.T, s string) int64 {
+	t.Helper()
+	i := strings.Index(s, "(desired state revision ")
+	var rev int64
+	if i < 0 {
+		t.Fatalf("no desired state revision in %q", s)
+	}
+	if _, err := fmt.Sscanf(s[i:], "(desired state revision %d)", &rev); err != nil {
+		t.Fatalf("desired state revision in %q: %v", s, err)
+	}
+	return rev
+}
+
 // startFleet starts a fresh fleet for one scenario and stops it at cleanup,
 // failing the test if a process did not stop cleanly (leases revoked, exit 0).
 func startFleet(t *testing.T, o fleet.Options) *fleet.Fleet {

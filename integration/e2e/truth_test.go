@@ -341,10 +341,7 @@ func TestWriteWaitMeansLive(t *testing.T) {
 	}
 	t.Logf("weights set --wait:\n%s", out)
 	checkShares(t, splitLoad(f, "BFE1", 10000, 500000), "BFE1 shares right after --wait returned", map[string]float64{"SC1": 20, "SC2": 70, "BLACKHOLE": 10})
-	var rev int64
-	if _, err := fmt.Sscanf(out[strings.Index(out, "(desired state revision "):], "(desired state revision %d)", &rev); err != nil {
-		t.Fatal(err)
-	}
+	rev := desiredRevision(t, out)
 	if o, code, err := f.Lbctl(ctx, "rollout", "status", "--revision", fmt.Sprint(rev)); err != nil || code != 0 {
 		t.Fatalf("rollout status --revision %d: exit %d %v\n%s", rev, code, err, o)
 	}

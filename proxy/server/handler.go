@@ -381,6 +381,20 @@ func (b *streamBody) Read(p []byte) (int, error) {
 
 func (b *streamBody) Close() error { return nil }
 
+// errBodyTaken is again's answer once a byte of the body was read.
+var errBodyTaken = errors.New("the streamed request body was read: it cannot be given again")
+
+// again is the request's GetBody for the std upstream client (forward's
+// Upstream.RoundTrip, after a reused connection found closed before a byte
+// was written): the body itself while none of it was read, else
+// errBodyTaken.
+func (b *streamBody) again() (io.ReadCloser, error) {
+	if b.read.Load() > 0 {
+		return nil, errBodyTaken
+	}
+	return b, nil
+}
+
 // genError is an answer the proxy generates itself.
 type genError struct {
 	status     int

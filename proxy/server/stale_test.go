@@ -3,6 +3,7 @@ package server
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -388,6 +389,22 @@ func TestStaleConnectionResendOnlyWhenSafe(t *testing.T) {
 	last := lines[len(lines)-1]
 	if last["attempts"] != float64(3) {
 		t.Fatalf("access line %v: want attempts 3", last)
+	}
+}
+
+// A streamed body is the request's GetBody for the std upstream client
+// (another connection after one found gone, before a byte was written)
+// only while not a byte of it was read: after one, no try may take it.
+func TestStreamBodyGivenAgainOnlyUnread(t *testing.T) {
+	b := &streamBody{rc: io.NopCloser(strings.NewReader("payload"))}
+	if rc, err := b.again(); err != nil || rc != io.ReadCloser(b) {
+		t.Fatalf("again before a read = %v, %v; want the body itself", rc, err)
+	}
+	if n, err := b.Read(make([]byte, 1)); n != 1 || err != nil {
+		t.Fatalf("read = %d, %v", n, err)
+	}
+	if rc, err := b.again(); rc != nil || !errors.Is(err, errBodyTaken) {
+		t.Fatalf("again after a read = %v, %v; want errBodyTaken", rc, err)
 	}
 }
 

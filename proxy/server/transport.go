@@ -227,6 +227,7 @@ func (st *reqState) attempt(out *http.Request, pick balance.Pick) (*http.Respons
 		req.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(buf)), nil }
 	case st.stream != nil:
 		req.Body = st.stream
+		req.GetBody = st.stream.again
 	default:
 		req.Body = http.NoBody
 	}

@@ -210,6 +210,9 @@ func (u *Upstream) Addr() netip.AddrPort { return u.k.addr }
 // It never resends: a failure on a reused keep-alive connection before any
 // answer byte is a *StaleConnError for the caller's attempt loop to decide
 // on (transportRequest says how the Transport's own resends are disabled).
+// A reused connection found closed when taken is not such a failure: as
+// Do's getConn, RoundTrip drops it and takes another or dials (see
+// roundTrip).
 func (u *Upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	if u.slots == nil {
 		return u.roundTrip(req)
@@ -240,12 +243,47 @@ func (u *Upstream) roundTrip(req *http.Request) (*http.Response, error) {
 		// resends it on another (and its body must stay NoBody).
 		return u.transport.RoundTrip(req)
 	}
-	r, ct := transportRequest(req)
-	res, err := u.transport.RoundTrip(r)
-	if err != nil {
-		return nil, ct.classify(req.Context(), err)
+	for {
+		r, ct := transportRequest(req)
+		res, err := u.transport.RoundTrip(r)
+		if err == nil {
+			return res, nil
+		}
+		// The check of the reused connection found the backend gone and not
+		// a byte of the request was written: the Transport closed that
+		// connection, so the next try takes another idle one or dials, as
+		// Do's getConn does with an idle connection that is not usable. It
+		// is not a resend: the backend saw nothing. Each try drops one
+		// connection the backend had closed, so the loop ends.
+		if !ct.foundGone() || req.Context().Err() != nil {
+			return nil, ct.classify(req.Context(), err)
+		}
+		again, ok := withBodyAgain(req)
+		if !ok {
+			return nil, ct.classify(req.Context(), err)
+		}
+		req = again
 	}
-	return res, nil
+}
+
+// withBodyAgain is req for another try after a connection found gone: req
+// itself without a body (transportRequest gives each try its own empty
+// one), a copy with the body from GetBody with one; ok is false without
+// GetBody or when it fails (the body cannot be given again).
+func withBodyAgain(req *http.Request) (*http.Request, bool) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req, true
+	}
+	if req.GetBody == nil {
+		return nil, false
+	}
+	b, err := req.GetBody()
+	if err != nil {
+		return nil, false
+	}
+	r := req.WithContext(req.Context())
+	r.Body = b
+	return r, true
 }
 
 func isUpgrade(req *http.Request) bool {

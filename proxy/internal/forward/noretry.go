@@ -41,11 +41,15 @@ import (
 // Transport's write loop may make much later: the window left is that of
 // the fast client, one peek before one write. When the backend closed or
 // reset it, the connection writes nothing (countConn.refuse): not a byte
-// of the request leaves, so the attempt fails Unsent and the attempt loop
-// may try again even for a POST. A streamed body is untouched then:
-// net/http flushes the head before it reads a body it cannot see in
-// memory, and that flush is the refused write. (A buffered body may have
-// been read into the Transport's buffer first; it is replayable.)
+// of the request leaves, and Upstream.roundTrip tries again on another
+// connection or dials (connTrace.foundGone), as Do's getConn passes over
+// an idle connection that is not usable: the attempt does not fail for a
+// connection the backend had closed before it was used. That takes the
+// body again: none, or GetBody's. Without GetBody (or when it fails) the
+// attempt fails Unsent and the attempt loop decides. A streamed body is untouched then: net/http flushes the head
+// before it reads a body it cannot see in memory, and that flush is the
+// refused write. (A buffered body may have been read into the
+// Transport's buffer first; it is replayable.)
 func transportRequest(req *http.Request) (*http.Request, *connTrace) {
 	ct := &connTrace{}
 	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{GotConn: ct.gotConn})
@@ -95,6 +99,13 @@ func (t *connTrace) gotConn(info httptrace.GotConnInfo) {
 		c.checkGone()
 		c.verify.Store(true)
 	}
+}
+
+// foundGone reports whether the connection was a reused one its check
+// found closed by the backend (at the take or at the first write), so that
+// not a byte of the request was written on it.
+func (t *connTrace) foundGone() bool {
+	return t.reused && t.conn != nil && t.conn.refuse.Load() && t.conn.wrote.Load() == t.wrote0
 }
 
 // classify wraps a RoundTrip error on a reused connection that had not

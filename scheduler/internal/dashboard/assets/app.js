@@ -8,7 +8,7 @@ let doc = null;
 let token = sessionStorage.getItem('sluice-token') || '';
 let explainKey = null; // "cluster/proxyCluster" shown in the explanation panel
 let pending = null;    // the action awaiting confirmation
-let rolling = null;    // {rev, pc}: this page's last write, watched until the proxies run it
+let written = null;    // {rev, pc, liveAt, later}: this page's last write, followed by renderLive
 
 // el builds an element; text children become text nodes (never HTML).
 function el(tag, attrs, ...kids) {
@@ -467,30 +467,51 @@ async function confirmAction(ev) {
   const n = $('notice');
   n.hidden = false; n.dataset.sticky = '1';
   n.replaceChildren(el('span', { text: res.message }), ' ', el('span', { id: 'notice-live' }));
-  rolling = res.revision ? { rev: Number(res.revision), pc: res.proxy_cluster || '' } : null;
+  written = res.revision ? { rev: Number(res.revision), pc: res.proxy_cluster || '' } : null;
   renderLive();
 }
 
 // renderLive says, under the answer to this page's last write of revision
 // N, whether it is live: only once every proxy cluster it concerns reports
 // live_revision ≥ N (the scheduler published N or later and every proxy
-// that counts runs it; the Rollout section shows the details).
+// that counts runs it; the Rollout section shows the details). "Live at T"
+// is what was seen at T: it stays while later publishes roll out (their
+// rollout sets live_revision to 0 until they converge), but not once the
+// desired state moves past N (doc.state_revision > N: a write made
+// elsewhere, lbctl or another tab): the line then follows that revision M
+// on every proxy cluster (the page does not know which ones M concerns),
+// after "Live at T (revision N)." when N was seen live. A later write from
+// this page replaces the whole notice (confirmAction).
 function renderLive() {
   const s = $('notice-live');
-  if (!s || !rolling || !doc || !doc.ready) return;
-  const rs = doc.rollout.filter((r) => !rolling.pc || r.proxy_cluster === rolling.pc);
-  const blocked = rs.filter((r) => r.blocked).map((r) => `${r.proxy_cluster} BLOCKED (${r.blocked})`);
-  const lag = rs.filter((r) => !(r.live_revision >= rolling.rev)).map((r) => r.proxy_cluster);
-  if (rs.length > 0 && lag.length === 0) {
-    const who = rolling.pc ? `every proxy of ${rolling.pc}` : 'every proxy';
-    s.textContent = `Live at ${new Date().toLocaleTimeString()}: ${who} that counts runs a snapshot computed from revision ${rolling.rev} or later.`;
-    s.dataset.live = String(rolling.rev);
-    rolling = null;
-  } else if (blocked.length > 0) {
-    s.textContent = `Not live: ${blocked.join('; ')}.`;
-  } else {
-    s.textContent = `Rolling out revision ${rolling.rev}: not seen live yet on ${lag.length ? lag.join(', ') : 'any proxy cluster'} (see Rollout).`;
+  if (!s || !written || !doc || !doc.ready) return;
+  const w = written;
+  if (!w.later) {
+    const own = progress(w);
+    if (!(doc.state_revision > w.rev)) {
+      s.textContent = own.charAt(0).toUpperCase() + own.slice(1);
+      return;
+    }
   }
+  if (doc.state_revision > (w.later ? w.later.rev : w.rev)) w.later = { rev: doc.state_revision, pc: '' };
+  s.textContent = `${w.liveAt ? `Live at ${w.liveAt} (revision ${w.rev}). ` : ''}Desired state now at revision ${w.later.rev}, written after this page's write of revision ${w.rev}: ${progress(w.later)}`;
+}
+
+// progress is where revision t.rev stands on the proxy clusters t concerns
+// (t.pc, or all), in a sentence without its capital: live once every one
+// reports live_revision ≥ t.rev (the time it was first seen is kept in
+// t.liveAt), else BLOCKED, else rolling out.
+function progress(t) {
+  const rs = doc.rollout.filter((r) => !t.pc || r.proxy_cluster === t.pc);
+  if (!t.liveAt && rs.length > 0 && rs.every((r) => r.live_revision >= t.rev)) t.liveAt = new Date().toLocaleTimeString();
+  if (t.liveAt) {
+    const who = t.pc ? `every proxy of ${t.pc}` : 'every proxy';
+    return `live at ${t.liveAt}: ${who} that counts runs a snapshot computed from revision ${t.rev} or later.`;
+  }
+  const blocked = rs.filter((r) => r.blocked).map((r) => `${r.proxy_cluster} BLOCKED (${r.blocked})`);
+  if (blocked.length > 0) return `not live: ${blocked.join('; ')}.`;
+  const lag = rs.filter((r) => !(r.live_revision >= t.rev)).map((r) => r.proxy_cluster);
+  return `rolling out revision ${t.rev}: not seen live yet on ${lag.length ? lag.join(', ') : 'any proxy cluster'} (see Rollout).`;
 }
 
 // postAction sends an action; the token goes in the Authorization header and
