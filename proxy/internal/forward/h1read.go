@@ -326,8 +326,6 @@ const (
 	// Connection, Keep-Alive, Proxy-Connection, Transfer-Encoding, Upgrade
 	// and Te: the names finishHead deletes
 	fieldHopByHop
-
-	fieldAll = fieldConnection | fieldTransferEncoding | fieldContentLength | fieldHopByHop
 )
 
 // bitsOf is the fieldBits of the canonical name k.

@@ -169,15 +169,6 @@ func skipRequestHeader(k string, connection []string) bool {
 	return len(connection) > 0 && httpguts.HeaderValuesContainsToken(connection, k)
 }
 
-func indexByte(s string, c byte) int {
-	for i := 0; i < len(s); i++ {
-		if s[i] == c {
-			return i
-		}
-	}
-	return -1
-}
-
 func equalFoldTrim(s, t string) bool {
 	for len(s) > 0 && (s[0] == ' ' || s[0] == '\t') {
 		s = s[1:]
