@@ -174,8 +174,8 @@ var ids4 = []string{"p1", "p2", "p3", "p4"}
 
 func twoStages() *config.RolloutPolicy {
 	return &config.RolloutPolicy{Stages: []config.RolloutStage{
-		{Count: 1, Bake: config.Duration(10 * time.Second)},
-		{Percent: 100, Bake: config.Duration(10 * time.Second)},
+		{Count: 1, Bake: new(config.Duration(10 * time.Second))},
+		{Percent: 100, Bake: new(config.Duration(10 * time.Second))},
 	}}
 }
 
@@ -338,7 +338,7 @@ func TestCanaryRejectionFailsApplyGate(t *testing.T) {
 func TestApplyTimeout(t *testing.T) {
 	h := newHarness(t, ids4...)
 	pol := twoStages()
-	pol.Gates.ApplyTimeout = config.Duration(5 * time.Second)
+	pol.Gates.ApplyTimeout = new(config.Duration(5 * time.Second))
 	canary := h.start(pol)
 	h.advance(6 * time.Second)
 	h.follow() // reports, but the canary's record still says v1
@@ -539,7 +539,7 @@ func TestShareAndBlackholeGates(t *testing.T) {
 	}{
 		{"blackhole", config.RolloutGates{}, map[string]uint64{"SC1": 40, "SC2": 40, config.Blackhole: 20}, "blackhole",
 			"cluster demo-main: blackhole share 20.0 points, weight 0.0 + 5"},
-		{"share", config.RolloutGates{ShareTolerance: 10, BlackholeEpsilon: -1}, map[string]uint64{"SC1": 90, "SC2": 10}, "share",
+		{"share", config.RolloutGates{ShareTolerance: 10, BlackholeEpsilon: new(-1.0)}, map[string]uint64{"SC1": 90, "SC2": 10}, "share",
 			"cluster demo-main sub-cluster SC1: realised 90.0 points, weight 60.0 ± 10"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -57,7 +57,7 @@ func TestExcess5xx(t *testing.T) {
 // conf (nil: the default), judging from 10 answers a side (as the e2e
 // scenarios).
 func gatesOnly5xx(conf *float64) config.RolloutGates {
-	return config.RolloutGates{P99Factor: -1, BlackholeEpsilon: -1, Confidence5xx: conf, MinRequests: 10}.WithDefaults()
+	return config.RolloutGates{P99Factor: new(-1.0), BlackholeEpsilon: new(-1.0), Confidence5xx: conf, MinRequests: new(10)}.WithDefaults()
 }
 
 // proxiesSide: the traffic of proxies proxies answering errors 5xx of
