@@ -562,3 +562,30 @@ func TestShareAndBlackholeGates(t *testing.T) {
 		})
 	}
 }
+
+// bake: 0s is no bake: once the canary applied the candidate, the next
+// judgement passes the stage without waiting; the bake absent, the stage
+// bakes its 60 s.
+func TestZeroBake(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		bake  *config.Duration
+		state string
+		stage int
+	}{{"bake: 0s", new(config.Duration(0)), rs.StageProgressing, 1}, {"bake absent", nil, rs.StageBaking, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, ids4...)
+			pol := &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1, Bake: c.bake}, {Percent: 100, Bake: c.bake}}}
+			h.start(pol)
+			h.follow()
+			if rec := h.step(pol); rec.State != rs.StageBaking {
+				t.Fatalf("after the canary applied: %+v, want BAKING", rec)
+			}
+			h.advance(time.Second)
+			h.traffic(none)
+			if rec := h.step(pol); rec.State != c.state || rec.Stage != c.stage {
+				t.Fatalf("a second later: %+v, want stage %d %s", rec, c.stage+1, c.state)
+			}
+		})
+	}
+}
