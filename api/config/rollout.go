@@ -38,43 +38,53 @@ type RolloutStage struct {
 	// the proxy clusters not listed wait for a later stage.
 	ProxyClusters []string `json:"proxy_clusters,omitempty"`
 	// Bake is how long the gates watch the stage's traffic once every
-	// selected proxy applied the candidate. Default 60s.
-	Bake Duration `json:"bake,omitempty"`
+	// selected proxy applied the candidate. Absent: 60s. 0s: no bake, the
+	// stage passes once its proxies applied the candidate (the traffic gates
+	// judge it at most once, on the reports already in).
+	Bake *Duration `json:"bake,omitempty"`
 }
 
-// RolloutGates are the thresholds of every stage. Zero fields take the
-// defaults below (Confidence5xx: an absent one); a negative ratio or factor
-// turns that gate off.
+// RolloutGates are the thresholds of every stage. The pointer fields are
+// nil when absent and then take the defaults below (WithDefaults); an
+// explicit 0 means what the field says it means, never "the default".
+// A negative ratio, factor or epsilon turns that gate off.
 type RolloutGates struct {
 	// ApplyTimeout: every selected proxy applies the candidate within it.
-	// Default 30s.
-	ApplyTimeout Duration `json:"apply_timeout,omitempty"`
+	// Absent: 30s. 0s is refused (validate): it would fail every stage
+	// before its proxies could apply the candidate.
+	ApplyTimeout *Duration `json:"apply_timeout,omitempty"`
 	// Max5xxRatio (0-1): the stage's 5xx ratio (blackhole drops excepted)
 	// that, when also above the stable proxies' ratio + Margin5xx (with
-	// Confidence5xx), fails the stage. Default 0.05.
-	Max5xxRatio float64 `json:"max_5xx_ratio,omitempty"`
+	// Confidence5xx), fails the stage. Absent: 0.05; 0: any 5xx ratio above
+	// the stable proxies' (+ Margin5xx) fails; negative: off.
+	Max5xxRatio *float64 `json:"max_5xx_ratio,omitempty"`
 	// Margin5xx (0-1) over the stable proxies' 5xx ratio measured at the
-	// same time (a fleet-wide incident is not the candidate's). Default 0.02.
-	Margin5xx float64 `json:"margin_5xx,omitempty"`
+	// same time (a fleet-wide incident is not the candidate's). Absent:
+	// 0.02; 0: no margin.
+	Margin5xx *float64 `json:"margin_5xx,omitempty"`
 	// Confidence5xx (0 < c < 1): the stage is above the stable ratio +
 	// Margin5xx only when a one-sided two-proportion test says so at this
 	// confidence, given both sides' numbers of answers: sampling noise
 	// alone does not fail a stage. Absent: 0.99; 0: off, the ratios are
-	// compared plainly. A pointer: an explicit 0 is not the default.
+	// compared plainly.
 	Confidence5xx *float64 `json:"confidence_5xx,omitempty"`
 	// P99Factor: the stage's p99 latency above the stable proxies' × this
-	// factor fails the stage. Default 3; negative: off.
-	P99Factor float64 `json:"p99_factor,omitempty"`
+	// factor fails the stage. Absent: 3; negative: off; 0 is refused
+	// (validate): it would fail every stage with any latency.
+	P99Factor *float64 `json:"p99_factor,omitempty"`
 	// ShareTolerance (points): a sub-cluster's realised share on the stage's
 	// proxies farther than this from the candidate's weight fails the
-	// stage. Default 0: off.
+	// stage. Absent or 0: off (a realised share is never exactly its
+	// weight). Not a pointer: 0 and absent mean the same.
 	ShareTolerance float64 `json:"share_tolerance_points,omitempty"`
 	// BlackholeEpsilon (points): the realised blackhole share above the
-	// candidate's blackhole weight + this fails the stage. Default 5.
-	BlackholeEpsilon float64 `json:"blackhole_epsilon_points,omitempty"`
+	// candidate's blackhole weight + this fails the stage. Absent: 5; 0: no
+	// drop beyond the weight; negative: off.
+	BlackholeEpsilon *float64 `json:"blackhole_epsilon_points,omitempty"`
 	// MinRequests: traffic gates judge a side (stage or stable) only with at
-	// least this many answers in the window. Default 20.
-	MinRequests int `json:"min_requests,omitempty"`
+	// least this many answers in the window. Absent: 20; below 1 is refused
+	// (validate): a side with no answers has no ratio to judge.
+	MinRequests *int `json:"min_requests,omitempty"`
 }
 
 // Rollout policy defaults.
@@ -89,39 +99,31 @@ const (
 	DefaultMinRequests         = 20
 )
 
-// WithDefaults fills the zero fields.
+// WithDefaults fills the absent (nil) fields: every pointer of the result
+// is set. An explicit 0 stays 0.
 func (g RolloutGates) WithDefaults() RolloutGates {
-	if g.ApplyTimeout == 0 {
-		g.ApplyTimeout = Duration(DefaultRolloutApplyTimeout)
-	}
-	if g.Max5xxRatio == 0 {
-		g.Max5xxRatio = DefaultMax5xxRatio
-	}
-	if g.Margin5xx == 0 {
-		g.Margin5xx = DefaultMargin5xx
-	}
-	if g.Confidence5xx == nil {
-		c := DefaultConfidence5xx
-		g.Confidence5xx = &c
-	}
-	if g.P99Factor == 0 {
-		g.P99Factor = DefaultP99Factor
-	}
-	if g.BlackholeEpsilon == 0 {
-		g.BlackholeEpsilon = DefaultBlackholeEpsilon
-	}
-	if g.MinRequests == 0 {
-		g.MinRequests = DefaultMinRequests
-	}
+	g.ApplyTimeout = orDefault(g.ApplyTimeout, Duration(DefaultRolloutApplyTimeout))
+	g.Max5xxRatio = orDefault(g.Max5xxRatio, DefaultMax5xxRatio)
+	g.Margin5xx = orDefault(g.Margin5xx, DefaultMargin5xx)
+	g.Confidence5xx = orDefault(g.Confidence5xx, DefaultConfidence5xx)
+	g.P99Factor = orDefault(g.P99Factor, DefaultP99Factor)
+	g.BlackholeEpsilon = orDefault(g.BlackholeEpsilon, DefaultBlackholeEpsilon)
+	g.MinRequests = orDefault(g.MinRequests, DefaultMinRequests)
 	return g
 }
 
-// BakeTime is the stage's bake with the default applied.
-func (s RolloutStage) BakeTime() time.Duration {
-	if s.Bake == 0 {
-		return DefaultRolloutBake
+// orDefault is p, or a pointer to def when p is absent (nil).
+func orDefault[T any](p *T, def T) *T {
+	if p == nil {
+		return &def
 	}
-	return s.Bake.D()
+	return p
+}
+
+// BakeTime is the stage's bake with the default applied (absent: 60s; an
+// explicit 0s stays 0).
+func (s RolloutStage) BakeTime() time.Duration {
+	return orDefault(s.Bake, Duration(DefaultRolloutBake)).D()
 }
 
 // RolloutFor is the policy of proxy cluster pc: its own, else the

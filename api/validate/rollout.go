@@ -67,27 +67,42 @@ func (c *collector) rollout(path string, p *config.RolloutPolicy, s *config.Stat
 	default:
 		c.add(path+".promotion", "%q is neither %q nor %q", p.Promotion, config.PromotionAuto, config.PromotionManual)
 	}
-	g := p.Gates
+	c.rolloutGates(path+".gates.", p.Gates)
+}
+
+// rolloutGates checks the gates the operator wrote: an absent field (nil)
+// takes its default and is not checked; an explicit 0 either means what
+// the field says (config.RolloutGates) or is refused here, never replaced
+// by the default.
+func (c *collector) rolloutGates(path string, g config.RolloutGates) {
+	if t := g.ApplyTimeout; t != nil && *t <= 0 {
+		c.add(path+"apply_timeout", "%v would fail every stage before its proxies could apply the candidate; want a duration > 0 (absent: %v)",
+			*t, config.DefaultRolloutApplyTimeout)
+	}
 	for _, r := range []struct {
 		name string
-		v    float64
+		v    *float64
 	}{{"max_5xx_ratio", g.Max5xxRatio}, {"margin_5xx", g.Margin5xx}} {
-		if r.v > 1 {
-			c.add(path+".gates."+r.name, "%v is a ratio above 1; write 0.05 for 5 %%", r.v)
+		if r.v != nil && *r.v > 1 {
+			c.add(path+r.name, "%v is a ratio above 1; write 0.05 for 5 %%", *r.v)
 		}
 	}
 	if conf := g.Confidence5xx; conf != nil && (*conf < 0 || *conf >= 1) {
-		c.add(path+".gates.confidence_5xx", "%v is outside 0 < c < 1; write 0.99 for 99 %% (0: off, the plain margin)", *conf)
+		c.add(path+"confidence_5xx", "%v is outside 0 < c < 1; write 0.99 for 99 %% (0: off, the plain margin)", *conf)
+	}
+	if f := g.P99Factor; f != nil && *f == 0 {
+		c.add(path+"p99_factor", "0 would fail every stage with any latency; want a factor > 0 (absent: %v), or a negative value to turn the p99 gate off",
+			config.DefaultP99Factor)
 	}
 	for _, r := range []struct {
 		name string
-		v    float64
-	}{{"share_tolerance_points", g.ShareTolerance}, {"blackhole_epsilon_points", g.BlackholeEpsilon}} {
-		if r.v > 100 {
-			c.add(path+".gates."+r.name, "%v points is above 100", r.v)
+		v    *float64
+	}{{"share_tolerance_points", &g.ShareTolerance}, {"blackhole_epsilon_points", g.BlackholeEpsilon}} {
+		if r.v != nil && *r.v > 100 {
+			c.add(path+r.name, "%v points is above 100", *r.v)
 		}
 	}
-	if g.MinRequests < 0 {
-		c.add(path+".gates.min_requests", "%d is negative", g.MinRequests)
+	if n := g.MinRequests; n != nil && *n < 1 {
+		c.add(path+"min_requests", "%d would judge a side with no answers; want at least 1 answer (absent: %d)", *n, config.DefaultMinRequests)
 	}
 }

@@ -1,9 +1,11 @@
 package validate
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
+	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 )
 
@@ -18,11 +20,16 @@ func TestRolloutRules(t *testing.T) {
 		s.Rollout = &config.RolloutPolicy{
 			Stages: []config.RolloutStage{{Count: 1}, {Percent: 50}, {ProxyClusters: []string{"BFE1"}},
 				{Count: 1}, {Percent: 50}, {Percent: 100}},
-			Gates:     config.RolloutGates{Max5xxRatio: 1, Margin5xx: 1, Confidence5xx: new(0.0), ShareTolerance: 100, BlackholeEpsilon: 100},
+			Gates: config.RolloutGates{ApplyTimeout: new(config.Duration(1)), Max5xxRatio: new(1.0), Margin5xx: new(1.0), Confidence5xx: new(0.0),
+				P99Factor: new(0.001), ShareTolerance: 100, BlackholeEpsilon: new(100.0), MinRequests: new(1)},
 			Promotion: config.PromotionManual,
 		}
 		pc := s.Topology.ProxyClusters["BFE2"]
-		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 2}}, Gates: config.RolloutGates{Confidence5xx: new(0.9999)},
+		// The explicit zeros that mean what they say, and the negative
+		// values that turn a gate off.
+		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 2, Bake: new(config.Duration(0))}},
+			Gates: config.RolloutGates{Max5xxRatio: new(0.0), Margin5xx: new(0.0), Confidence5xx: new(0.9999), P99Factor: new(-1.0),
+				BlackholeEpsilon: new(0.0)},
 			Promotion: config.PromotionAuto}
 		s.Topology.ProxyClusters["BFE2"] = pc
 		if err := State(s); err != nil {
@@ -31,13 +38,14 @@ func TestRolloutRules(t *testing.T) {
 	})
 	t.Run("past the limits", func(t *testing.T) {
 		s := loadMission(t)
-		s.Rollout = &config.RolloutPolicy{Gates: config.RolloutGates{Confidence5xx: new(-0.5)}}
+		s.Rollout = &config.RolloutPolicy{Gates: config.RolloutGates{ApplyTimeout: new(config.Duration(0)), Confidence5xx: new(-0.5),
+			P99Factor: new(0.0), MinRequests: new(0)}}
 		pc := s.Topology.ProxyClusters["BFE2"]
 		pc.Rollout = &config.RolloutPolicy{
 			Stages: []config.RolloutStage{{}, {Count: 2, Percent: 10}, {Count: -1}, {Count: 3}, {Count: 2},
 				{Percent: 60}, {Percent: 50}, {Percent: 101}, {Percent: -1}, {ProxyClusters: []string{"BFE1", "NOPE"}}},
-			Gates: config.RolloutGates{Max5xxRatio: 1.5, Margin5xx: 2, Confidence5xx: new(99.0), ShareTolerance: 101, BlackholeEpsilon: 150,
-				MinRequests: -1},
+			Gates: config.RolloutGates{Max5xxRatio: new(1.5), Margin5xx: new(2.0), Confidence5xx: new(99.0), ShareTolerance: 101,
+				BlackholeEpsilon: new(150.0), MinRequests: new(-1)},
 			Promotion: "sometimes",
 		}
 		s.Topology.ProxyClusters["BFE2"] = pc
@@ -50,14 +58,17 @@ func TestRolloutRules(t *testing.T) {
 		}
 		p := "topology.proxy_clusters.BFE2.rollout"
 		want := []string{
+			"rollout.gates.apply_timeout: 0s would fail every stage before its proxies could apply the candidate; want a duration > 0 (absent: 30s)",
 			"rollout.gates.confidence_5xx: -0.5 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
+			"rollout.gates.min_requests: 0 would judge a side with no answers; want at least 1 answer (absent: 20)",
+			"rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor > 0 (absent: 3), or a negative value to turn the p99 gate off",
 			"rollout.stages: is empty; want at least one stage (or no rollout policy)",
 			"topology.proxy_clusters.BFE1.rollout.gates.confidence_5xx: 1 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			p + ".gates.blackhole_epsilon_points: 150 points is above 100",
 			p + ".gates.confidence_5xx: 99 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			p + ".gates.margin_5xx: 2 is a ratio above 1; write 0.05 for 5 %",
 			p + ".gates.max_5xx_ratio: 1.5 is a ratio above 1; write 0.05 for 5 %",
-			p + ".gates.min_requests: -1 is negative",
+			p + ".gates.min_requests: -1 would judge a side with no answers; want at least 1 answer (absent: 20)",
 			p + ".gates.share_tolerance_points: 101 points is above 100",
 			p + `.promotion: "sometimes" is neither "auto" nor "manual"`,
 			p + ".stages[0]: sets 0 of count, percent and proxy_clusters; want exactly one",
@@ -101,5 +112,78 @@ func TestRolloutBadStageOneError(t *testing.T) {
 		if got := es.Error(); got != c.want {
 			t.Errorf("%s: errors:\n%s\nwant exactly:\n%s", c.name, got, c.want)
 		}
+	}
+}
+
+// TestRolloutExplicitZero: per field, an explicit 0 written in YAML either
+// means what the field says (still 0 after the defaults, also after the
+// JSON round trip of the stored state) or is refused with the field, the
+// value and the rule; the field absent takes its default.
+func TestRolloutExplicitZero(t *testing.T) {
+	gates := func(p config.RolloutPolicy) config.RolloutGates { return p.Gates.WithDefaults() }
+	for _, c := range []struct {
+		field, zero string // field: in gates, but "bake" in the stage
+		err         string // "": accepted
+		// get is the value the rollout uses (durations in seconds).
+		get          func(config.RolloutPolicy) float64
+		zeroIs, dflt float64
+	}{
+		{"apply_timeout", "0s", "rollout.gates.apply_timeout: 0s would fail every stage before its proxies could apply the candidate; want a duration > 0 (absent: 30s)",
+			func(p config.RolloutPolicy) float64 { return gates(p).ApplyTimeout.D().Seconds() }, 0, 30},
+		{"max_5xx_ratio", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Max5xxRatio }, 0, 0.05},
+		{"margin_5xx", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Margin5xx }, 0, 0.02},
+		{"confidence_5xx", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Confidence5xx }, 0, 0.99},
+		{"p99_factor", "0", "rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor > 0 (absent: 3), or a negative value to turn the p99 gate off",
+			func(p config.RolloutPolicy) float64 { return *gates(p).P99Factor }, 0, 3},
+		{"share_tolerance_points", "0", "", func(p config.RolloutPolicy) float64 { return gates(p).ShareTolerance }, 0, 0},
+		{"blackhole_epsilon_points", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).BlackholeEpsilon }, 0, 5},
+		{"min_requests", "0", "rollout.gates.min_requests: 0 would judge a side with no answers; want at least 1 answer (absent: 20)",
+			func(p config.RolloutPolicy) float64 { return float64(*gates(p).MinRequests) }, 0, 20},
+		{"bake", "0s", "", func(p config.RolloutPolicy) float64 { return p.Stages[0].BakeTime().Seconds() }, 0, 60},
+	} {
+		t.Run(c.field, func(t *testing.T) {
+			decode := func(doc string) (*config.State, config.RolloutPolicy) {
+				t.Helper()
+				s := loadMission(t)
+				s.Rollout = &config.RolloutPolicy{}
+				if err := codec.Unmarshal([]byte(doc), s.Rollout); err != nil {
+					t.Fatalf("decode %s: %v", doc, err)
+				}
+				// Stored as JSON (etcd) and read back: the explicit 0 stays.
+				raw, err := json.Marshal(s.Rollout)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var back config.RolloutPolicy
+				if err := codec.Unmarshal(raw, &back); err != nil {
+					t.Fatalf("decode %s: %v", raw, err)
+				}
+				return s, back
+			}
+			doc := func(with string) string {
+				if c.field == "bake" {
+					return "stages: [{count: 1" + with + "}]\n"
+				}
+				return "stages: [{count: 1}]\ngates: {" + strings.TrimPrefix(with, ", ") + "}\n"
+			}
+			s, back := decode(doc(", " + c.field + ": " + c.zero))
+			if err := State(s); c.err == "" && err != nil {
+				t.Errorf("%s: %s: State() = %v, want nil", c.field, c.zero, err)
+			} else if c.err != "" && (err == nil || err.Error() != c.err) {
+				t.Errorf("%s: %s: State() = %v\nwant %s", c.field, c.zero, err, c.err)
+			}
+			if c.err == "" {
+				if got := c.get(back); got != c.zeroIs {
+					t.Errorf("%s: %s is used as %v, want %v", c.field, c.zero, got, c.zeroIs)
+				}
+			}
+			s, back = decode(doc(""))
+			if err := State(s); err != nil {
+				t.Errorf("%s absent: State() = %v, want nil", c.field, err)
+			}
+			if got := c.get(back); got != c.dflt {
+				t.Errorf("%s absent: used as %v, want the default %v", c.field, got, c.dflt)
+			}
+		})
 	}
 }

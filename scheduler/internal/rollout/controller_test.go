@@ -174,8 +174,8 @@ var ids4 = []string{"p1", "p2", "p3", "p4"}
 
 func twoStages() *config.RolloutPolicy {
 	return &config.RolloutPolicy{Stages: []config.RolloutStage{
-		{Count: 1, Bake: config.Duration(10 * time.Second)},
-		{Percent: 100, Bake: config.Duration(10 * time.Second)},
+		{Count: 1, Bake: new(config.Duration(10 * time.Second))},
+		{Percent: 100, Bake: new(config.Duration(10 * time.Second))},
 	}}
 }
 
@@ -338,7 +338,7 @@ func TestCanaryRejectionFailsApplyGate(t *testing.T) {
 func TestApplyTimeout(t *testing.T) {
 	h := newHarness(t, ids4...)
 	pol := twoStages()
-	pol.Gates.ApplyTimeout = config.Duration(5 * time.Second)
+	pol.Gates.ApplyTimeout = new(config.Duration(5 * time.Second))
 	canary := h.start(pol)
 	h.advance(6 * time.Second)
 	h.follow() // reports, but the canary's record still says v1
@@ -539,7 +539,7 @@ func TestShareAndBlackholeGates(t *testing.T) {
 	}{
 		{"blackhole", config.RolloutGates{}, map[string]uint64{"SC1": 40, "SC2": 40, config.Blackhole: 20}, "blackhole",
 			"cluster demo-main: blackhole share 20.0 points, weight 0.0 + 5"},
-		{"share", config.RolloutGates{ShareTolerance: 10, BlackholeEpsilon: -1}, map[string]uint64{"SC1": 90, "SC2": 10}, "share",
+		{"share", config.RolloutGates{ShareTolerance: 10, BlackholeEpsilon: new(-1.0)}, map[string]uint64{"SC1": 90, "SC2": 10}, "share",
 			"cluster demo-main sub-cluster SC1: realised 90.0 points, weight 60.0 ± 10"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -558,6 +558,33 @@ func TestShareAndBlackholeGates(t *testing.T) {
 			rec := h.step(pol)
 			if rec.State != rs.StageRolledBack || rec.FailedGate != c.gate || !strings.Contains(rec.Reason, c.contains) {
 				t.Fatalf("record %+v, want ROLLED_BACK by the %s gate: %q", rec, c.gate, c.contains)
+			}
+		})
+	}
+}
+
+// bake: 0s is no bake: once the canary applied the candidate, the next
+// judgement passes the stage without waiting; the bake absent, the stage
+// bakes its 60 s.
+func TestZeroBake(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		bake  *config.Duration
+		state string
+		stage int
+	}{{"bake: 0s", new(config.Duration(0)), rs.StageProgressing, 1}, {"bake absent", nil, rs.StageBaking, 0}} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, ids4...)
+			pol := &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1, Bake: c.bake}, {Percent: 100, Bake: c.bake}}}
+			h.start(pol)
+			h.follow()
+			if rec := h.step(pol); rec.State != rs.StageBaking {
+				t.Fatalf("after the canary applied: %+v, want BAKING", rec)
+			}
+			h.advance(time.Second)
+			h.traffic(none)
+			if rec := h.step(pol); rec.State != c.state || rec.Stage != c.stage {
+				t.Fatalf("a second later: %+v, want stage %d %s", rec, c.stage+1, c.state)
 			}
 		})
 	}

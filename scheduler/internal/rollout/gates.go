@@ -137,14 +137,14 @@ func normalQuantile(c float64) float64 { return math.Sqrt2 * math.Erfinv(2*c-1) 
 // its defaults (WithDefaults).
 func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot, base *rs.Baseline) verdict {
 	var v verdict
-	min := uint64(g.MinRequests)
+	min := uint64(*g.MinRequests)
 	stageOK, stableOK := stage.answers >= min, stable.answers >= min
 	pct := func(r float64) string { return fmt.Sprintf("%.1f%%", 100*r) }
 	br, bp, bn := stable.ratio(), stable.all.Quantile(0.99), stable.answers
 	if !stableOK && base != nil {
 		stableOK, br, bp, bn = true, base.Ratio5xx, base.P99Ms, base.Answers
 	}
-	if g.Max5xxRatio >= 0 {
+	if *g.Max5xxRatio >= 0 {
 		gt := rs.Gate{Name: "5xx", OK: true, Judged: stageOK}
 		sr := stage.ratio()
 		detail := fmt.Sprintf("stage 5xx %s of %d answers (%d proxies)", pct(sr), stage.answers, stage.proxies)
@@ -156,40 +156,40 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 		default:
 			detail += fmt.Sprintf(", stable not judged (%d answers)", stable.answers)
 		}
-		detail += fmt.Sprintf("; limit %s and stable + %s", pct(g.Max5xxRatio), pct(g.Margin5xx))
-		worse := sr > br+g.Margin5xx
+		detail += fmt.Sprintf("; limit %s and stable + %s", pct(*g.Max5xxRatio), pct(*g.Margin5xx))
+		worse := sr > br+*g.Margin5xx
 		if conf := *g.Confidence5xx; conf > 0 {
 			detail += fmt.Sprintf(" at %.4g%% confidence", 100*conf)
 			if stageOK && stableOK {
-				z, need := excess5xx(sr, stage.answers, br, bn, g.Margin5xx), normalQuantile(conf)
+				z, need := excess5xx(sr, stage.answers, br, bn, *g.Margin5xx), normalQuantile(conf)
 				worse = z > need
 				rel := "over"
 				if z < 0 {
 					rel = "under"
 				}
-				detail += fmt.Sprintf(": %.2f standard errors %s stable + %s (needs %.2f)", math.Abs(z), rel, pct(g.Margin5xx), need)
+				detail += fmt.Sprintf(": %.2f standard errors %s stable + %s (needs %.2f)", math.Abs(z), rel, pct(*g.Margin5xx), need)
 			}
 		}
 		switch {
 		case !stageOK:
-			detail += fmt.Sprintf("; fewer than %d answers: not judged", g.MinRequests)
+			detail += fmt.Sprintf("; fewer than %d answers: not judged", *g.MinRequests)
 		case !stableOK && stable.live > 0:
 			// Stable proxies exist but have not reported enough since the
 			// bake started: wait for them rather than blame the stage for
 			// what may be a fleet-wide incident.
 			gt.Judged = false
 			detail += "; waiting for the stable proxies' reports"
-		case sr > g.Max5xxRatio && (!stableOK || worse):
+		case sr > *g.Max5xxRatio && (!stableOK || worse):
 			gt.OK = false
 		}
 		gt.Detail = detail
 		v.add(gt)
 	}
-	if g.P99Factor >= 0 {
+	if *g.P99Factor >= 0 {
 		gt := rs.Gate{Name: "p99", OK: true, Judged: stageOK && stableOK}
 		sp := stage.all.Quantile(0.99)
-		limit := math.Max(bp, p99Floor) * g.P99Factor
-		gt.Detail = fmt.Sprintf("stage p99 ≤ %g ms, stable p99 ≤ %g ms; limit %g ms (stable, at least %g ms, × %g)", sp, bp, limit, p99Floor, g.P99Factor)
+		limit := math.Max(bp, p99Floor) * *g.P99Factor
+		gt.Detail = fmt.Sprintf("stage p99 ≤ %g ms, stable p99 ≤ %g ms; limit %g ms (stable, at least %g ms, × %g)", sp, bp, limit, p99Floor, *g.P99Factor)
 		if gt.Judged && sp > limit {
 			gt.OK = false
 		}
@@ -198,7 +198,7 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 		}
 		v.add(gt)
 	}
-	if g.ShareTolerance > 0 || g.BlackholeEpsilon >= 0 {
+	if g.ShareTolerance > 0 || *g.BlackholeEpsilon >= 0 {
 		names := make([]string, 0, len(stage.perCluster))
 		for n := range stage.perCluster {
 			names = append(names, n)
@@ -221,9 +221,9 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 			for _, sub := range subs {
 				want := 100 * float64(c.Row.Weights[sub]) / float64(c.Row.Denominator)
 				got := t.Share(sub)
-				if sub == config.Blackhole && g.BlackholeEpsilon >= 0 {
-					gt := rs.Gate{Name: "blackhole", OK: got <= want+g.BlackholeEpsilon, Judged: true,
-						Detail: fmt.Sprintf("cluster %s: blackhole share %.1f points, weight %.1f + %g", name, got, want, g.BlackholeEpsilon)}
+				if sub == config.Blackhole && *g.BlackholeEpsilon >= 0 {
+					gt := rs.Gate{Name: "blackhole", OK: got <= want+*g.BlackholeEpsilon, Judged: true,
+						Detail: fmt.Sprintf("cluster %s: blackhole share %.1f points, weight %.1f + %g", name, got, want, *g.BlackholeEpsilon)}
 					v.add(gt)
 				}
 				if g.ShareTolerance > 0 && (sub != config.Blackhole || c.Row.Weights[sub] > 0 || got > 0) {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicelb/sluice/api/config"
+	"github.com/sluicelb/sluice/api/report"
 	rs "github.com/sluicelb/sluice/api/rollout"
 )
 
@@ -57,7 +58,7 @@ func TestExcess5xx(t *testing.T) {
 // conf (nil: the default), judging from 10 answers a side (as the e2e
 // scenarios).
 func gatesOnly5xx(conf *float64) config.RolloutGates {
-	return config.RolloutGates{P99Factor: -1, BlackholeEpsilon: -1, Confidence5xx: conf, MinRequests: 10}.WithDefaults()
+	return config.RolloutGates{P99Factor: new(-1.0), BlackholeEpsilon: new(-1.0), Confidence5xx: conf, MinRequests: new(10)}.WithDefaults()
 }
 
 // proxiesSide: the traffic of proxies proxies answering errors 5xx of
@@ -123,6 +124,48 @@ func TestFiveXXGateSampleSize(t *testing.T) {
 		}
 		if failed := v.failed == "5xx"; failed != !c.ok || (failed && v.reason != c.detail) {
 			t.Errorf("%s: verdict failed %q reason %q, want failed %v with the detail", c.name, v.failed, v.reason, !c.ok)
+		}
+	}
+}
+
+// TestExplicitZeroGates: the explicit zeros the gates honour, each against
+// the same traffic with the field absent (the default): max_5xx_ratio 0
+// fails a stage under 5 % but over stable + margin; margin_5xx 0 at
+// confidence 0 fails a stage 0.1 point over stable and over the limit;
+// blackhole_epsilon_points 0 fails any drop beyond the blackhole weight.
+func TestExplicitZeroGates(t *testing.T) {
+	blackhole := func(dropped uint64) side {
+		s := proxiesSide(1, 0, 100)
+		s.perCluster = map[string]*report.Traffic{"demo-main": {Requests: 100,
+			SubClusters: map[string]uint64{"SC1": 60 - dropped, "SC2": 40, config.Blackhole: dropped}}}
+		return s
+	}
+	for _, c := range []struct {
+		name          string
+		zero, absent  config.RolloutGates
+		stage, stable side
+		gate          string
+		detail        string // the failing gate's, with the zero
+	}{
+		{"max_5xx_ratio 0: 4% over a stable 0%, beyond the default margin",
+			config.RolloutGates{Max5xxRatio: new(0.0), Confidence5xx: new(0.0)}, config.RolloutGates{Confidence5xx: new(0.0)},
+			proxiesSide(1, 16, 400), proxiesSide(2, 0, 400), "5xx",
+			"stage 5xx 4.0% of 400 answers (1 proxies), stable 0.0% of 400 answers (2 proxies); limit 0.0% and stable + 2.0%"},
+		{"margin_5xx 0: 5.2% against a stable 5.1%, over the limit",
+			config.RolloutGates{Margin5xx: new(0.0), Confidence5xx: new(0.0)}, config.RolloutGates{Confidence5xx: new(0.0)},
+			proxiesSide(1, 52, 1000), proxiesSide(2, 51, 1000), "5xx",
+			"stage 5xx 5.2% of 1000 answers (1 proxies), stable 5.1% of 1000 answers (2 proxies); limit 5.0% and stable + 0.0%"},
+		{"blackhole_epsilon_points 0: 3 points dropped with a blackhole weight 0",
+			config.RolloutGates{BlackholeEpsilon: new(0.0)}, config.RolloutGates{},
+			blackhole(3), proxiesSide(2, 0, 100), "blackhole",
+			"cluster demo-main: blackhole share 3.0 points, weight 0.0 + 0"},
+	} {
+		v := trafficGates(c.stage, c.stable, c.zero.WithDefaults(), snap(60), nil)
+		if v.failed != c.gate || v.reason != c.detail {
+			t.Errorf("%s: failed %q: %s\nwant failed %q: %s", c.name, v.failed, v.reason, c.gate, c.detail)
+		}
+		if v := trafficGates(c.stage, c.stable, c.absent.WithDefaults(), snap(60), nil); v.failed != "" {
+			t.Errorf("%s, the field absent: failed %q: %s; want passed (the default)", c.name, v.failed, v.reason)
 		}
 	}
 }

@@ -91,7 +91,7 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 			}
 			stageSide, stableSide := c.sides(rec, live, demand, ptr.Candidate, cand)
 			tv := trafficGates(stageSide, stableSide, gates, cand, rec.Baseline)
-			if stableSide.answers >= uint64(gates.MinRequests) {
+			if stableSide.answers >= uint64(*gates.MinRequests) {
 				rec.Baseline = &rs.Baseline{Ratio5xx: stableSide.ratio(), P99Ms: stableSide.all.Quantile(0.99), Answers: stableSide.answers, At: now}
 			}
 			v.gates = append(v.gates, tv.gates...)
