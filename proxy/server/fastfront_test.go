@@ -74,8 +74,9 @@ func frontBackend(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// exchange is what a client saw of one answer, comparable across fronts.
-func exchangeDump(t *testing.T, c *http.Client, method, url string, body io.Reader, size int64, hdr map[string]string) string {
+// demoExchange sends one request for host demo.test (size: its body's
+// length, -1 unknown) and returns the answer and its whole body.
+func demoExchange(t *testing.T, c *http.Client, method, url string, body io.Reader, size int64, hdr map[string]string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequest(method, url, body)
 	if err != nil {
@@ -97,6 +98,13 @@ func exchangeDump(t *testing.T, c *http.Client, method, url string, body io.Read
 	if err != nil {
 		t.Fatalf("%s %s: body: %v", method, url, err)
 	}
+	return res, b
+}
+
+// exchangeDump is what a client saw of one answer, comparable across fronts.
+func exchangeDump(t *testing.T, c *http.Client, method, url string, body io.Reader, size int64, hdr map[string]string) string {
+	t.Helper()
+	res, b := demoExchange(t, c, method, url, body, size, hdr)
 	digest := fmt.Sprintf("%x", sha256.Sum256(b))
 	if len(b) <= 200 {
 		digest = fmt.Sprintf("%q", b)

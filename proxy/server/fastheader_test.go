@@ -129,20 +129,7 @@ func TestFrontsRelayBackendFieldsAlike(t *testing.T) {
 	std := newProxy(t, snap, proxyOpts{frontKind: FrontStd, opts: o})
 	fast := newProxy(t, snap, proxyOpts{frontKind: FrontFastHTTP, opts: o})
 	dump := func(c *http.Client, method, url string) string {
-		req, err := http.NewRequest(method, url, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Host = "demo.test"
-		res, err := c.Do(req)
-		if err != nil {
-			t.Fatalf("%s %s: %v", method, url, err)
-		}
-		b, err := io.ReadAll(res.Body)
-		res.Body.Close()
-		if err != nil {
-			t.Fatalf("%s %s: body: %v", method, url, err)
-		}
+		res, b := demoExchange(t, c, method, url, nil, -1, nil)
 		var lines []string
 		for k, vv := range res.Header {
 			if k == "Date" {
