@@ -47,7 +47,8 @@ type RolloutStage struct {
 // RolloutGates are the thresholds of every stage. The pointer fields are
 // nil when absent and then take the defaults below (WithDefaults); an
 // explicit 0 means what the field says it means, never "the default".
-// A negative ratio, factor or epsilon turns that gate off.
+// A negative max_5xx_ratio, p99_factor or blackhole_epsilon_points turns
+// that gate off; a negative margin_5xx or share_tolerance_points is refused.
 type RolloutGates struct {
 	// ApplyTimeout: every selected proxy applies the candidate within it.
 	// Absent: 30s. 0s is refused (validate): it would fail every stage
@@ -60,7 +61,7 @@ type RolloutGates struct {
 	Max5xxRatio *float64 `json:"max_5xx_ratio,omitempty"`
 	// Margin5xx (0-1) over the stable proxies' 5xx ratio measured at the
 	// same time (a fleet-wide incident is not the candidate's). Absent:
-	// 0.02; 0: no margin.
+	// 0.02; 0: no margin; negative is refused (validate).
 	Margin5xx *float64 `json:"margin_5xx,omitempty"`
 	// Confidence5xx (0 < c < 1): the stage is above the stable ratio +
 	// Margin5xx only when a one-sided two-proportion test says so at this
@@ -75,7 +76,8 @@ type RolloutGates struct {
 	// ShareTolerance (points): a sub-cluster's realised share on the stage's
 	// proxies farther than this from the candidate's weight fails the
 	// stage. Absent or 0: off (a realised share is never exactly its
-	// weight). Not a pointer: 0 and absent mean the same.
+	// weight). Not a pointer: 0 and absent mean the same. Negative is
+	// refused (validate).
 	ShareTolerance float64 `json:"share_tolerance_points,omitempty"`
 	// BlackholeEpsilon (points): the realised blackhole share above the
 	// candidate's blackhole weight + this fails the stage. Absent: 5; 0: no

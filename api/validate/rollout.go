@@ -87,6 +87,15 @@ func (c *collector) rolloutGates(path string, g config.RolloutGates) {
 			c.add(path+r.name, "%v is a ratio above 1; write 0.05 for 5 %%", *r.v)
 		}
 	}
+	if m := g.Margin5xx; m != nil && *m < 0 {
+		// (a negative margin would make the gate stricter than the stable
+		// proxies, not turn it off as a negative max_5xx_ratio does)
+		c.add(path+"margin_5xx", "%v is negative; want a margin ≥ 0 over the stable proxies' ratio (0: none; absent: %v)",
+			*m, config.DefaultMargin5xx)
+	}
+	if g.ShareTolerance < 0 {
+		c.add(path+"share_tolerance_points", "%v points is negative; want a tolerance ≥ 0 (0: off)", g.ShareTolerance)
+	}
 	if conf := g.Confidence5xx; conf != nil && (*conf < 0 || *conf >= 1) {
 		c.add(path+"confidence_5xx", "%v is outside 0 < c < 1; write 0.99 for 99 %% (0: off, the plain margin)", *conf)
 	}

@@ -50,7 +50,8 @@ func TestRolloutRules(t *testing.T) {
 		}
 		s.Topology.ProxyClusters["BFE2"] = pc
 		pc1 := s.Topology.ProxyClusters["BFE1"]
-		pc1.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1}}, Gates: config.RolloutGates{Confidence5xx: new(1.0)}}
+		pc1.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1}}, Gates: config.RolloutGates{Confidence5xx: new(1.0),
+			Margin5xx: new(-0.01), ShareTolerance: -1}}
 		s.Topology.ProxyClusters["BFE1"] = pc1
 		es, ok := AsErrors(State(s))
 		if !ok {
@@ -64,6 +65,8 @@ func TestRolloutRules(t *testing.T) {
 			"rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor > 0 (absent: 3), or a negative value to turn the p99 gate off",
 			"rollout.stages: is empty; want at least one stage (or no rollout policy)",
 			"topology.proxy_clusters.BFE1.rollout.gates.confidence_5xx: 1 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
+			"topology.proxy_clusters.BFE1.rollout.gates.margin_5xx: -0.01 is negative; want a margin ≥ 0 over the stable proxies' ratio (0: none; absent: 0.02)",
+			"topology.proxy_clusters.BFE1.rollout.gates.share_tolerance_points: -1 points is negative; want a tolerance ≥ 0 (0: off)",
 			p + ".gates.blackhole_epsilon_points: 150 points is above 100",
 			p + ".gates.confidence_5xx: 99 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			p + ".gates.margin_5xx: 2 is a ratio above 1; write 0.05 for 5 %",
