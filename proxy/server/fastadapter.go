@@ -325,9 +325,10 @@ type headerWriter struct {
 	canon bool
 }
 
-// put writes the field k: v. single says that no field named k went to
-// fasthttp before and none will follow: it may then be set, not added.
-func (hw *headerWriter) put(k string, v []byte, single bool) {
+// put writes the field k: v. first says that no field named k went to
+// fasthttp before: setting it then appends, as adding would, without
+// normalizing the name.
+func (hw *headerWriter) put(k string, v []byte, first bool) {
 	rh := hw.rh
 	switch k {
 	case "Content-Type":
@@ -370,7 +371,7 @@ func (hw *headerWriter) put(k string, v []byte, single bool) {
 	if len(k) > len(http.TrailerPrefix) && k[:len(http.TrailerPrefix)] == http.TrailerPrefix {
 		return
 	}
-	if hw.canon && single && fastCanonical(k) {
+	if hw.canon && first && fastCanonical(k) {
 		// What Add does, without copying and normalizing the name: a name
 		// fasthttp holds no field of yet (a fresh response header, and
 		// every name before a different canonical one), so setting it
