@@ -2,12 +2,8 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/sluicelb/sluice/api/config"
@@ -26,14 +22,7 @@ func TestDesiredStateActionsSayNotLive(t *testing.T) {
 	c.Policy = config.DefaultPolicy()
 	st.Clusters["c"] = c
 	st.Pins[0].Weights = map[string]int{"SC1": 100}
-	b, _ := json.Marshal(st)
-	if _, err := cli.Put(context.Background(), layout.Desired(), string(b)); err != nil {
-		t.Fatal(err)
-	}
-	d := New(Options{Client: cli, Layout: layout, Inputs: (&fakeInputs{}).get, Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(d.Handler())
-	defer srv.Close()
-	act := func(body string) (int, map[string]string) { t.Helper(); return postAction(t, srv.URL, body) }
+	act := actionServer(t, cli, st)
 	rev := func() int64 {
 		t.Helper()
 		r, err := cli.Get(context.Background(), layout.Desired())

@@ -21,14 +21,7 @@ import (
 // nothing.
 func TestShiftCreateAction(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	b, _ := json.Marshal(state())
-	if _, err := cli.Put(context.Background(), layout.Desired(), string(b)); err != nil {
-		t.Fatal(err)
-	}
-	d := New(Options{Client: cli, Layout: layout, Inputs: (&fakeInputs{}).get, Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	srv := httptest.NewServer(d.Handler())
-	defer srv.Close()
-	act := func(body string) (int, map[string]string) { t.Helper(); return postAction(t, srv.URL, body) }
+	act := actionServer(t, cli, state())
 	shifts := func() []config.Shift {
 		t.Helper()
 		r, err := cli.Get(context.Background(), layout.ShiftsPrefix(), clientv3.WithPrefix())
@@ -84,6 +77,20 @@ func TestShiftCreateAction(t *testing.T) {
 
 // postAction posts body to the dashboard's action endpoint at url with the
 // test's token and the CSRF header, and returns the status and the answer.
+// actionServer stores st as the desired state, serves a dashboard over it
+// (token "tok") until the test ends, and returns the page's action call.
+func actionServer(t *testing.T, cli *clientv3.Client, st *config.State) func(body string) (int, map[string]string) {
+	t.Helper()
+	b, _ := json.Marshal(st)
+	if _, err := cli.Put(context.Background(), layout.Desired(), string(b)); err != nil {
+		t.Fatal(err)
+	}
+	d := New(Options{Client: cli, Layout: layout, Inputs: (&fakeInputs{}).get, Token: "tok", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	srv := httptest.NewServer(d.Handler())
+	t.Cleanup(srv.Close)
+	return func(body string) (int, map[string]string) { t.Helper(); return postAction(t, srv.URL, body) }
+}
+
 func postAction(t *testing.T, url, body string) (int, map[string]string) {
 	t.Helper()
 	req, _ := http.NewRequest(http.MethodPost, url+"/ui/api/action", strings.NewReader(body))
