@@ -46,6 +46,8 @@ UPROWS=${UPROWS-lbproxy-up lbproxy-up-std nginx-up}
 RSS_SETTLE=${RSS_SETTLE:-20s} # then poll RSS until it stops falling, at most this long (0: off)
 read -r -a LBFLAGS <<< "${LBFLAGS:-}" # more lbproxy flags for every lbproxy row, e.g. LBFLAGS="--gc-percent 100"
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/snapshot.sh
+. "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-idle.XXXXXX)
 PIDS=()
 CONTAINERS=(); IMAGES=()
@@ -68,13 +70,7 @@ P=${PORT_BASE:-$("$WORK/benchtool" ports -n 6)}
 echo "ports $P-$((P + 5))" >&2
 BE=$P BEUP=$((P + 1)) LISTEN=127.0.0.1:$((P + 2)) LISTENTLS=127.0.0.1:$((P + 3)) ADMIN=127.0.0.1:$((P + 4)) NGX=127.0.0.1:$((P + 5))
 "$WORK/benchtool" backends -addrs 127.0.0.1:$BE & PIDS+=($!)
-cat > "$WORK/snapshot.json" <<JSON
-{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
- "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
- "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[{"addr":"127.0.0.1","port":$BE,"weight":1}]}},
-   "row":{"denominator":100,"weights":{"SC1":100}}}}}
-JSON
+bench_snapshot '"bench.test"' "127.0.0.1:$BE" > "$WORK/snapshot.json"
 sed -e "s/\"port\":$BE,/\"port\":$BEUP,/" -e 's/"row":/"policy":{"pool":{"max_idle_conns_per_host":100000,"idle_timeout":"10m"}},"row":/' \
   "$WORK/snapshot.json" > "$WORK/snapshot-up.json"
 NGINX=$(command -v nginx || true)

@@ -16,6 +16,8 @@ PHASE=${PHASE:-5s}
 SPIN=${SPIN:-0}
 SCENARIOS=${SCENARIOS:-"2000/64 200/64 50/64 2000/8"}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/snapshot.sh
+. "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-lat.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -38,15 +40,7 @@ mkdir -p "$WORK/nginx.tmp"
   echo "  keepalive 64; }"
   echo " server { listen 127.0.0.1:$P; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
 } > "$WORK/nginx.conf"
-INST=""
-for i in 0 1 2 3; do INST+="{\"addr\":\"${B[$i]%:*}\",\"port\":${B[$i]#*:},\"weight\":${W[$i]}},"; done
-cat > "$WORK/snapshot.json" <<JSON
-{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
- "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
- "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
-   "row":{"denominator":100,"weights":{"SC1":100}}}}}
-JSON
+bench_snapshot '"bench.test"' "${B[0]}=${W[0]}" "${B[1]}=${W[1]}" "${B[2]}=${W[2]}" "${B[3]}=${W[3]}" > "$WORK/snapshot.json"
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!
 GOMAXPROCS=1 taskset -c 0 "$WORK/lbproxy" --proxy-cluster BENCH --id lean --config "$WORK/snapshot.json" \
   --listen 127.0.0.1:$((P + 2)) --admin 127.0.0.1:$((P + 12)) --access-log off --trace-sample 0 2>"$WORK/lean.log" & PIDS+=($!); LEAN_PID=$!

@@ -12,6 +12,8 @@
 set -euo pipefail
 PHASE=${PHASE:-10s}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/snapshot.sh
+. "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-pgo.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -28,15 +30,7 @@ openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 20)}
 B=(127.0.0.1:$((P + 10)) 127.0.0.1:$((P + 11)) 127.0.0.1:$((P + 12)) 127.0.0.1:$((P + 13)))
 "$WORK/benchtool" backends -addrs "$(IFS=,; echo "${B[*]}")" & PIDS+=($!)
-INST=""
-for b in "${B[@]}"; do INST+="{\"addr\":\"${b%:*}\",\"port\":${b#*:},\"weight\":1},"; done
-cat > "$WORK/snapshot.json" <<JSON
-{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
- "products":{"bench":{"hosts":["bench.test","127.0.0.1"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
- "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
-   "row":{"denominator":100,"weights":{"SC1":100}}}}}
-JSON
+bench_snapshot '"bench.test","127.0.0.1"' "${B[@]}" > "$WORK/snapshot.json"
 GOMAXPROCS=1 "$WORK/lbproxy" --proxy-cluster BENCH --id pgo --config "$WORK/snapshot.json" \
   --listen 127.0.0.1:$P --listen-tls 127.0.0.1:$((P + 1)) --tls-cert "$WORK/cert.pem" --tls-key "$WORK/key.pem" \
   --admin 127.0.0.1:$((P + 2)) --pprof --access-log off --trace-sample 0 2>"$WORK/lbproxy.log" & PIDS+=($!)

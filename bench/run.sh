@@ -54,6 +54,8 @@ CPU_RATE=${CPU_RATE:-8000}
 PHASE=${PHASE:-5s} # each of the two fixed-rate phases
 WARMUP=${WARMUP:-1s} # unmeasured closed loop before each row's phases (0: none)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/snapshot.sh
+. "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -113,23 +115,9 @@ nginxconf nginx-log $((P + 7)) "access_log $WORK/nginx-access.log sluice buffer=
   echo "backend be"; echo "  balance roundrobin"
   for i in 0 1 2 3; do echo "  server s$i ${B[$i]} weight ${W[$i]}"; done
 } > "$WORK/haproxy.cfg"
-INST=""
-for i in 0 1 2 3; do
-  INST+="{\"addr\":\"${B[$i]%:*}\",\"port\":${B[$i]#*:},\"weight\":${W[$i]}},"
-done
-snapshot() { # $1: instances JSON
-cat <<JSON
-{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
- "products":{"bench":{"hosts":["bench.test"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
- "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[$1]}},
-   "row":{"denominator":100,"weights":{"SC1":100}}}}}
-JSON
-}
-snapshot "${INST%,}" > "$WORK/snapshot.json"
-INST1K="$INST"
-for a in "${EXTRA[@]}"; do INST1K+="{\"addr\":\"${a%:*}\",\"port\":${a#*:},\"weight\":1},"; done
-snapshot "${INST1K%,}" > "$WORK/snapshot1k.json"
+WEIGHTED=("${B[0]}=${W[0]}" "${B[1]}=${W[1]}" "${B[2]}=${W[2]}" "${B[3]}=${W[3]}")
+bench_snapshot '"bench.test"' "${WEIGHTED[@]}" > "$WORK/snapshot.json"
+bench_snapshot '"bench.test"' "${WEIGHTED[@]}" "${EXTRA[@]}" > "$WORK/snapshot1k.json"
 
 # --- proxies (core 0) ---------------------------------------------------------
 taskset -c 0 "$NGINX" -c "$WORK/nginx.conf" -p "$WORK" & PIDS+=($!); NGINX_PID=$!

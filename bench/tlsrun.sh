@@ -60,6 +60,8 @@ DURATION=${DURATION:-8s}
 HS_DURATION=${HS_DURATION:-5s}
 PHASES=" ${PHASES:-h1 h2 hs hsf} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/snapshot.sh
+. "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-tls.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"; }
@@ -94,15 +96,7 @@ taskset -c 1 "$WORK/benchtool" backends -body "${BODY:-100}" -addrs "$(IFS=,; ec
   echo " upstream be {"; for b in "${B[@]}"; do echo "  server $b;"; done; echo "  keepalive 64; }"
   echo " server { listen 127.0.0.1:$P ssl http2; location / { proxy_pass http://be; proxy_http_version 1.1; proxy_set_header Connection \"\"; } } }"
 } > "$WORK/nginx.conf"
-INST=""
-for b in "${B[@]}"; do INST+="{\"addr\":\"${b%:*}\",\"port\":${b#*:},\"weight\":1},"; done
-cat > "$WORK/snapshot.json" <<JSON
-{"meta":{"proxy_cluster":"BENCH","version":1,"created_at":"2025-01-01T00:00:00Z"},
- "products":{"bench":{"hosts":["bench.test","127.0.0.1"],"rules":[{"name":"all","cond":"default_t()","cluster":"be"}]}},
- "default_product":"bench",
- "clusters":{"be":{"subclusters":{"SC1":{"idc":"IDC1","instances":[${INST%,}]}},
-   "row":{"denominator":100,"weights":{"SC1":100}}}}}
-JSON
+bench_snapshot '"bench.test","127.0.0.1"' "${B[@]}" > "$WORK/snapshot.json"
 RUN=(taskset -c 0) NGINX_G=()
 if [ -n "${CALLGRIND:-}" ]; then
   # shellcheck disable=SC2206 # CG_OPTS: words
