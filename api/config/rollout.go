@@ -69,9 +69,11 @@ type RolloutGates struct {
 	// alone does not fail a stage. Absent: 0.99; 0: off, the ratios are
 	// compared plainly.
 	Confidence5xx *float64 `json:"confidence_5xx,omitempty"`
-	// P99Factor: the stage's p99 latency above the stable proxies' × this
-	// factor fails the stage. Absent: 3; negative: off; 0 is refused
-	// (validate): it would fail every stage with any latency.
+	// P99Factor (≥ 1): the stage's p99 latency above the stable proxies' ×
+	// this factor fails the stage. Absent: 3; negative: off. 0 ≤ f < 1 is
+	// refused (validate): 0 would fail every stage with any latency, and a
+	// factor below 1 demands a canary faster than the stable proxies, which
+	// fails a fair one by noise alone.
 	P99Factor *float64 `json:"p99_factor,omitempty"`
 	// ShareTolerance (points): a sub-cluster's realised share on the stage's
 	// proxies farther than this from the candidate's weight fails the

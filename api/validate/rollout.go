@@ -99,9 +99,15 @@ func (c *collector) rolloutGates(path string, g config.RolloutGates) {
 	if conf := g.Confidence5xx; conf != nil && (*conf < 0 || *conf >= 1) {
 		c.add(path+"confidence_5xx", "%v is outside 0 < c < 1; write 0.99 for 99 %% (0: off, the plain margin)", *conf)
 	}
-	if f := g.P99Factor; f != nil && *f == 0 {
-		c.add(path+"p99_factor", "0 would fail every stage with any latency; want a factor > 0 (absent: %v), or a negative value to turn the p99 gate off",
-			config.DefaultP99Factor)
+	// (negative turns the gate off; 1 passes a canary as slow as the
+	// stable proxies, and no slower)
+	if f := g.P99Factor; f != nil && *f >= 0 && *f < 1 {
+		why := "would demand a canary faster than the stable proxies, failing a fair one by noise"
+		if *f == 0 {
+			why = "would fail every stage with any latency"
+		}
+		c.add(path+"p99_factor", "%v %s; want a factor ≥ 1 (absent: %v), or a negative value to turn the p99 gate off",
+			*f, why, config.DefaultP99Factor)
 	}
 	for _, r := range []struct {
 		name string

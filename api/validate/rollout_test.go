@@ -21,7 +21,7 @@ func TestRolloutRules(t *testing.T) {
 			Stages: []config.RolloutStage{{Count: 1}, {Percent: 50}, {ProxyClusters: []string{"BFE1"}},
 				{Count: 1}, {Percent: 50}, {Percent: 100}},
 			Gates: config.RolloutGates{ApplyTimeout: new(config.Duration(1)), Max5xxRatio: new(1.0), Margin5xx: new(1.0), Confidence5xx: new(0.0),
-				P99Factor: new(0.001), ShareTolerance: 100, BlackholeEpsilon: new(100.0), MinRequests: new(1)},
+				P99Factor: new(1.0), ShareTolerance: 100, BlackholeEpsilon: new(100.0), MinRequests: new(1)},
 			Promotion: config.PromotionManual,
 		}
 		pc := s.Topology.ProxyClusters["BFE2"]
@@ -44,7 +44,7 @@ func TestRolloutRules(t *testing.T) {
 		pc.Rollout = &config.RolloutPolicy{
 			Stages: []config.RolloutStage{{}, {Count: 2, Percent: 10}, {Count: -1}, {Count: 3}, {Count: 2},
 				{Percent: 60}, {Percent: 50}, {Percent: 101}, {Percent: -1}, {ProxyClusters: []string{"BFE1", "NOPE"}}},
-			Gates: config.RolloutGates{Max5xxRatio: new(1.5), Margin5xx: new(2.0), Confidence5xx: new(99.0), ShareTolerance: 101,
+			Gates: config.RolloutGates{Max5xxRatio: new(1.5), Margin5xx: new(2.0), Confidence5xx: new(99.0), P99Factor: new(0.5), ShareTolerance: 101,
 				BlackholeEpsilon: new(150.0), MinRequests: new(-1)},
 			Promotion: "sometimes",
 		}
@@ -62,7 +62,7 @@ func TestRolloutRules(t *testing.T) {
 			"rollout.gates.apply_timeout: 0s would fail every stage before its proxies could apply the candidate; want a duration > 0 (absent: 30s)",
 			"rollout.gates.confidence_5xx: -0.5 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			"rollout.gates.min_requests: 0 would judge a side with no answers; want at least 1 answer (absent: 20)",
-			"rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor > 0 (absent: 3), or a negative value to turn the p99 gate off",
+			"rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor ≥ 1 (absent: 3), or a negative value to turn the p99 gate off",
 			"rollout.stages: is empty; want at least one stage (or no rollout policy)",
 			"topology.proxy_clusters.BFE1.rollout.gates.confidence_5xx: 1 is outside 0 < c < 1; write 0.99 for 99 % (0: off, the plain margin)",
 			"topology.proxy_clusters.BFE1.rollout.gates.margin_5xx: -0.01 is negative; want a margin ≥ 0 over the stable proxies' ratio (0: none; absent: 0.02)",
@@ -72,6 +72,7 @@ func TestRolloutRules(t *testing.T) {
 			p + ".gates.margin_5xx: 2 is a ratio above 1; write 0.05 for 5 %",
 			p + ".gates.max_5xx_ratio: 1.5 is a ratio above 1; write 0.05 for 5 %",
 			p + ".gates.min_requests: -1 would judge a side with no answers; want at least 1 answer (absent: 20)",
+			p + ".gates.p99_factor: 0.5 would demand a canary faster than the stable proxies, failing a fair one by noise; want a factor ≥ 1 (absent: 3), or a negative value to turn the p99 gate off",
 			p + ".gates.share_tolerance_points: 101 points is above 100",
 			p + `.promotion: "sometimes" is neither "auto" nor "manual"`,
 			p + ".stages[0]: sets 0 of count, percent and proxy_clusters; want exactly one",
@@ -136,7 +137,7 @@ func TestRolloutExplicitZero(t *testing.T) {
 		{"max_5xx_ratio", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Max5xxRatio }, 0, 0.05},
 		{"margin_5xx", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Margin5xx }, 0, 0.02},
 		{"confidence_5xx", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).Confidence5xx }, 0, 0.99},
-		{"p99_factor", "0", "rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor > 0 (absent: 3), or a negative value to turn the p99 gate off",
+		{"p99_factor", "0", "rollout.gates.p99_factor: 0 would fail every stage with any latency; want a factor ≥ 1 (absent: 3), or a negative value to turn the p99 gate off",
 			func(p config.RolloutPolicy) float64 { return *gates(p).P99Factor }, 0, 3},
 		{"share_tolerance_points", "0", "", func(p config.RolloutPolicy) float64 { return gates(p).ShareTolerance }, 0, 0},
 		{"blackhole_epsilon_points", "0", "", func(p config.RolloutPolicy) float64 { return *gates(p).BlackholeEpsilon }, 0, 5},
@@ -188,5 +189,63 @@ func TestRolloutExplicitZero(t *testing.T) {
 				t.Errorf("%s absent: used as %v, want the default %v", c.field, got, c.dflt)
 			}
 		})
+	}
+}
+
+// TestRolloutP99FactorBelowOne: p99_factor written in YAML is refused
+// from 0 up to (not including) 1 — a factor below 1 demands a canary
+// faster than the stable proxies — with the field, the value and the rule;
+// 1 and above are used as written (also after the JSON round trip of the
+// stored state), a negative value turns the gate off, absent is 3.
+func TestRolloutP99FactorBelowOne(t *testing.T) {
+	const rule = "; want a factor ≥ 1 (absent: 3), or a negative value to turn the p99 gate off"
+	const faster = " would demand a canary faster than the stable proxies, failing a fair one by noise" + rule
+	for _, c := range []struct {
+		written string // "": absent
+		err     string // "": accepted
+		used    float64
+	}{
+		{"0", "rollout.gates.p99_factor: 0 would fail every stage with any latency" + rule, 0},
+		{"0.001", "rollout.gates.p99_factor: 0.001" + faster, 0},
+		{"0.5", "rollout.gates.p99_factor: 0.5" + faster, 0},
+		{"0.999", "rollout.gates.p99_factor: 0.999" + faster, 0},
+		{"1", "", 1},
+		{"1.5", "", 1.5},
+		{"-1", "", -1},
+		{"-0.5", "", -0.5},
+		{"", "", 3},
+	} {
+		gates := "{}"
+		if c.written != "" {
+			gates = "{p99_factor: " + c.written + "}"
+		}
+		s := loadMission(t)
+		s.Rollout = &config.RolloutPolicy{}
+		doc := "stages: [{count: 1}]\ngates: " + gates + "\n"
+		if err := codec.Unmarshal([]byte(doc), s.Rollout); err != nil {
+			t.Fatalf("decode %q: %v", doc, err)
+		}
+		err := State(s)
+		if c.err != "" {
+			if err == nil || err.Error() != c.err {
+				t.Errorf("p99_factor: %s: State() = %v\nwant %s", c.written, err, c.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("p99_factor: %q: State() = %v, want nil", c.written, err)
+			continue
+		}
+		raw, err := json.Marshal(s.Rollout)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back config.RolloutPolicy
+		if err := codec.Unmarshal(raw, &back); err != nil {
+			t.Fatalf("decode %s: %v", raw, err)
+		}
+		if got := *back.Gates.WithDefaults().P99Factor; got != c.used {
+			t.Errorf("p99_factor: %q is used as %v after the round trip, want %v", c.written, got, c.used)
+		}
 	}
 }
