@@ -26,17 +26,23 @@ const (
 )
 
 // RolloutStage selects the proxies that run the candidate. Exactly one of
-// Count, Percent and ProxyClusters is set.
+// Count, Percent and ProxyClusters is written (validate): a selector is set
+// when it is present, whatever its value, so an explicit `count: 0` next to
+// `percent: 50` is two selectors (refused), never a percent stage, and
+// `count: 0` alone is refused by its rule, never read as "unset". As the
+// gates' pointers (RolloutGates): nil is absent, a pointer to 0 was written.
 type RolloutStage struct {
 	// Count proxies of each proxy cluster (of its live proxies, the first by
-	// a hash of their id: always the same ones).
-	Count int `json:"count,omitempty"`
+	// a hash of their id: always the same ones); ≥ 1.
+	Count *int `json:"count,omitempty"`
 	// Percent of each proxy cluster's proxies (0 < p ≤ 100), chosen by a
 	// hash of their id: a proxy decides by itself, also when it restarts.
-	Percent float64 `json:"percent,omitempty"`
+	Percent *float64 `json:"percent,omitempty"`
 	// ProxyClusters: every proxy of these proxy clusters (an IDC at a time);
-	// the proxy clusters not listed wait for a later stage.
-	ProxyClusters []string `json:"proxy_clusters,omitempty"`
+	// the proxy clusters not listed wait for a later stage. Nil is absent;
+	// a written empty list (non-nil, kept by omitzero through the stored
+	// JSON) is set, and refused (validate).
+	ProxyClusters []string `json:"proxy_clusters,omitzero"`
 	// Bake is how long the gates watch the stage's traffic once every
 	// selected proxy applied the candidate. Absent: 60s. 0s: no bake, the
 	// stage passes once its proxies applied the candidate (the traffic gates

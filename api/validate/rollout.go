@@ -2,6 +2,7 @@ package validate
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/sluicelb/sluice/api/config"
 )
@@ -25,36 +26,54 @@ func (c *collector) rollout(path string, p *config.RolloutPolicy, s *config.Stat
 	lastPercent, lastCount := 0.0, 0
 	for i, st := range p.Stages {
 		sp := fmt.Sprintf("%s.stages[%d]", path, i)
-		set := 0
-		if st.Count != 0 {
-			set++
+		// A selector is set when it was written, whatever its value
+		// (config.RolloutStage): an explicit 0 or empty list is never
+		// skipped over for another selector.
+		var set []string
+		if st.Count != nil {
+			set = append(set, "count")
 		}
-		if st.Percent != 0 {
-			set++
+		if st.Percent != nil {
+			set = append(set, "percent")
 		}
-		if len(st.ProxyClusters) > 0 {
-			set++
+		if st.ProxyClusters != nil {
+			set = append(set, "proxy_clusters")
 		}
-		if set != 1 {
-			c.add(sp, "sets %d of count, percent and proxy_clusters; want exactly one", set)
+		switch len(set) {
+		case 0:
+			c.add(sp, "sets none of count, percent and proxy_clusters; set exactly one")
+		case 1:
+		default:
+			c.add(sp, "sets %s; set exactly one of count, percent and proxy_clusters", joinAnd(set))
 		}
 		// A value refused here is not compared with the later stages':
 		// one wrong field gives one error, not one more per stage after it.
-		switch {
-		case st.Count < 0:
-			c.add(sp+".count", "%d is negative; want a number of proxies ≥ 1", st.Count)
-		case st.Count > 0 && st.Count < lastCount:
-			c.add(sp+".count", "%d is below an earlier stage's %d; a stage includes the previous ones' proxies", st.Count, lastCount)
-		default:
-			lastCount = max(lastCount, st.Count)
+		if n := st.Count; n != nil {
+			switch {
+			case *n < 0:
+				c.add(sp+".count", "%d is negative; want a number of proxies ≥ 1", *n)
+			case *n == 0:
+				c.add(sp+".count", "0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1")
+			case *n < lastCount:
+				c.add(sp+".count", "%d is below an earlier stage's %d; a stage includes the previous ones' proxies", *n, lastCount)
+			default:
+				lastCount = *n
+			}
 		}
-		switch {
-		case st.Percent < 0 || st.Percent > 100:
-			c.add(sp+".percent", "%v is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)", st.Percent)
-		case st.Percent > 0 && st.Percent < lastPercent:
-			c.add(sp+".percent", "%v is below an earlier stage's %v; a stage includes the previous ones' proxies", st.Percent, lastPercent)
-		default:
-			lastPercent = max(lastPercent, st.Percent)
+		if pct := st.Percent; pct != nil {
+			switch {
+			case *pct == 0:
+				c.add(sp+".percent", "0 selects no proxy, and a stage must select at least one; want 0 < p ≤ 100 (a percent of each proxy cluster's proxies)")
+			case *pct < 0 || *pct > 100:
+				c.add(sp+".percent", "%v is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)", *pct)
+			case *pct < lastPercent:
+				c.add(sp+".percent", "%v is below an earlier stage's %v; a stage includes the previous ones' proxies", *pct, lastPercent)
+			default:
+				lastPercent = *pct
+			}
+		}
+		if st.ProxyClusters != nil && len(st.ProxyClusters) == 0 {
+			c.add(sp+".proxy_clusters", "[] selects no proxy, and a stage must select at least one; want at least one name of topology.proxy_clusters")
 		}
 		for j, pc := range st.ProxyClusters {
 			if _, ok := s.Topology.ProxyClusters[pc]; !ok {
@@ -120,4 +139,12 @@ func (c *collector) rolloutGates(path string, g config.RolloutGates) {
 	if n := g.MinRequests; n != nil && *n < 1 {
 		c.add(path+"min_requests", "%d would judge a side with no answers; want at least 1 answer (absent: %d)", *n, config.DefaultMinRequests)
 	}
+}
+
+// joinAnd is "a and b", "a, b and c".
+func joinAnd(xs []string) string {
+	if len(xs) < 2 {
+		return strings.Join(xs, "")
+	}
+	return strings.Join(xs[:len(xs)-1], ", ") + " and " + xs[len(xs)-1]
 }

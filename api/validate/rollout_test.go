@@ -2,6 +2,7 @@ package validate
 
 import (
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -18,8 +19,8 @@ func TestRolloutRules(t *testing.T) {
 		// field is not "below" an earlier one), equal counts and percents
 		// again, 100 percent, and every gate at its limit.
 		s.Rollout = &config.RolloutPolicy{
-			Stages: []config.RolloutStage{{Count: 1}, {Percent: 50}, {ProxyClusters: []string{"BFE1"}},
-				{Count: 1}, {Percent: 50}, {Percent: 100}},
+			Stages: []config.RolloutStage{{Count: new(1)}, {Percent: new(50.0)}, {ProxyClusters: []string{"BFE1"}},
+				{Count: new(1)}, {Percent: new(50.0)}, {Percent: new(100.0)}},
 			Gates: config.RolloutGates{ApplyTimeout: new(config.Duration(1)), Max5xxRatio: new(1.0), Margin5xx: new(1.0), Confidence5xx: new(0.0),
 				P99Factor: new(1.0), ShareTolerance: 100, BlackholeEpsilon: new(100.0), MinRequests: new(1)},
 			Promotion: config.PromotionManual,
@@ -27,7 +28,7 @@ func TestRolloutRules(t *testing.T) {
 		pc := s.Topology.ProxyClusters["BFE2"]
 		// The explicit zeros that mean what they say, and the negative
 		// values that turn a gate off.
-		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 2, Bake: new(config.Duration(0))}},
+		pc.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: new(2), Bake: new(config.Duration(0))}},
 			Gates: config.RolloutGates{Max5xxRatio: new(0.0), Margin5xx: new(0.0), Confidence5xx: new(0.9999), P99Factor: new(-1.0),
 				BlackholeEpsilon: new(0.0)},
 			Promotion: config.PromotionAuto}
@@ -42,15 +43,19 @@ func TestRolloutRules(t *testing.T) {
 			P99Factor: new(0.0), MinRequests: new(0)}}
 		pc := s.Topology.ProxyClusters["BFE2"]
 		pc.Rollout = &config.RolloutPolicy{
-			Stages: []config.RolloutStage{{}, {Count: 2, Percent: 10}, {Count: -1}, {Count: 3}, {Count: 2},
-				{Percent: 60}, {Percent: 50}, {Percent: 101}, {Percent: -1}, {ProxyClusters: []string{"BFE1", "NOPE"}}},
+			Stages: []config.RolloutStage{{}, {Count: new(2), Percent: new(10.0)}, {Count: new(-1)}, {Count: new(3)}, {Count: new(2)},
+				{Percent: new(60.0)}, {Percent: new(50.0)}, {Percent: new(101.0)}, {Percent: new(-1.0)}, {ProxyClusters: []string{"BFE1", "NOPE"}},
+				// Explicit zeros and an empty list select no proxy; a
+				// selector written as 0 next to another is still written.
+				{Count: new(0)}, {Percent: new(0.0)}, {ProxyClusters: []string{}}, {Count: new(0), Percent: new(60.0)},
+				{Count: new(3), Percent: new(100.0), ProxyClusters: []string{"BFE1"}}},
 			Gates: config.RolloutGates{Max5xxRatio: new(1.5), Margin5xx: new(2.0), Confidence5xx: new(99.0), P99Factor: new(0.5), ShareTolerance: 101,
 				BlackholeEpsilon: new(150.0), MinRequests: new(-1)},
 			Promotion: "sometimes",
 		}
 		s.Topology.ProxyClusters["BFE2"] = pc
 		pc1 := s.Topology.ProxyClusters["BFE1"]
-		pc1.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1}}, Gates: config.RolloutGates{Confidence5xx: new(1.0),
+		pc1.Rollout = &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: new(1)}}, Gates: config.RolloutGates{Confidence5xx: new(1.0),
 			Margin5xx: new(-0.01), ShareTolerance: -1}}
 		s.Topology.ProxyClusters["BFE1"] = pc1
 		es, ok := AsErrors(State(s))
@@ -75,8 +80,14 @@ func TestRolloutRules(t *testing.T) {
 			p + ".gates.p99_factor: 0.5 would demand a canary faster than the stable proxies, failing a fair one by noise; want a factor ≥ 1 (absent: 3), or a negative value to turn the p99 gate off",
 			p + ".gates.share_tolerance_points: 101 points is above 100",
 			p + `.promotion: "sometimes" is neither "auto" nor "manual"`,
-			p + ".stages[0]: sets 0 of count, percent and proxy_clusters; want exactly one",
-			p + ".stages[1]: sets 2 of count, percent and proxy_clusters; want exactly one",
+			p + ".stages[0]: sets none of count, percent and proxy_clusters; set exactly one",
+			p + ".stages[10].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
+			p + ".stages[11].percent: 0 selects no proxy, and a stage must select at least one; want 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
+			p + ".stages[12].proxy_clusters: [] selects no proxy, and a stage must select at least one; want at least one name of topology.proxy_clusters",
+			p + ".stages[13]: sets count and percent; set exactly one of count, percent and proxy_clusters",
+			p + ".stages[13].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
+			p + ".stages[14]: sets count, percent and proxy_clusters; set exactly one of count, percent and proxy_clusters",
+			p + ".stages[1]: sets count and percent; set exactly one of count, percent and proxy_clusters",
 			p + ".stages[2].count: -1 is negative; want a number of proxies ≥ 1",
 			p + ".stages[4].count: 2 is below an earlier stage's 3; a stage includes the previous ones' proxies",
 			p + ".stages[6].percent: 50 is below an earlier stage's 60; a stage includes the previous ones' proxies",
@@ -100,11 +111,11 @@ func TestRolloutBadStageOneError(t *testing.T) {
 		stages []config.RolloutStage
 		want   string
 	}{
-		{"percent above 100", []config.RolloutStage{{Percent: 10}, {Percent: 101}, {Percent: 50}, {Percent: 100}},
+		{"percent above 100", []config.RolloutStage{{Percent: new(10.0)}, {Percent: new(101.0)}, {Percent: new(50.0)}, {Percent: new(100.0)}},
 			"rollout.stages[1].percent: 101 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)"},
-		{"percent negative", []config.RolloutStage{{Percent: -5}, {Percent: 1}},
+		{"percent negative", []config.RolloutStage{{Percent: new(-5.0)}, {Percent: new(1.0)}},
 			"rollout.stages[0].percent: -5 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)"},
-		{"count negative", []config.RolloutStage{{Count: -1}, {Count: 1}, {Count: 2}},
+		{"count negative", []config.RolloutStage{{Count: new(-1)}, {Count: new(1)}, {Count: new(2)}},
 			"rollout.stages[0].count: -1 is negative; want a number of proxies ≥ 1"},
 	} {
 		s := loadMission(t)
@@ -247,5 +258,70 @@ func TestRolloutP99FactorBelowOne(t *testing.T) {
 		if got := *back.Gates.WithDefaults().P99Factor; got != c.used {
 			t.Errorf("p99_factor: %q is used as %v after the round trip, want %v", c.written, got, c.used)
 		}
+	}
+}
+
+// TestRolloutStageExplicitZero: a stage selector written in YAML as 0 (or
+// an empty proxy_clusters list) is written, never read as absent: next to
+// another selector the stage names two and is refused, never taken as the
+// other one; alone it is refused by its rule (a stage must select at least
+// one proxy). Each error names the stage's field, the value and the rule,
+// and is the same after the JSON round trip of the stored state (the
+// explicit 0 and [] stay); an accepted stage is stored exactly as written.
+func TestRolloutStageExplicitZero(t *testing.T) {
+	const (
+		sets2     = "rollout.stages[0]: sets %s; set exactly one of count, percent and proxy_clusters"
+		count0    = "rollout.stages[0].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1"
+		percent0  = "rollout.stages[0].percent: 0 selects no proxy, and a stage must select at least one; want 0 < p ≤ 100 (a percent of each proxy cluster's proxies)"
+		emptyList = "rollout.stages[0].proxy_clusters: [] selects no proxy, and a stage must select at least one; want at least one name of topology.proxy_clusters"
+	)
+	for _, c := range []struct {
+		stage  string
+		errs   []string // nil: accepted
+		stored string   // the stage stored as JSON, when accepted
+	}{
+		{"{count: 0}", []string{count0}, ""},
+		{"{percent: 0}", []string{percent0}, ""},
+		{"{proxy_clusters: []}", []string{emptyList}, ""},
+		{"{count: 0, percent: 50}", []string{fmt.Sprintf(sets2, "count and percent"), count0}, ""},
+		{"{percent: 0, count: 2}", []string{fmt.Sprintf(sets2, "count and percent"), percent0}, ""},
+		{"{count: 1, proxy_clusters: []}", []string{fmt.Sprintf(sets2, "count and proxy_clusters"), emptyList}, ""},
+		{"{percent: 0, proxy_clusters: [BFE1]}", []string{fmt.Sprintf(sets2, "percent and proxy_clusters"), percent0}, ""},
+		{"{count: 0, percent: 0, proxy_clusters: []}", []string{fmt.Sprintf(sets2, "count, percent and proxy_clusters"), count0, percent0, emptyList}, ""},
+		{"{bake: 10s}", []string{"rollout.stages[0]: sets none of count, percent and proxy_clusters; set exactly one"}, ""},
+		{"{count: 2}", nil, `{"count":2}`},
+		{"{percent: 50}", nil, `{"percent":50}`},
+		{"{percent: 100, count: null}", nil, `{"percent":100}`},
+		{"{proxy_clusters: [BFE1]}", nil, `{"proxy_clusters":["BFE1"]}`},
+	} {
+		s := loadMission(t)
+		s.Rollout = &config.RolloutPolicy{}
+		doc := "stages: [" + c.stage + "]\n"
+		if err := codec.Unmarshal([]byte(doc), s.Rollout); err != nil {
+			t.Fatalf("decode %q: %v", doc, err)
+		}
+		want := strings.Join(c.errs, "\n")
+		check := func(when string) {
+			t.Helper()
+			err := State(s)
+			if got := fmt.Sprint(err); (err == nil) != (c.errs == nil) || (err != nil && got != want) {
+				t.Errorf("%s %s: State() = %v\nwant %s", c.stage, when, err, want)
+			}
+		}
+		check("from YAML")
+		raw, err := json.Marshal(s.Rollout.Stages[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.errs == nil && string(raw) != c.stored {
+			t.Errorf("%s stored as %s, want %s", c.stage, raw, c.stored)
+		}
+		// Stored as JSON (etcd) and read back: what was written stays.
+		var back config.RolloutStage
+		if err := codec.Unmarshal(raw, &back); err != nil {
+			t.Fatalf("decode %s: %v", raw, err)
+		}
+		s.Rollout.Stages[0] = back
+		check("after the JSON round trip " + string(raw))
 	}
 }

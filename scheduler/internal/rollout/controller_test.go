@@ -174,8 +174,8 @@ var ids4 = []string{"p1", "p2", "p3", "p4"}
 
 func twoStages() *config.RolloutPolicy {
 	return &config.RolloutPolicy{Stages: []config.RolloutStage{
-		{Count: 1, Bake: new(config.Duration(10 * time.Second))},
-		{Percent: 100, Bake: new(config.Duration(10 * time.Second))},
+		{Count: new(1), Bake: new(config.Duration(10 * time.Second))},
+		{Percent: new(100.0), Bake: new(config.Duration(10 * time.Second))},
 	}}
 }
 
@@ -575,7 +575,7 @@ func TestZeroBake(t *testing.T) {
 	}{{"bake: 0s", new(config.Duration(0)), rs.StageProgressing, 1}, {"bake absent", nil, rs.StageBaking, 0}} {
 		t.Run(c.name, func(t *testing.T) {
 			h := newHarness(t, ids4...)
-			pol := &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: 1, Bake: c.bake}, {Percent: 100, Bake: c.bake}}}
+			pol := &config.RolloutPolicy{Stages: []config.RolloutStage{{Count: new(1), Bake: c.bake}, {Percent: new(100.0), Bake: c.bake}}}
 			h.start(pol)
 			h.follow()
 			if rec := h.step(pol); rec.State != rs.StageBaking {

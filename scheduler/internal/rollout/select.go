@@ -13,13 +13,14 @@ import (
 // are ids: a percent stage by the hash of each id (the proxies decide), a
 // count stage the first ids by that hash, a proxy-cluster stage all or none.
 func selection(st config.RolloutStage, pc string, ids []string) snapshot.Candidate {
+	// validate: exactly one selector is set, a count ≥ 1 or 0 < percent ≤ 100.
 	switch {
-	case st.Percent > 0:
-		if st.Percent >= 100 {
+	case st.Percent != nil && *st.Percent > 0:
+		if *st.Percent >= 100 {
 			return snapshot.Candidate{All: true}
 		}
-		return snapshot.Candidate{Percent: st.Percent}
-	case st.Count > 0:
+		return snapshot.Candidate{Percent: *st.Percent}
+	case st.Count != nil && *st.Count > 0:
 		sorted := slices.Clone(ids)
 		sort.Slice(sorted, func(i, j int) bool {
 			hi, hj := snapshot.ProxyHash(sorted[i]), snapshot.ProxyHash(sorted[j])
@@ -28,8 +29,8 @@ func selection(st config.RolloutStage, pc string, ids []string) snapshot.Candida
 			}
 			return sorted[i] < sorted[j]
 		})
-		if len(sorted) > st.Count {
-			sorted = sorted[:st.Count]
+		if len(sorted) > *st.Count {
+			sorted = sorted[:*st.Count]
 		}
 		sort.Strings(sorted)
 		if len(sorted) == 0 {
