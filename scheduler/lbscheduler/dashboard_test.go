@@ -394,7 +394,7 @@ func TestDashboardActions(t *testing.T) {
 		{`{"kind":"undrain","cluster":"demo-main","subcluster":"SC1"}`, 400, "demo-main/SC1 is not drained"},
 		{`{"kind":"unpin","cluster":"demo-main","proxy_cluster":"BFE1"}`, 400, `no pinned row for cluster "demo-main" and proxy cluster "BFE1"`},
 		{`{"kind":"pin","cluster":"demo-main","proxy_cluster":"BFE1","weights":{"SC1":50,"SC2":45}}`, 400, "invalid change; nothing was written:\nrow BFE1 of demo-main: weights sum to 95, want exactly 100"},
-		{`{"kind":"shift-pause","id":"nope"}`, 404, `no shift "nope"`},
+		{`{"kind":"shift-pause","id":"nope"}`, 404, `no shift "nope"; nothing was written`},
 		{`{"kind":"explode"}`, 400, `action kind "explode"`},
 		{`{"kind":"drain","cluster":"demo-main","subcluster":"SC2","extra":1}`, 400, "action body: "},
 	} {
@@ -455,7 +455,7 @@ func TestDashboardActions(t *testing.T) {
 			return nil
 		})
 	}
-	if code, msg := act(t, s, ok, `{"kind":"shift-resume","id":"s-1"}`); code != 400 || msg != "shift s-1 is aborted: cannot resume it" {
+	if code, msg := act(t, s, ok, `{"kind":"shift-resume","id":"s-1"}`); code != 400 || msg != "shift s-1 is aborted: cannot resume it; nothing was written" {
 		t.Fatalf("resume an aborted shift: %d %q", code, msg)
 	}
 }

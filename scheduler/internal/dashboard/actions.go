@@ -201,7 +201,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		return d.createShift(ctx, a, author)
 	case "shift-pause", "shift-resume", "shift-abort":
 		state := map[string]string{"shift-pause": config.ShiftPaused, "shift-resume": config.ShiftRunning, "shift-abort": config.ShiftAborted}[a.Kind]
-		if err := d.setShiftState(ctx, a.ID, state); err != nil {
+		if _, _, err := d.setShiftState(ctx, a.ID, state); err != nil {
 			return actionResult{}, err
 		}
 		return actionResult{Message: fmt.Sprintf("Shift %s is now %s.", a.ID, state)}, nil
@@ -270,34 +270,64 @@ func (d *Dashboard) readState(ctx context.Context) (config.State, int64, error) 
 	return st, r.Kvs[0].ModRevision, nil
 }
 
-func (d *Dashboard) setShiftState(ctx context.Context, id, state string) error {
+// setShiftState moves shift id to state as lbctl shift pause/resume/abort
+// does: judged with the scheduler's progress (a finished shift is not
+// paused), then compare-and-swap on the intent. It returns the intent
+// written and the revision of that write; a refusal says nothing was
+// written, in lbctl's words.
+func (d *Dashboard) setShiftState(ctx context.Context, id, state string) (config.Shift, int64, error) {
+	var sh config.Shift
 	k, err := d.o.Layout.Shift(id)
 	if err != nil {
-		return badRequest(fmt.Errorf("id: %w", err))
+		return sh, 0, badRequest(fmt.Errorf("id: %w", err))
 	}
 	r, err := d.o.Client.Get(ctx, k)
 	if err != nil {
-		return err
+		return sh, 0, err
 	}
 	if len(r.Kvs) == 0 {
-		return &actionError{http.StatusNotFound, fmt.Errorf("no shift %q", id)}
+		return sh, 0, &actionError{http.StatusNotFound, fmt.Errorf("no shift %q; nothing was written", id)}
 	}
-	var sh config.Shift
 	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
-		return fmt.Errorf("shift %s: %w", id, err)
+		return sh, 0, fmt.Errorf("shift %s: %w", id, err)
 	}
-	if err := edit.SetShiftState(&sh, state); err != nil {
-		return badRequest(err)
+	prog, err := d.shiftProgress(ctx, id)
+	if err != nil {
+		return sh, 0, err
+	}
+	if err := edit.ShiftState(&sh, prog, state); err != nil {
+		return sh, 0, badRequest(fmt.Errorf("%w; nothing was written", err))
 	}
 	b, _ := json.Marshal(sh)
 	tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
 	if err != nil {
-		return err
+		return sh, 0, err
 	}
 	if !tr.Succeeded {
-		return &actionError{http.StatusConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id)}
+		return sh, 0, &actionError{http.StatusConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id)}
 	}
-	return nil
+	return sh, tr.Header.Revision, nil
+}
+
+// shiftProgress is the progress the scheduler wrote for shift id (nil:
+// none yet, or not readable as progress — as lbctl reads it).
+func (d *Dashboard) shiftProgress(ctx context.Context, id string) (*config.ShiftProgress, error) {
+	pk, err := d.o.Layout.ShiftProgress(id)
+	if err != nil {
+		return nil, nil
+	}
+	r, err := d.o.Client.Get(ctx, pk)
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Kvs) == 0 {
+		return nil, nil
+	}
+	var p config.ShiftProgress
+	if codec.UnmarshalJSON(r.Kvs[0].Value, &p) != nil {
+		return nil, nil
+	}
+	return &p, nil
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -2,9 +2,12 @@ package dashboard
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/testkit/etcdtest"
@@ -55,5 +58,76 @@ func TestDesiredStateActionsSayNotLive(t *testing.T) {
 	code, out := act(`{"kind":"shift-pause","id":"nope"}`)
 	if code != http.StatusNotFound || out["revision"] != "" {
 		t.Errorf("pause of an unknown shift: %d %q", code, out)
+	}
+}
+
+// putShift stores shift sh (and its progress, when p is not nil) as lbctl
+// and the scheduler write them, and returns the intent key.
+func putShift(t *testing.T, cli *clientv3.Client, sh config.Shift, p *config.ShiftProgress) string {
+	t.Helper()
+	k, err := layout.Shift(sh.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(sh)
+	if _, err := cli.Put(context.Background(), k, string(b)); err != nil {
+		t.Fatal(err)
+	}
+	if p != nil {
+		pk, _ := layout.ShiftProgress(sh.ID)
+		b, _ := json.Marshal(p)
+		if _, err := cli.Put(context.Background(), pk, string(b)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+// modRevision is key k's mod revision (0: absent).
+func modRevision(t *testing.T, cli *clientv3.Client, k string) int64 {
+	t.Helper()
+	r, err := cli.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 {
+		return 0
+	}
+	return r.Kvs[0].ModRevision
+}
+
+// A shift pause, resume or abort from the page is judged as lbctl judges
+// it — with the scheduler's progress, so a finished shift is not paused —
+// and a refusal says, in lbctl's words, that nothing was written (the
+// intent's revision does not move).
+func TestShiftStateActionsRefuseAsLbctl(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	act := actionServer(t, cli, state())
+	done := putShift(t, cli, config.Shift{ID: "s-done", ProxyCluster: "BFE1", Cluster: "c", From: "IDC1", To: "IDC2", Percent: 20,
+		StepPercent: 10, State: config.ShiftRunning}, &config.ShiftProgress{ID: "s-done", AppliedPercent: 20, TargetPercent: 20, State: config.ShiftDone, Version: 7})
+	paused := putShift(t, cli, config.Shift{ID: "s-paused", ProxyCluster: "BFE1", Cluster: "c", From: "IDC1", To: "IDC2", Percent: 20,
+		StepPercent: 10, State: config.ShiftPaused}, nil)
+	revs := map[string]int64{done: modRevision(t, cli, done), paused: modRevision(t, cli, paused)}
+	for _, c := range []struct {
+		body string
+		code int
+		err  string
+	}{
+		{`{"kind":"shift-pause","id":"s-done"}`, http.StatusBadRequest,
+			"shift s-done is done (20 of 20 points moved): cannot pause it (it is finished; abort it to put the rows back); nothing was written"},
+		{`{"kind":"shift-resume","id":"s-done"}`, http.StatusBadRequest,
+			"shift s-done is done (20 of 20 points moved): cannot resume it (it is finished; abort it to put the rows back); nothing was written"},
+		{`{"kind":"shift-pause","id":"s-paused"}`, http.StatusBadRequest, "shift s-paused is paused: cannot pause it (already paused); nothing was written"},
+		{`{"kind":"shift-pause","id":"nope"}`, http.StatusNotFound, `no shift "nope"; nothing was written`},
+	} {
+		code, out := act(c.body)
+		if want := map[string]string{"error": c.err}; code != c.code || fmt.Sprint(out) != fmt.Sprint(want) {
+			t.Errorf("%s: %d %q\nwant %d %q", c.body, code, out, c.code, want)
+		}
+	}
+	for k, rev := range revs {
+		if got := modRevision(t, cli, k); got != rev {
+			t.Errorf("a refused action wrote %s: revision %d → %d", k, rev, got)
+		}
 	}
 }
