@@ -47,6 +47,13 @@ func NotLive(pc string) string {
 	return "Written to the desired state only: not live until the scheduler publishes it and " + who + " apply it."
 }
 
+// ShiftStateWritten is "Shift shift-… is now paused (revision 57).": a
+// shift intent moved to state (paused, running, aborted) by a write at
+// revision rev.
+func ShiftStateWritten(id, state string, rev int64) string {
+	return fmt.Sprintf("Shift %s is now %s (revision %d).", id, state, rev)
+}
+
 // ShiftNotLive is NotLive for a shift intent just written for proxy
 // cluster pc.
 func ShiftNotLive(pc string) string {

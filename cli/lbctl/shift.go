@@ -269,7 +269,7 @@ func shiftSetState(state string) func(*env) error {
 		if !tr.Succeeded {
 			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
 		}
-		return e.wrote(writeResult{Action: state, Revision: tr.Header.Revision, Shift: ptr(viewShift(sh, nil))}, fmt.Sprintf("Shift %s is now %s (revision %d).\n", id, state, tr.Header.Revision))
+		return e.wrote(writeResult{Action: state, Revision: tr.Header.Revision, Shift: ptr(viewShift(sh, nil))}, edit.ShiftStateWritten(id, state, tr.Header.Revision)+"\n")
 	}
 }
 

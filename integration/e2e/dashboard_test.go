@@ -399,18 +399,129 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 	wait(`tr[data-row="demo-main/BFE1"]`, "BFE1 no longer pinned", func(s string) bool { return !strings.Contains(s, "PINNED") })
 
 	// A shift with a ramp, from the row's Shift… dialog: the intent lbctl
-	// shift writes, listed by lbctl and shown in the shifts table.
+	// shift writes, listed by lbctl and shown in the shifts table. (A ramp
+	// of 10m: it is still running when the page pauses it below.)
 	shiftBtn := `button[data-key="shift/demo-main/BFE1"]`
 	if err := chromedp.Do(bctx, click(shiftBtn), chromedp.WaitVisible(chromedp.CSS("#shift-percent")),
-		chromedp.SetValue(chromedp.CSS("#shift-percent"), "20"), chromedp.SetValue(chromedp.CSS("#shift-ramp"), "1m"),
+		chromedp.SetValue(chromedp.CSS("#shift-percent"), "20"), chromedp.SetValue(chromedp.CSS("#shift-ramp"), "10m"),
 		chromedp.SetValue(chromedp.CSS("#action-reason"), "e2e shift from the page"), click("#confirm-ok")); err != nil {
 		t.Fatalf("shift dialog: %v", err)
 	}
-	wait("#notice", "the shift's answer", has("created: 20 points of BFE1's demo-main traffic from IDC1 to IDC2 over 1m0s in steps of 10 (revision "))
+	wait("#notice", "the shift's answer", has("created: 20 points of BFE1's demo-main traffic from IDC1 to IDC2 over 10m0s in steps of 10 (revision "))
 	wait("#shifts-body", "the shift in the shifts table", has("BFE1 → demo-main"))
 	if out, code, err := f.Lbctl(ctx, "shift", "list"); err != nil || code != 0 || !strings.Contains(out, "BFE1") || !strings.Contains(out, "IDC1") {
 		t.Fatalf("lbctl shift list after the page's shift: exit %d %v\n%s", code, err, out)
 	}
+	m := regexp.MustCompile(`^Shift (\S+) created: `).FindStringSubmatch(mustText(t, bctx, "#notice"))
+	if m == nil {
+		t.Fatalf("no shift id in the notice %q", mustText(t, bctx, "#notice"))
+	}
+	shiftStateInBrowser(t, bctx, f, m[1])
+}
+
+// shiftStateInBrowser: the page pauses, resumes and aborts shift id (of
+// BFE1) through its buttons and the confirmation dialog. Each answer names
+// the revision of its write to the shift intent, and the line under it
+// follows that revision exactly as after a write of the desired state:
+// never empty, rolling out, then live on BFE1. A pause of the paused shift
+// is refused in the dialog in lbctl's words, saying nothing was written,
+// and leaves the notice and the intent as they were. An answer naming no
+// revision (the page's fetch answered by the test: the scheduler names the
+// revision of every write) is said to have written nothing.
+func shiftStateInBrowser(t *testing.T, bctx context.Context, f *fleet.Fleet, id string) {
+	t.Helper()
+	ctx := context.Background()
+	quoted := regexp.QuoteMeta(id)
+	do := func(verb string) {
+		t.Helper()
+		btn := fmt.Sprintf(`button[data-key="%s/%s"]`, verb, id)
+		waitPresent(t, bctx, btn)
+		if err := chromedp.Do(bctx, click(btn), chromedp.WaitVisible(chromedp.CSS("#confirm-ok"))); err != nil {
+			t.Fatalf("%s dialog: %v", verb, err)
+		}
+		waitInPage(t, bctx, "#confirm-body", "the "+verb+" confirmation", 5*time.Second, func(s string) bool { return s == verb+" shift "+id+"." })
+		if err := chromedp.Do(bctx, click("#confirm-ok")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	shiftState := func() string {
+		t.Helper()
+		out, code, err := f.Lbctl(ctx, "-o", "json", "shift", "list")
+		if err != nil || code != 0 {
+			t.Fatalf("lbctl shift list: exit %d %v\n%s", code, err, out)
+		}
+		var rows []struct {
+			ID    string `json:"id"`
+			State string `json:"state"`
+		}
+		if err := json.Unmarshal([]byte(out), &rows); err != nil {
+			t.Fatalf("lbctl shift list -o json: %v\n%s", err, out)
+		}
+		for _, r := range rows {
+			if r.ID == id {
+				return r.State
+			}
+		}
+		t.Fatalf("lbctl shift list has no %s:\n%s", id, out)
+		return ""
+	}
+	for _, c := range []struct{ verb, state string }{{"pause", "paused"}, {"resume", "running"}, {"abort", "aborted"}} {
+		do(c.verb)
+		answer := regexp.MustCompile(`^Shift ` + quoted + ` is now ` + c.state + ` \(revision (\d+)\)\. Not live until the scheduler runs it and the proxies of BFE1 apply it\.`)
+		waitInPage(t, bctx, "#notice", "the "+c.verb+"'s answer", 5*time.Second, answer.MatchString)
+		var rev int64
+		if _, err := fmt.Sscan(answer.FindStringSubmatch(mustText(t, bctx, "#notice"))[1], &rev); err != nil {
+			t.Fatal(err)
+		}
+		if got := shiftState(); got != c.state {
+			t.Fatalf("after the page's %s lbctl shift list says %s is %s, want %s", c.verb, id, got, c.state)
+		}
+		// Never empty: the write's progress, then live on BFE1.
+		rolling := fmt.Sprintf("Rolling out revision %d: not seen live yet on BFE1 (see Rollout).", rev)
+		live := regexp.MustCompile(fmt.Sprintf(`^Live at .+: every proxy of BFE1 that counts runs a snapshot computed from revision %d or later\.$`, rev))
+		if first := strings.TrimSpace(mustText(t, bctx, "#notice-live")); first != rolling && !live.MatchString(first) {
+			t.Errorf("the %s's line at once: %q, want %q or %s", c.verb, first, rolling, live)
+		}
+		waitInPage(t, bctx, "#notice-live", "the "+c.verb+" live on BFE1", 30*time.Second, live.MatchString)
+		t.Logf("after the page's %s: %s", c.verb, mustText(t, bctx, "#notice"))
+		if c.verb != "pause" {
+			continue
+		}
+		// Nothing to pause: refused in the dialog, nothing written, the
+		// notice still the pause's.
+		notice := mustText(t, bctx, "#notice")
+		do("pause")
+		want := "shift " + id + " is paused: cannot pause it (already paused); nothing was written"
+		waitInPage(t, bctx, "#confirm-error", "the refused pause's error", 5*time.Second, func(s string) bool { return s == want })
+		if err := chromedp.Do(bctx, click("#confirm-cancel")); err != nil {
+			t.Fatal(err)
+		}
+		if got := mustText(t, bctx, "#notice"); got != notice {
+			t.Errorf("the refused pause changed the notice: %q, was %q", got, notice)
+		}
+		if got := shiftState(); got != "paused" {
+			t.Errorf("after the refused pause lbctl shift list says %s is %s, want paused", id, got)
+		}
+	}
+	waitInPage(t, bctx, "#shifts-body", "no actions on the aborted shift", 5*time.Second, func(s string) bool {
+		return strings.Contains(s, id) && !strings.Contains(s, "pause")
+	})
+
+	// An answer without a revision wrote nothing, and the line says so.
+	stub := `(() => { const real = window.fetch; window.fetch = (url, o) => { if (String(url).endsWith('api/action')) { window.fetch = real;
+		return Promise.resolve(new Response('{"message":"Answered by the test."}', { status: 200, headers: { 'Content-Type': 'application/json' } })); }
+		return real(url, o); }; return true; })()`
+	if ok, err := chromedp.Run(bctx, chromedp.Evaluate[bool](stub)); err != nil || !ok {
+		t.Fatalf("stub the page's fetch: %v", err)
+	}
+	drainBtn := `button[data-key="drain/demo-main/SC1"]`
+	waitPresent(t, bctx, drainBtn)
+	if err := chromedp.Do(bctx, click(drainBtn), chromedp.WaitVisible(chromedp.CSS("#confirm-ok")), click("#confirm-ok")); err != nil {
+		t.Fatalf("drain dialog: %v", err)
+	}
+	waitInPage(t, bctx, "#notice", "the answer without a revision", 5*time.Second, func(s string) bool {
+		return s == "Answered by the test. Nothing was written, so there is nothing to follow live."
+	})
 }
 
 func mustText(t *testing.T, bctx context.Context, sel string) string {

@@ -440,8 +440,14 @@ func TestDashboardActions(t *testing.T) {
 	put(t, cli, sk, string(b))
 	for _, c := range []struct{ kind, state string }{{"shift-pause", config.ShiftPaused}, {"shift-resume", config.ShiftRunning}, {"shift-abort", config.ShiftAborted}} {
 		code, msg := act(t, s, ok, `{"kind":"`+c.kind+`","id":"s-1"}`)
-		if code != 200 || msg != "Shift s-1 is now "+c.state+"." {
-			t.Fatalf("%s: %d %q", c.kind, code, msg)
+		r, err := cli.Get(context.Background(), sk)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The revision of the write to the intent, which the page follows.
+		if want := fmt.Sprintf("Shift s-1 is now %s (revision %d). Not live until the scheduler runs it and the proxies of BFE1 apply it.",
+			c.state, r.Kvs[0].ModRevision); code != 200 || msg != want {
+			t.Fatalf("%s: %d %q\nwant 200 %q", c.kind, code, msg, want)
 		}
 		poll.Eventually(t, 10*time.Second, "shift intent "+c.state, func() error {
 			r, err := cli.Get(context.Background(), sk)

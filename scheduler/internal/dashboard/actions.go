@@ -107,9 +107,11 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 }
 
 // actionResult is the answer to an action that was done (200): lbctl's
-// sentence, and for a write of the desired state its revision and the one
+// sentence, and for every write — of the desired state or of a shift
+// intent (create, pause, resume, abort) — its etcd revision and the one
 // proxy cluster it concerns (none: all), which the page watches until the
-// proxies run it. The values are JSON strings, so {"message": …} readers
+// proxies run it. An answer without a revision wrote nothing, and the page
+// says so. The values are JSON strings, so {"message": …} readers
 // decoding into a map of strings still can.
 type actionResult struct {
 	Message      string `json:"message"`
@@ -201,10 +203,15 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		return d.createShift(ctx, a, author)
 	case "shift-pause", "shift-resume", "shift-abort":
 		state := map[string]string{"shift-pause": config.ShiftPaused, "shift-resume": config.ShiftRunning, "shift-abort": config.ShiftAborted}[a.Kind]
-		if _, _, err := d.setShiftState(ctx, a.ID, state); err != nil {
+		sh, rev, err := d.setShiftState(ctx, a.ID, state)
+		if err != nil {
 			return actionResult{}, err
 		}
-		return actionResult{Message: fmt.Sprintf("Shift %s is now %s.", a.ID, state)}, nil
+		// The scheduler's input revision covers the shift intents, so the
+		// page follows this write's revision as it follows a desired-state
+		// write's (live once every proxy of the shift's proxy cluster runs a
+		// snapshot computed from it or later).
+		return actionResult{Message: edit.ShiftStateWritten(sh.ID, state, rev) + " " + edit.ShiftNotLive(sh.ProxyCluster), Revision: rev, ProxyCluster: sh.ProxyCluster}, nil
 	default:
 		return actionResult{}, badRequest(fmt.Errorf("action kind %q: want one of pin, unpin, drain, undrain, shift, shift-pause, shift-resume, shift-abort", a.Kind))
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
@@ -54,10 +55,45 @@ func TestDesiredStateActionsSayNotLive(t *testing.T) {
 			t.Errorf("%s: %d %q\nwant 200 %q", c.body, code, out, want)
 		}
 	}
-	// Shift state changes write no desired state: the sentence alone.
-	code, out := act(`{"kind":"shift-pause","id":"nope"}`)
-	if code != http.StatusNotFound || out["revision"] != "" {
-		t.Errorf("pause of an unknown shift: %d %q", code, out)
+}
+
+// A shift's pause, resume and abort from the page answer lbctl's sentence
+// with the revision of their write to the shift intent, that it is not
+// live yet, and the shift's proxy cluster: the page follows that revision
+// as it follows a desired-state write's (the scheduler's input revision
+// covers the shift intents). A refused one names no revision.
+func TestShiftStateActionsCarryRevision(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	act := actionServer(t, cli, state())
+	k := putShift(t, cli, config.Shift{ID: "s-1", ProxyCluster: "BFE1", Cluster: "c", From: "IDC1", To: "IDC2", Percent: 30,
+		Ramp: config.Duration(time.Hour), StepPercent: 10, State: config.ShiftPending}, nil)
+	const notLive = "Not live until the scheduler runs it and the proxies of BFE1 apply it."
+	for _, c := range []struct{ kind, state string }{
+		{"shift-pause", config.ShiftPaused}, {"shift-resume", config.ShiftRunning}, {"shift-pause", config.ShiftPaused}, {"shift-abort", config.ShiftAborted},
+	} {
+		code, out := act(`{"kind":"` + c.kind + `","id":"s-1"}`)
+		rev := modRevision(t, cli, k)
+		want := map[string]string{"message": fmt.Sprintf("Shift s-1 is now %s (revision %d). %s", c.state, rev, notLive),
+			"revision": fmt.Sprint(rev), "proxy_cluster": "BFE1"}
+		if code != http.StatusOK || fmt.Sprint(out) != fmt.Sprint(want) {
+			t.Errorf("%s: %d %q\nwant 200 %q", c.kind, code, out, want)
+		}
+		r, err := cli.Get(context.Background(), k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got config.Shift
+		if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil || got.State != c.state {
+			t.Errorf("%s: the intent is %q (%v), want %q", c.kind, got.State, err, c.state)
+		}
+	}
+	rev := modRevision(t, cli, k)
+	code, out := act(`{"kind":"shift-abort","id":"s-1"}`)
+	if want := map[string]string{"error": "shift s-1 is aborted: cannot abort it; nothing was written"}; code != http.StatusBadRequest || fmt.Sprint(out) != fmt.Sprint(want) {
+		t.Errorf("abort of an aborted shift: %d %q\nwant 400 %q", code, out, want)
+	}
+	if got := modRevision(t, cli, k); got != rev {
+		t.Errorf("a refused abort wrote the intent: revision %d → %d", rev, got)
 	}
 }
 

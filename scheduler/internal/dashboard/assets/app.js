@@ -443,6 +443,10 @@ function ask(a) {
   $('confirm').showModal();
 }
 
+// NOTHING_WRITTEN is the live line under an answer that names no revision:
+// the action wrote nothing.
+const NOTHING_WRITTEN = 'Nothing was written, so there is nothing to follow live.';
+
 async function confirmAction(ev) {
   ev.preventDefault();
   if (!pending) return;
@@ -468,8 +472,12 @@ async function confirmAction(ev) {
   n.hidden = false; n.dataset.sticky = '1';
   n.replaceChildren(el('span', { text: res.message }), ' ', el('span', { id: 'notice-live' }));
   written = res.revision ? { rev: Number(res.revision), pc: res.proxy_cluster || '' } : null;
+  // Every write answers its revision (desired state or shift intent); an
+  // answer without one wrote nothing, and the line says so in words.
+  if (!written) $('notice-live').textContent = NOTHING_WRITTEN;
   renderLive();
 }
+
 
 // renderLive says, under the answer to this page's last write of revision
 // N, whether it is live: only once every proxy cluster it concerns reports
