@@ -33,7 +33,9 @@ func Unmarshal(raw []byte, v any) error {
 
 // ToJSON returns raw as JSON: JSON input is returned unchanged, YAML is
 // converted (duplicate YAML keys are errors, and so are plain scalars that
-// YAML 1.1 reads as non-decimal numbers, such as 010, 0x10, 1_000 or .inf).
+// YAML 1.1 reads as non-decimal numbers, such as 010, 0x10, 1_000 or .inf;
+// a float written with an integral value, 1.0 or 1e3, stays one: see
+// keepFloats).
 func ToJSON(raw []byte) ([]byte, error) {
 	if len(raw) > MaxDocument {
 		return nil, fmt.Errorf("document is %d bytes, larger than the %d-byte limit", len(raw), MaxDocument)
@@ -48,7 +50,8 @@ func ToJSON(raw []byte) ([]byte, error) {
 	if t[0] == '{' || t[0] == '[' {
 		return raw, nil
 	}
-	if err := checkYAMLScalars(raw); err != nil {
+	floats, err := checkYAMLScalars(raw)
+	if err != nil {
 		return nil, err
 	}
 	j, err := yaml.YAMLToJSONStrict(raw)
@@ -56,7 +59,7 @@ func ToJSON(raw []byte) ([]byte, error) {
 		// sigs.k8s.io/yaml already says "yaml: ...".
 		return nil, err
 	}
-	return j, nil
+	return keepFloats(j, floats)
 }
 
 // UnmarshalJSON decodes JSON into v strictly: it first checks the document

@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"reflect"
 	"strings"
 	"testing"
 
@@ -40,8 +41,10 @@ func TestRejects(t *testing.T) {
 		{"pins:\n- weights: {SC1: 0x10}\n", `yaml: line 2 column 18: 0x10 is ambiguous (YAML 1.1 reads it as a non-decimal number); write a plain decimal number, or quote it if it is a string`},
 		{"pins:\n- weights: {SC1: 1_000}\n", `yaml: line 2 column 18: 1_000 is ambiguous (YAML 1.1 reads it as a non-decimal number); write a plain decimal number, or quote it if it is a string`},
 		{"pins:\n- weights: {SC1: .inf}\n", `yaml: line 2 column 18: .inf is ambiguous (YAML 1.1 reads it as a non-decimal number); write a plain decimal number, or quote it if it is a string`},
-		{"pins:\n- weights: {SC1: 1.0}\n", `yaml: line 2 column 18: 1.0 is written as a fraction or with an exponent; write a plain integer (1) or quote it if it is a string`},
-		{"pins:\n- weights: {SC1: 1e3}\n", `yaml: line 2 column 18: 1e3 is written as a fraction or with an exponent; write a plain integer (1000) or quote it if it is a string`},
+		{"pins:\n- weights: {SC1: 1.0}\n", `pins[0].weights.SC1: 1.0 is not an integer`},
+		{"pins:\n- weights: {SC1: 1e3}\n", `pins[0].weights.SC1: 1e3 is not an integer`},
+		{"pins:\n- weights: {SC1: +2.0}\n", `pins[0].weights.SC1: 2.0 is not an integer`},
+		{"x: &w 3.0\npins:\n- weights: {SC1: *w}\n", `pins[0].weights.SC1: 3.0 is not an integer`},
 		{"pins:\n- weights: {SC1: 1e309}\n", `pins[0].weights.SC1: "1e309" is not an integer`},
 		{"topology: {idcs: [on]}\n", `topology.idcs[0]: true is not a string`},
 		{"scheduler:\n  history: 5\n  history: 6\n", "yaml: unmarshal errors:\n  line 3: key \"history\" already set in map"},
@@ -56,6 +59,59 @@ func TestRejects(t *testing.T) {
 		}
 		if !strings.HasPrefix(err.Error(), tt.want) {
 			t.Errorf("Unmarshal(%q)\n got  %q\n want %q", tt.doc, err.Error(), tt.want)
+		}
+	}
+}
+
+// TestIntegralFloats: a YAML float with an integral value (1.0, 50.0, 1e3)
+// reads as that number in a float field and is refused, with its path, in
+// an integer field — as JSON's 1.0 is; the converter alone would have made
+// it the integer 1 for both.
+func TestIntegralFloats(t *testing.T) {
+	type doc struct {
+		F   float64            `json:"f"`
+		I   int                `json:"i"`
+		L   []float64          `json:"l"`
+		M   map[string]int     `json:"m"`
+		N   map[string]float64 `json:"fm"`
+		Any any                `json:"any"`
+	}
+	for _, c := range []struct {
+		yaml, json string // the document, and ToJSON of it
+		want       doc
+	}{
+		{"f: 1.0\n", `{"f":1.0}`, doc{F: 1}},
+		{"f: 50.0\nl: [1.0, 2.5, 3, 1e3]\n", `{"f":50.0,"l":[1.0,2.5,3,1e3]}`, doc{F: 50, L: []float64{1, 2.5, 3, 1000}}},
+		{"fm: {a: -2.0, b: +4.0}\n", `{"fm":{"a":-2.0,"b":4.0}}`, doc{N: map[string]float64{"a": -2, "b": 4}}},
+		{"f: 1\ni: 2\n", `{"f":1,"i":2}`, doc{F: 1, I: 2}},
+		// Through an alias of the scalar: kept. Through a merge key of an
+		// anchored mapping: the converter's integer (a float reads it alike).
+		{"any: &x 3.0\nf: *x\n", `{"any":3.0,"f":3.0}`, doc{F: 3, Any: 3.0}},
+		{"any: &base {f: 4.0}\nfm:\n  <<: *base\n", `{"any":{"f":4.0},"fm":{"f":4}}`, doc{N: map[string]float64{"f": 4}, Any: map[string]any{"f": 4.0}}},
+	} {
+		j, err := codec.ToJSON([]byte(c.yaml))
+		if err != nil || string(j) != c.json {
+			t.Errorf("ToJSON(%q) = %s, %v; want %s", c.yaml, j, err, c.json)
+		}
+		var got doc
+		if err := codec.Unmarshal([]byte(c.yaml), &got); err != nil {
+			t.Errorf("Unmarshal(%q): %v", c.yaml, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("Unmarshal(%q) = %+v, want %+v", c.yaml, got, c.want)
+		}
+	}
+	for _, c := range []struct{ yaml, want string }{
+		{"i: 1.0\n", "i: 1.0 is not an integer"},
+		{"i: 8e1\n", "i: 8e1 is not an integer"},
+		{"m: {a: 2.0}\n", "m.a: 2.0 is not an integer"},
+		{"f: &x 3.0\ni: *x\n", "i: 3.0 is not an integer"},
+	} {
+		var got doc
+		err := codec.Unmarshal([]byte(c.yaml), &got)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("Unmarshal(%q) = %v, want %q", c.yaml, err, c.want)
 		}
 	}
 }
