@@ -16,7 +16,6 @@ import (
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/rollout"
 	"github.com/sluicelb/sluice/scheduler/inventory"
-	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
 func shiftCommand() *cli.Command {
@@ -82,7 +81,7 @@ func shiftCreate(e *env) error {
 	if err := checkShift(ctx, e, sh); err != nil {
 		return err
 	}
-	if err := e.checkPlan(ctx, nil, []plan.ActiveShift{{Shift: sh, AppliedPercent: sh.Percent}}, "shift "+sh.ID); err != nil {
+	if err := e.checkShiftPlan(ctx, sh); err != nil {
 		return err
 	}
 	k, err := e.layout.Shift(sh.ID)

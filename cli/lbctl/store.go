@@ -68,7 +68,7 @@ func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64
 	if err := edit.Check(s); err != nil {
 		return 0, err
 	}
-	if err := e.checkPlan(ctx, s, nil, e.what()); err != nil {
+	if err := e.checkPlan(ctx, s, e.what()); err != nil {
 		return 0, err
 	}
 	b, err := json.Marshal(s)
