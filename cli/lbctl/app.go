@@ -188,11 +188,16 @@ func (e *env) close() {
 
 // ctx returns a context bounded by --timeout.
 func (e *env) ctx() (context.Context, context.CancelFunc) {
-	base := e.c.Context
+	return context.WithTimeout(e.baseCtx(), e.timeout)
+}
+
+// baseCtx is the command's context (a --watch's when set), which ctx
+// bounds.
+func (e *env) baseCtx() context.Context {
 	if e.base != nil {
-		base = e.base
+		return e.base
 	}
-	return context.WithTimeout(base, e.timeout)
+	return e.c.Context
 }
 
 // action wraps a command body with env setup and teardown.

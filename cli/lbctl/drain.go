@@ -1,12 +1,11 @@
 package lbctl
 
 import (
-	"fmt"
-
 	"github.com/urfave/cli/v2"
 
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/scheduler/precheck"
 )
 
 // drainCommand builds `lbctl drain` (on) or `lbctl undrain` (off).
@@ -34,7 +33,7 @@ func drainCommand(on bool) *cli.Command {
 		Action: action(func(e *env) error {
 			c, sc := e.c.String("cluster"), e.c.String("subcluster")
 			d := config.Drain{Cluster: c, SubCluster: sc, Reason: e.c.String("reason"), Author: e.author(), AllowFullDrop: e.c.Bool(allowFullDropFlag)}
-			e.writing = fmt.Sprintf("the %s of %s/%s", name, c, sc)
+			e.writing = precheck.WhatDrain(on, c, sc)
 			rev, err := e.updateState(func(s *config.State) error {
 				if on {
 					return edit.Drain(s, d)

@@ -2,7 +2,7 @@ package lbctl
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -15,8 +15,8 @@ import (
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/rollout"
+	"github.com/sluicelb/sluice/api/stateio"
 	"github.com/sluicelb/sluice/scheduler/inventory"
-	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
 func shiftCommand() *cli.Command {
@@ -79,29 +79,15 @@ func shiftCreate(e *env) error {
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
-	if err := checkShift(ctx, e, sh); err != nil {
-		return err
-	}
-	if err := e.checkPlan(ctx, nil, []plan.ActiveShift{{Shift: sh, AppliedPercent: sh.Percent}}, "shift "+sh.ID); err != nil {
-		return err
-	}
-	k, err := e.layout.Shift(sh.ID)
+	st, err := e.store()
 	if err != nil {
 		return err
 	}
-	b, _ := json.Marshal(sh)
-	cli, err := e.etcd()
+	rev, err := st.CreateShift(ctx, sh, func(ctx context.Context) error { return e.checkShiftPlan(ctx, sh) })
 	if err != nil {
-		return err
+		return conflictCode(err)
 	}
-	r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, string(b))).Commit()
-	if err != nil {
-		return fmt.Errorf("write shift: %w", err)
-	}
-	if !r.Succeeded {
-		return withCode(ExitConflict, fmt.Errorf("shift %s already exists", sh.ID))
-	}
-	text := edit.ShiftCreated(sh, r.Header.Revision) + "\n"
+	text := edit.ShiftCreated(sh, rev) + "\n"
 	if !c.Bool("wait") {
 		// Not rollout status without --revision: right after the write it
 		// judges the old version, converged before the shift.
@@ -110,24 +96,14 @@ func shiftCreate(e *env) error {
 			ramp = " (with the ramp, its first step)"
 		}
 		text += fmt.Sprintf("%s Follow it with: lbctl shift list; %s waits until the first snapshot computed with it is live%s.\n",
-			edit.ShiftNotLive(sh.ProxyCluster), edit.WaitCommand(sh.ProxyCluster, r.Header.Revision), ramp)
+			edit.ShiftNotLive(sh.ProxyCluster), edit.WaitCommand(sh.ProxyCluster, rev), ramp)
 	}
-	if err := e.wrote(writeResult{Action: "created", Revision: r.Header.Revision, Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
+	if err := e.wrote(writeResult{Action: "created", Revision: rev, Shift: ptr(viewShift(sh, nil))}, text); err != nil || !c.Bool("wait") {
 		return err
 	}
 	wctx, wcancel := context.WithTimeout(c.Context, c.Duration("wait-timeout"))
 	defer wcancel()
-	return waitShift(wctx, e, sh, r.Header.Revision)
-}
-
-// checkShift validates a shift against the stored desired state before it
-// is written (edit.CheckShift).
-func checkShift(ctx context.Context, e *env, sh config.Shift) error {
-	st, err := e.readState(ctx)
-	if err != nil {
-		return err
-	}
-	return edit.CheckShift(&st.State, sh)
+	return waitShift(wctx, e, sh, rev)
 }
 
 // shiftLiveLine is what --wait prints once the shift's version converged:
@@ -224,52 +200,23 @@ func waitShift(ctx context.Context, e *env, sh config.Shift, rev int64) error {
 func shiftSetState(state string) func(*env) error {
 	return func(e *env) error {
 		id := e.c.String("id")
-		k, err := e.layout.Shift(id)
-		if err != nil {
+		if _, err := e.layout.Shift(id); err != nil {
 			return usageErr("--id: %v", err)
 		}
-		cli, err := e.etcd()
+		st, err := e.store()
 		if err != nil {
 			return err
 		}
 		ctx, cancel := e.ctx()
 		defer cancel()
-		r, err := cli.Get(ctx, k)
-		if err != nil {
-			return err
-		}
-		if len(r.Kvs) == 0 {
+		sh, rev, err := st.SetShiftState(ctx, id, state)
+		if errors.Is(err, stateio.ErrNoShift) {
 			return fmt.Errorf("no shift %q (lbctl shift list shows the shifts); nothing was written", id)
 		}
-		var sh config.Shift
-		if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
-			return fmt.Errorf("shift %s: %w", id, err)
-		}
-		var prog *config.ShiftProgress
-		if pk, err := e.layout.ShiftProgress(id); err == nil {
-			pr, err := cli.Get(ctx, pk)
-			if err != nil {
-				return err
-			}
-			if len(pr.Kvs) > 0 {
-				var p config.ShiftProgress
-				if codec.UnmarshalJSON(pr.Kvs[0].Value, &p) == nil {
-					prog = &p
-				}
-			}
-		}
-		if err := edit.ShiftState(&sh, prog, state); err != nil {
-			return fmt.Errorf("%w; nothing was written", err)
-		}
-		b, _ := json.Marshal(sh)
-		tr, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
 		if err != nil {
-			return err
+			return conflictCode(err)
 		}
-		if !tr.Succeeded {
-			return withCode(ExitConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id))
-		}
-		return e.wrote(writeResult{Action: state, Revision: tr.Header.Revision, Shift: ptr(viewShift(sh, nil))}, edit.ShiftStateWritten(id, state, tr.Header.Revision)+"\n")
+		return e.wrote(writeResult{Action: state, Revision: rev, Shift: ptr(viewShift(sh, nil))}, edit.ShiftStateWritten(id, state, rev)+"\n")
 	}
 }
 

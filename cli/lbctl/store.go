@@ -2,7 +2,6 @@ package lbctl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -11,112 +10,83 @@ import (
 
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
-	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/report"
 	"github.com/sluicelb/sluice/api/snapio"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/api/stateio"
 )
 
-// errConflict is returned when the stored desired state changed between
-// read and write.
-var errConflict = errors.New("conflict")
-
-// storedState is the desired state with the etcd revision it was read at.
-type storedState struct {
-	State    config.State
-	Revision int64 // ModRevision of the key; 0 when absent
-	Raw      []byte
-}
-
-func (e *env) readState(ctx context.Context) (storedState, error) {
+// store is the desired state and the shift intents in etcd (api/stateio,
+// which the dashboard writes through too).
+func (e *env) store() (stateio.Store, error) {
 	cli, err := e.etcd()
 	if err != nil {
-		return storedState{}, err
+		return stateio.Store{}, err
 	}
-	r, err := cli.Get(ctx, e.layout.Desired())
+	return stateio.Store{KV: cli, Layout: e.layout}, nil
+}
+
+// readState reads the desired state (Revision 0: none is stored).
+func (e *env) readState(ctx context.Context) (stateio.Stored, error) {
+	s, err := e.store()
 	if err != nil {
-		return storedState{}, fmt.Errorf("read desired state: %w", err)
+		return stateio.Stored{}, err
 	}
-	if len(r.Kvs) == 0 {
-		return storedState{}, nil
-	}
-	var s config.State
-	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &s); err != nil {
-		return storedState{}, fmt.Errorf("stored desired state at %s is not valid: %w", e.layout.Desired(), err)
-	}
-	return storedState{State: s, Revision: r.Kvs[0].ModRevision, Raw: r.Kvs[0].Value}, nil
+	return s.Read(ctx)
 }
 
 // storedState is readState for commands that need a stored state.
-func (e *env) storedState(ctx context.Context) (storedState, error) {
-	st, err := e.readState(ctx)
-	if err == nil && st.Revision == 0 {
-		err = fmt.Errorf("no desired state stored at %s: write one with lbctl apply -f FILE", e.layout.Desired())
+func (e *env) storedState(ctx context.Context) (stateio.Stored, error) {
+	s, err := e.store()
+	if err != nil {
+		return stateio.Stored{}, err
 	}
-	return st, err
+	return s.ReadStored(ctx)
+}
+
+// stateWrite is how lbctl writes the desired state: marked urgent with
+// --urgent (any other write clears the mark), refused when the scheduler
+// could not publish it (checkPlan).
+func (e *env) stateWrite() stateio.Write {
+	w := stateio.Write{Check: func(ctx context.Context, next *config.State) error { return e.checkPlan(ctx, next, e.what()) }}
+	if e.c != nil && e.c.Bool("urgent") {
+		w.Urgent = &config.Urgent{Author: e.author(), What: e.c.Command.HelpName}
+	}
+	return w
 }
 
 // writeState validates s, refuses it when the scheduler could not publish
-// it (checkPlan), and writes it only if the key's revision is still rev (0:
-// only if it does not exist). It returns the new revision. The write is
-// marked urgent with --urgent; any other write clears the mark.
+// it, and writes it only if the key's revision is still rev (0: only if it
+// does not exist). It returns the new revision.
 func (e *env) writeState(ctx context.Context, s *config.State, rev int64) (int64, error) {
-	s.Urgent = nil
-	if e.c != nil && e.c.Bool("urgent") {
-		s.Urgent = &config.Urgent{Author: e.author(), What: e.c.Command.HelpName}
-	}
-	if err := edit.Check(s); err != nil {
-		return 0, err
-	}
-	if err := e.checkPlan(ctx, s, nil, e.what()); err != nil {
-		return 0, err
-	}
-	b, err := json.Marshal(s)
+	st, err := e.store()
 	if err != nil {
 		return 0, err
 	}
-	cli, err := e.etcd()
-	if err != nil {
-		return 0, err
-	}
-	k := e.layout.Desired()
-	r, err := cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", rev)).Then(clientv3.OpPut(k, string(b))).Commit()
-	if err != nil {
-		return 0, fmt.Errorf("write desired state: %w", err)
-	}
-	if !r.Succeeded {
-		return 0, withCode(ExitConflict, fmt.Errorf("%w: the desired state changed since revision %d (someone else wrote it); nothing was written — re-run to apply on top of the new state", errConflict, rev))
-	}
-	return r.Header.Revision, nil
+	rev, err = st.Put(ctx, s, rev, e.stateWrite())
+	return rev, conflictCode(err)
 }
 
 // updateState applies mutate to the stored state and writes it with CAS. A
 // concurrent edit re-reads and re-applies mutate (a targeted edit such as a
 // pin never loses the other writer's update), at most a few times.
 func (e *env) updateState(mutate func(*config.State) error) (int64, error) {
-	for attempt := 0; attempt < 5; attempt++ {
-		ctx, cancel := e.ctx()
-		st, err := e.storedState(ctx)
-		if err != nil {
-			cancel()
-			return 0, err
-		}
-		if err := mutate(&st.State); err != nil {
-			cancel()
-			return 0, err
-		}
-		if err := edit.CheckEdit(&st.State); err != nil {
-			cancel()
-			return 0, err
-		}
-		rev, err := e.writeState(ctx, &st.State, st.Revision)
-		cancel()
-		if errors.Is(err, errConflict) {
-			continue
-		}
-		return rev, err
+	st, err := e.store()
+	if err != nil {
+		return 0, err
 	}
-	return 0, withCode(ExitConflict, fmt.Errorf("%w: the desired state kept changing; nothing was written", errConflict))
+	w := e.stateWrite()
+	w.AttemptTimeout = e.timeout // --timeout bounds each attempt
+	rev, err := st.Update(e.baseCtx(), mutate, w)
+	return rev, conflictCode(err)
+}
+
+// conflictCode gives a write that found its key changed exit 3.
+func conflictCode(err error) error {
+	if errors.Is(err, stateio.ErrConflict) {
+		return withCode(ExitConflict, err)
+	}
+	return err
 }
 
 // pointers returns current/<pc> for every proxy cluster.

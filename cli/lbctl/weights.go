@@ -14,6 +14,7 @@ import (
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/keys"
 	"github.com/sluicelb/sluice/api/snapshot"
+	"github.com/sluicelb/sluice/scheduler/precheck"
 )
 
 func weightsCommand() *cli.Command {
@@ -112,7 +113,7 @@ func weightsSet(e *env) error {
 	}
 	c, pc := e.c.String("cluster"), e.c.String("proxy-cluster")
 	pin := config.Pin{ProxyCluster: pc, Cluster: c, Weights: row, AllowFullDrop: e.c.Bool("allow-full-drop"), Reason: e.c.String("reason"), Author: e.author()}
-	e.writing = fmt.Sprintf("the pin of %s's row of %s", pc, c)
+	e.writing = precheck.WhatPin(pc, c)
 	rev, err := e.updateState(func(s *config.State) error {
 		edit.Pin(s, pin)
 		return nil

@@ -418,6 +418,20 @@ func TestDashboardActions(t *testing.T) {
 		}
 		return nil
 	})
+	// SC2 is drained: draining SC1 too leaves BFE1's pinned row nothing but
+	// GSLB_BLACKHOLE, which the scheduler could not publish. Refused as
+	// lbctl refuses it (scheduler/precheck), in its words; nothing written.
+	rev = desiredRev(t, cli)
+	code, msg = act(t, s, ok, `{"kind":"drain","cluster":"demo-main","subcluster":"SC1","reason":"idc maintenance"}`)
+	if want := "refused: the scheduler could not publish the drain of demo-main/SC1; nothing was written:\n" +
+		"  proxy cluster BFE1, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE (nothing left to serve it)\n" +
+		"  proxy cluster BFE1: clusters.demo-main.row.weights.GSLB_BLACKHOLE: 100 drops all traffic; set allow_full_drop to allow it\n" +
+		"To drop all that traffic on purpose, run again with --allow-full-drop."; code != http.StatusBadRequest || msg != want {
+		t.Errorf("drain of the last sub-cluster: %d %q\nwant 400 %q", code, msg, want)
+	}
+	if got := desiredRev(t, cli); got != rev {
+		t.Fatalf("the refused drain wrote the desired state: revision %d → %d", rev, got)
+	}
 	for _, body := range []string{`{"kind":"unpin","cluster":"demo-main","proxy_cluster":"BFE1"}`, `{"kind":"undrain","cluster":"demo-main","subcluster":"SC2"}`} {
 		if code, msg := act(t, s, ok, body); code != 200 {
 			t.Fatalf("%s: %d %q", body, code, msg)

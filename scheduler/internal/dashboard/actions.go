@@ -11,13 +11,13 @@ import (
 	"net/url"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/httpauth"
 	"github.com/sluicelb/sluice/api/keys"
+	"github.com/sluicelb/sluice/api/stateio"
+	"github.com/sluicelb/sluice/scheduler/precheck"
 )
 
 // Action is one operator action from the page (POST /ui/api/action).
@@ -170,7 +170,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 			return actionResult{}, err
 		}
 		pin := config.Pin{ProxyCluster: a.ProxyCluster, Cluster: a.Cluster, Weights: a.Weights, AllowFullDrop: a.AllowFullDrop, Reason: a.Reason, Author: author}
-		rev, err := d.updateState(ctx, func(s *config.State) error { edit.Pin(s, pin); return nil })
+		rev, err := d.updateState(ctx, precheck.WhatPin(a.ProxyCluster, a.Cluster), func(s *config.State) error { edit.Pin(s, pin); return nil })
 		if err != nil {
 			return actionResult{}, err
 		}
@@ -179,7 +179,8 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		if err := names(a.Cluster, a.ProxyCluster); err != nil {
 			return actionResult{}, err
 		}
-		rev, err := d.updateState(ctx, func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
+		// lbctl weights unpin names its write by the command.
+		rev, err := d.updateState(ctx, precheck.WhatCommand("weights unpin"), func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
 		if err != nil {
 			return actionResult{}, err
 		}
@@ -188,7 +189,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		if err := names(a.Cluster, a.SubCluster); err != nil {
 			return actionResult{}, err
 		}
-		rev, err := d.updateState(ctx, func(s *config.State) error {
+		rev, err := d.updateState(ctx, precheck.WhatDrain(a.Kind == "drain", a.Cluster, a.SubCluster), func(s *config.State) error {
 			if a.Kind == "drain" {
 				return edit.Drain(s, config.Drain{Cluster: a.Cluster, SubCluster: a.SubCluster, Reason: a.Reason, Author: author})
 			}
@@ -226,115 +227,52 @@ func names(ns ...string) error {
 	return nil
 }
 
-// casAttempts bounds the re-reads after a concurrent write (as lbctl).
-const casAttempts = 5
+// store is the desired state and the shift intents, written as lbctl
+// writes them (api/stateio).
+func (d *Dashboard) store() stateio.Store { return stateio.Store{KV: d.o.Client, Layout: d.o.Layout} }
 
-// updateState applies mutate to the stored desired state, checks it
-// (edit.CheckEdit) and writes it only if it is unchanged since the read; a
-// concurrent write re-reads and re-applies mutate.
-func (d *Dashboard) updateState(ctx context.Context, mutate func(*config.State) error) (int64, error) {
-	key := d.o.Layout.Desired()
-	for range casAttempts {
-		st, modRev, err := d.readState(ctx)
-		if err != nil {
-			return 0, err
-		}
-		if err := mutate(&st); err != nil {
-			return 0, badRequest(err)
-		}
-		if err := edit.CheckEdit(&st); err != nil {
-			return 0, badRequest(err)
-		}
-		b, err := json.Marshal(&st)
-		if err != nil {
-			return 0, err
-		}
-		tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", modRev)).Then(clientv3.OpPut(key, string(b))).Commit()
-		if err != nil {
-			return 0, fmt.Errorf("write desired state: %w", err)
-		}
-		if tr.Succeeded {
-			return tr.Header.Revision, nil
-		}
-	}
-	return 0, &actionError{http.StatusConflict, errors.New("conflict: the desired state kept changing; nothing was written")}
-}
-
-// readState reads the stored desired state and its key's revision.
-func (d *Dashboard) readState(ctx context.Context) (config.State, int64, error) {
-	key := d.o.Layout.Desired()
-	var st config.State
-	r, err := d.o.Client.Get(ctx, key)
-	if err != nil {
-		return st, 0, fmt.Errorf("read desired state: %w", err)
-	}
-	if len(r.Kvs) == 0 {
-		return st, 0, badRequest(fmt.Errorf("no desired state in etcd at %s yet: write one with lbctl apply -f FILE", key))
-	}
-	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &st); err != nil {
-		return st, 0, fmt.Errorf("stored desired state at %s is not valid: %w", key, err)
-	}
-	return st, r.Kvs[0].ModRevision, nil
+// updateState applies mutate to the stored desired state and writes it as
+// lbctl does (api/stateio): checked (edit.CheckEdit), refused when the
+// scheduler could not publish it (scheduler/precheck, lbctl's words), then
+// compare-and-swap, re-read and re-applied after a concurrent write. A
+// write from the page is never urgent: it clears the mark of an urgent
+// lbctl write, as any lbctl write without --urgent does. what names the
+// write in a refusal (precheck.What*).
+func (d *Dashboard) updateState(ctx context.Context, what string, mutate func(*config.State) error) (int64, error) {
+	rev, err := d.store().Update(ctx, mutate, stateio.Write{Check: func(ctx context.Context, next *config.State) error {
+		return precheck.Check(ctx, d.o.Client, d.o.Layout, next, nil, what)
+	}})
+	return rev, writeError(err)
 }
 
 // setShiftState moves shift id to state as lbctl shift pause/resume/abort
-// does: judged with the scheduler's progress (a finished shift is not
-// paused), then compare-and-swap on the intent. It returns the intent
-// written and the revision of that write; a refusal says nothing was
-// written, in lbctl's words.
+// does (api/stateio): judged with the scheduler's progress (a finished
+// shift is not paused), then compare-and-swap on the intent. It returns the
+// intent written and the revision of that write; a refusal says nothing
+// was written, in lbctl's words.
 func (d *Dashboard) setShiftState(ctx context.Context, id, state string) (config.Shift, int64, error) {
-	var sh config.Shift
-	k, err := d.o.Layout.Shift(id)
-	if err != nil {
-		return sh, 0, badRequest(fmt.Errorf("id: %w", err))
-	}
-	r, err := d.o.Client.Get(ctx, k)
-	if err != nil {
-		return sh, 0, err
-	}
-	if len(r.Kvs) == 0 {
+	sh, rev, err := d.store().SetShiftState(ctx, id, state)
+	if errors.Is(err, stateio.ErrNoShift) {
 		return sh, 0, &actionError{http.StatusNotFound, fmt.Errorf("no shift %q; nothing was written", id)}
 	}
-	if err := codec.UnmarshalJSON(r.Kvs[0].Value, &sh); err != nil {
-		return sh, 0, fmt.Errorf("shift %s: %w", id, err)
-	}
-	prog, err := d.shiftProgress(ctx, id)
-	if err != nil {
-		return sh, 0, err
-	}
-	if err := edit.ShiftState(&sh, prog, state); err != nil {
-		return sh, 0, badRequest(fmt.Errorf("%w; nothing was written", err))
-	}
-	b, _ := json.Marshal(sh)
-	tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", r.Kvs[0].ModRevision)).Then(clientv3.OpPut(k, string(b))).Commit()
-	if err != nil {
-		return sh, 0, err
-	}
-	if !tr.Succeeded {
-		return sh, 0, &actionError{http.StatusConflict, fmt.Errorf("shift %s changed meanwhile; nothing was written, try again", id)}
-	}
-	return sh, tr.Header.Revision, nil
+	return sh, rev, writeError(err)
 }
 
-// shiftProgress is the progress the scheduler wrote for shift id (nil:
-// none yet, or not readable as progress — as lbctl reads it).
-func (d *Dashboard) shiftProgress(ctx context.Context, id string) (*config.ShiftProgress, error) {
-	pk, err := d.o.Layout.ShiftProgress(id)
-	if err != nil {
-		return nil, nil
+// writeError maps the errors of a write to the page's answers: 400 for a
+// refusal (the edit, the validator, the scheduler's plan, no desired
+// state), 409 for a key that kept changing; else 500.
+func writeError(err error) error {
+	var refused *stateio.Refused
+	var plan *precheck.Refusal
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &refused), errors.As(err, &plan), errors.Is(err, stateio.ErrNoState):
+		return badRequest(err)
+	case errors.Is(err, stateio.ErrConflict):
+		return &actionError{http.StatusConflict, err}
 	}
-	r, err := d.o.Client.Get(ctx, pk)
-	if err != nil {
-		return nil, err
-	}
-	if len(r.Kvs) == 0 {
-		return nil, nil
-	}
-	var p config.ShiftProgress
-	if codec.UnmarshalJSON(r.Kvs[0].Value, &p) != nil {
-		return nil, nil
-	}
-	return &p, nil
+	return err
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

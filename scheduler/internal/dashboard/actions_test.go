@@ -167,3 +167,29 @@ func TestShiftStateActionsRefuseAsLbctl(t *testing.T) {
 		}
 	}
 }
+
+// The urgent mark is the write's (lbctl --urgent): a write from the page,
+// which is never urgent, clears it as an lbctl write without --urgent
+// does, so the page's change goes through the rollout stages.
+func TestPageWriteClearsTheUrgentMark(t *testing.T) {
+	_, cli := etcdtest.New(t)
+	st := state()
+	st.Scheduler = config.DefaultSchedulerSettings()
+	c := st.Clusters["c"]
+	c.Policy = config.DefaultPolicy()
+	st.Clusters["c"] = c
+	st.Pins[0].Weights = map[string]int{"SC1": 100}
+	st.Urgent = &config.Urgent{Author: "alice", What: "lbctl weights set"}
+	act := actionServer(t, cli, st)
+	if code, out := act(`{"kind":"undrain","cluster":"c","subcluster":"SC2"}`); code != http.StatusOK {
+		t.Fatalf("undrain: %d %q", code, out)
+	}
+	r, err := cli.Get(context.Background(), layout.Desired())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got config.State
+	if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil || got.Urgent != nil || len(got.Drains) != 0 {
+		t.Fatalf("stored urgent %+v, drains %+v (%v): want no mark, SC2 undrained", got.Urgent, got.Drains, err)
+	}
+}

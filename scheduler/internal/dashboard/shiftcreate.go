@@ -2,23 +2,24 @@ package dashboard
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
+	"github.com/sluicelb/sluice/api/stateio"
+	"github.com/sluicelb/sluice/scheduler/precheck"
 )
 
 // defaultStep is lbctl shift's --step default.
 const defaultStep = 10
 
-// createShift writes a new shift intent as lbctl shift does: checked
-// against the stored desired state (edit.CheckShift, lbctl's words), then
-// created only if its key does not exist yet.
+// createShift writes a new shift intent as lbctl shift does (api/stateio):
+// checked against the stored desired state (edit.CheckShift, lbctl's
+// words), refused when the scheduler could not publish it
+// (scheduler/precheck), then created only if its key does not exist yet.
 func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (actionResult, error) {
 	if err := names(a.Cluster, a.ProxyCluster); err != nil {
 		return actionResult{}, err
@@ -41,25 +42,17 @@ func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (a
 		Percent: a.Percent, Ramp: config.Duration(ramp), StepPercent: step,
 		State: config.ShiftPending, Reason: a.Reason, Author: author, CreatedAt: now.UTC(),
 	}
-	st, _, err := d.readState(ctx)
+	// Checked against the stored desired state, then refused when the
+	// scheduler could not publish the shift once it moved its whole
+	// percent, as lbctl shift checks it.
+	rev, err := d.store().CreateShift(ctx, sh, func(ctx context.Context) error {
+		return precheck.CheckShift(ctx, d.o.Client, d.o.Layout, sh)
+	})
+	if errors.Is(err, stateio.ErrConflict) {
+		return actionResult{}, &actionError{http.StatusConflict, fmt.Errorf("%w; nothing was written, try again", err)}
+	}
 	if err != nil {
-		return actionResult{}, err
+		return actionResult{}, writeError(err)
 	}
-	if err := edit.CheckShift(&st, sh); err != nil {
-		return actionResult{}, badRequest(err)
-	}
-	k, err := d.o.Layout.Shift(sh.ID)
-	if err != nil {
-		return actionResult{}, badRequest(err)
-	}
-	b, _ := json.Marshal(sh)
-	tr, err := d.o.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(clientv3.OpPut(k, string(b))).Commit()
-	if err != nil {
-		return actionResult{}, fmt.Errorf("write shift: %w", err)
-	}
-	if !tr.Succeeded {
-		return actionResult{}, &actionError{http.StatusConflict, fmt.Errorf("shift %s already exists; nothing was written, try again", sh.ID)}
-	}
-	rev := tr.Header.Revision
 	return actionResult{Message: edit.ShiftCreated(sh, rev) + " " + edit.ShiftNotLive(sh.ProxyCluster), Revision: rev, ProxyCluster: sh.ProxyCluster}, nil
 }
