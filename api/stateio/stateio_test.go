@@ -43,18 +43,6 @@ func put(t *testing.T, cli *clientv3.Client, k string, v any) int64 {
 	return r.Header.Revision
 }
 
-func modRev(t *testing.T, cli *clientv3.Client, k string) int64 {
-	t.Helper()
-	r, err := cli.Get(context.Background(), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Kvs) == 0 {
-		return 0
-	}
-	return r.Kvs[0].ModRevision
-}
-
 // An edit re-reads and re-applies itself after a concurrent write, so the
 // other writer's change is kept; the mark of an urgent write is the
 // write's; every refusal is typed and writes nothing.
@@ -81,7 +69,7 @@ func TestUpdate(t *testing.T) {
 		}
 		return edit.Drain(st, config.Drain{Cluster: "c", SubCluster: "SC2", AllowFullDrop: true})
 	}, stateio.Write{})
-	if err != nil || calls != 2 || rev != modRev(t, cli, layout.Desired()) {
+	if err != nil || calls != 2 || rev != etcdtest.ModRevision(t, cli, layout.Desired()) {
 		t.Fatalf("update: rev %d, err %v, %d calls", rev, err, calls)
 	}
 	got, err := s.ReadStored(ctx)
@@ -89,7 +77,7 @@ func TestUpdate(t *testing.T) {
 		t.Fatalf("stored %+v (%v): want both drains, no urgent mark, revision %d", got, err, rev)
 	}
 
-	rev = modRev(t, cli, layout.Desired())
+	rev = etcdtest.ModRevision(t, cli, layout.Desired())
 	var refused *stateio.Refused
 	if _, err := s.Update(ctx, func(st *config.State) error { return edit.Drain(st, config.Drain{Cluster: "c", SubCluster: "SC2"}) }, stateio.Write{}); !errors.As(err, &refused) || err.Error() != "c/SC2 is already drained" {
 		t.Errorf("drain twice: %v", err)
@@ -106,7 +94,7 @@ func TestUpdate(t *testing.T) {
 		stateio.Write{Check: func(_ context.Context, next *config.State) error { checked = next; return plan }}); err != plan || checked == nil || len(checked.Drains) != 1 {
 		t.Errorf("checked: %v %+v", err, checked)
 	}
-	if now := modRev(t, cli, layout.Desired()); now != rev {
+	if now := etcdtest.ModRevision(t, cli, layout.Desired()); now != rev {
 		t.Fatalf("refusals wrote the desired state: revision %d → %d", rev, now)
 	}
 
@@ -118,7 +106,7 @@ func TestUpdate(t *testing.T) {
 	}
 
 	// Put: compare-and-swap on the revision given; the urgent mark given.
-	rev = modRev(t, cli, layout.Desired())
+	rev = etcdtest.ModRevision(t, cli, layout.Desired())
 	if _, err := s.Put(ctx, state(), rev-1, stateio.Write{}); !errors.Is(err, stateio.ErrConflict) {
 		t.Errorf("put at an old revision: %v", err)
 	}
@@ -151,11 +139,11 @@ func TestShifts(t *testing.T) {
 	if _, err := s.CreateShift(ctx, sh, func(context.Context) error { return no }); err != no {
 		t.Errorf("checked shift: %v", err)
 	}
-	if modRev(t, cli, k) != 0 {
+	if etcdtest.ModRevision(t, cli, k) != 0 {
 		t.Fatal("a refused shift was written")
 	}
 	rev, err := s.CreateShift(ctx, sh, nil)
-	if err != nil || rev != modRev(t, cli, k) {
+	if err != nil || rev != etcdtest.ModRevision(t, cli, k) {
 		t.Fatalf("create: %d %v", rev, err)
 	}
 	if _, err := s.CreateShift(ctx, sh, nil); !errors.Is(err, stateio.ErrConflict) || err.Error() != "shift s-1 already exists" {
@@ -163,7 +151,7 @@ func TestShifts(t *testing.T) {
 	}
 
 	got, rev, err := s.SetShiftState(ctx, "s-1", config.ShiftPaused)
-	if err != nil || got.State != config.ShiftPaused || rev != modRev(t, cli, k) {
+	if err != nil || got.State != config.ShiftPaused || rev != etcdtest.ModRevision(t, cli, k) {
 		t.Fatalf("pause: %+v %d %v", got, rev, err)
 	}
 	if _, _, err := s.SetShiftState(ctx, "s-1", config.ShiftPaused); !errors.As(err, &refused) || err.Error() != "shift s-1 is paused: cannot pause it (already paused); nothing was written" {
@@ -177,7 +165,7 @@ func TestShifts(t *testing.T) {
 	if _, _, err := s.SetShiftState(ctx, "nope", config.ShiftPaused); !errors.Is(err, stateio.ErrNoShift) {
 		t.Errorf("no shift: %v", err)
 	}
-	if modRev(t, cli, k) != rev {
+	if etcdtest.ModRevision(t, cli, k) != rev {
 		t.Fatal("a refused state change was written")
 	}
 }

@@ -1,15 +1,10 @@
 package lbctl
 
 import (
-	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
-
-	"github.com/sluicelb/sluice/scheduler/lbscheduler"
 )
 
 // The scheduler's dashboard refuses the writes lbctl refuses before
@@ -18,17 +13,7 @@ import (
 func TestDashboardRefusesWhatLbctlRefuses(t *testing.T) {
 	h := newHarness(t)
 	h.applyDemo() // BFE1's demo-main row is pinned SC1=45 SC2=45 GSLB_BLACKHOLE=10
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := lbscheduler.Start(ctx, lbscheduler.Config{ID: "s1", Client: h.cli, APIAddr: "127.0.0.1:0", APIToken: "tok",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		s.Wait()
-	}()
+	s := h.startScheduler("tok")
 	page := func(body string) (int, string) {
 		t.Helper()
 		req, _ := http.NewRequest(http.MethodPost, "http://"+s.APIAddr()+"/ui/api/action", strings.NewReader(body))

@@ -21,17 +21,7 @@ import (
 func TestPlanWhatIfAgainstScheduler(t *testing.T) {
 	h := newHarness(t)
 	h.mustRun("apply", "-f", "testdata/static.yaml", "--yes")
-	ctx, cancel := context.WithCancel(context.Background())
-	s, err := lbscheduler.Start(ctx, lbscheduler.Config{ID: "s1", Client: h.cli, APIAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	defer func() {
-		cancel()
-		s.Wait()
-	}()
+	h.startScheduler("")
 	deadline := time.Now().Add(30 * time.Second)
 	poll.EventuallyTrue(t, time.Until(deadline), "a scheduler leader", func() bool {
 		r, err := h.cli.Get(context.Background(), h.layout.Leader())
@@ -90,4 +80,22 @@ func TestAPICallsRetryThenFailClearly(t *testing.T) {
 	if d := time.Since(start); d < 600*time.Millisecond {
 		t.Fatalf("gave up after %s: no backoff between tries", d)
 	}
+}
+
+// startScheduler runs a scheduler (id s1, API on a free port, bearer token
+// token when not empty) on the harness's etcd until the test ends.
+func (h *harness) startScheduler(token string) *lbscheduler.Scheduler {
+	h.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	s, err := lbscheduler.Start(ctx, lbscheduler.Config{ID: "s1", Client: h.cli, APIAddr: "127.0.0.1:0", APIToken: token,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		cancel()
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		cancel()
+		s.Wait()
+	})
+	return s
 }

@@ -4,6 +4,7 @@
 package etcdtest
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -189,3 +190,17 @@ func New(t testing.TB) (*Server, *clientv3.Client) {
 // external etcd: below the ephemeral range, where no outgoing connection
 // takes it meanwhile (testkit/freeport).
 func freePort() (int, error) { return freeport.Port() }
+
+// ModRevision is key k's mod revision, 0 when the key is absent: what a
+// test compares before and after a write that must not happen.
+func ModRevision(t testing.TB, cli *clientv3.Client, k string) int64 {
+	t.Helper()
+	r, err := cli.Get(context.Background(), k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) == 0 {
+		return 0
+	}
+	return r.Kvs[0].ModRevision
+}

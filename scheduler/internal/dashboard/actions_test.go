@@ -20,12 +20,7 @@ import (
 // reader of {"message": …} into a map of strings still decodes it).
 func TestDesiredStateActionsSayNotLive(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	st := state()
-	st.Scheduler = config.DefaultSchedulerSettings()
-	c := st.Clusters["c"]
-	c.Policy = config.DefaultPolicy()
-	st.Clusters["c"] = c
-	st.Pins[0].Weights = map[string]int{"SC1": 100}
+	st := plannableState()
 	act := actionServer(t, cli, st)
 	rev := func() int64 {
 		t.Helper()
@@ -72,7 +67,7 @@ func TestShiftStateActionsCarryRevision(t *testing.T) {
 		{"shift-pause", config.ShiftPaused}, {"shift-resume", config.ShiftRunning}, {"shift-pause", config.ShiftPaused}, {"shift-abort", config.ShiftAborted},
 	} {
 		code, out := act(`{"kind":"` + c.kind + `","id":"s-1"}`)
-		rev := modRevision(t, cli, k)
+		rev := etcdtest.ModRevision(t, cli, k)
 		want := map[string]string{"message": fmt.Sprintf("Shift s-1 is now %s (revision %d). %s", c.state, rev, notLive),
 			"revision": fmt.Sprint(rev), "proxy_cluster": "BFE1"}
 		if code != http.StatusOK || fmt.Sprint(out) != fmt.Sprint(want) {
@@ -87,12 +82,12 @@ func TestShiftStateActionsCarryRevision(t *testing.T) {
 			t.Errorf("%s: the intent is %q (%v), want %q", c.kind, got.State, err, c.state)
 		}
 	}
-	rev := modRevision(t, cli, k)
+	rev := etcdtest.ModRevision(t, cli, k)
 	code, out := act(`{"kind":"shift-abort","id":"s-1"}`)
 	if want := map[string]string{"error": "shift s-1 is aborted: cannot abort it; nothing was written"}; code != http.StatusBadRequest || fmt.Sprint(out) != fmt.Sprint(want) {
 		t.Errorf("abort of an aborted shift: %d %q\nwant 400 %q", code, out, want)
 	}
-	if got := modRevision(t, cli, k); got != rev {
+	if got := etcdtest.ModRevision(t, cli, k); got != rev {
 		t.Errorf("a refused abort wrote the intent: revision %d → %d", rev, got)
 	}
 }
@@ -119,19 +114,6 @@ func putShift(t *testing.T, cli *clientv3.Client, sh config.Shift, p *config.Shi
 	return k
 }
 
-// modRevision is key k's mod revision (0: absent).
-func modRevision(t *testing.T, cli *clientv3.Client, k string) int64 {
-	t.Helper()
-	r, err := cli.Get(context.Background(), k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(r.Kvs) == 0 {
-		return 0
-	}
-	return r.Kvs[0].ModRevision
-}
-
 // A shift pause, resume or abort from the page is judged as lbctl judges
 // it — with the scheduler's progress, so a finished shift is not paused —
 // and a refusal says, in lbctl's words, that nothing was written (the
@@ -143,7 +125,7 @@ func TestShiftStateActionsRefuseAsLbctl(t *testing.T) {
 		StepPercent: 10, State: config.ShiftRunning}, &config.ShiftProgress{ID: "s-done", AppliedPercent: 20, TargetPercent: 20, State: config.ShiftDone, Version: 7})
 	paused := putShift(t, cli, config.Shift{ID: "s-paused", ProxyCluster: "BFE1", Cluster: "c", From: "IDC1", To: "IDC2", Percent: 20,
 		StepPercent: 10, State: config.ShiftPaused}, nil)
-	revs := map[string]int64{done: modRevision(t, cli, done), paused: modRevision(t, cli, paused)}
+	revs := map[string]int64{done: etcdtest.ModRevision(t, cli, done), paused: etcdtest.ModRevision(t, cli, paused)}
 	for _, c := range []struct {
 		body string
 		code int
@@ -162,7 +144,7 @@ func TestShiftStateActionsRefuseAsLbctl(t *testing.T) {
 		}
 	}
 	for k, rev := range revs {
-		if got := modRevision(t, cli, k); got != rev {
+		if got := etcdtest.ModRevision(t, cli, k); got != rev {
 			t.Errorf("a refused action wrote %s: revision %d → %d", k, rev, got)
 		}
 	}
@@ -173,12 +155,7 @@ func TestShiftStateActionsRefuseAsLbctl(t *testing.T) {
 // does, so the page's change goes through the rollout stages.
 func TestPageWriteClearsTheUrgentMark(t *testing.T) {
 	_, cli := etcdtest.New(t)
-	st := state()
-	st.Scheduler = config.DefaultSchedulerSettings()
-	c := st.Clusters["c"]
-	c.Policy = config.DefaultPolicy()
-	st.Clusters["c"] = c
-	st.Pins[0].Weights = map[string]int{"SC1": 100}
+	st := plannableState()
 	st.Urgent = &config.Urgent{Author: "alice", What: "lbctl weights set"}
 	act := actionServer(t, cli, st)
 	if code, out := act(`{"kind":"undrain","cluster":"c","subcluster":"SC2"}`); code != http.StatusOK {
@@ -192,4 +169,17 @@ func TestPageWriteClearsTheUrgentMark(t *testing.T) {
 	if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil || got.Urgent != nil || len(got.Drains) != 0 {
 		t.Fatalf("stored urgent %+v, drains %+v (%v): want no mark, SC2 undrained", got.Urgent, got.Drains, err)
 	}
+}
+
+// plannableState is state() with the scheduler's settings and a cluster
+// policy, and BFE1's pin on SC1: a state the scheduler can plan, so the
+// page's writes pass its plan check.
+func plannableState() *config.State {
+	st := state()
+	st.Scheduler = config.DefaultSchedulerSettings()
+	c := st.Clusters["c"]
+	c.Policy = config.DefaultPolicy()
+	st.Clusters["c"] = c
+	st.Pins[0].Weights = map[string]int{"SC1": 100}
+	return st
 }

@@ -39,19 +39,19 @@ func TestActionsThePlanRejectsAreRefusedAsLbctl(t *testing.T) {
 		{`{"kind":"pin","cluster":"c","proxy_cluster":"BFE2","weights":{"SC2":100}}`,
 			"refused: the scheduler could not publish the pin of BFE2's row of c; nothing was written:\n" + fmt.Sprintf(drop, "BFE2", "BFE2")},
 	} {
-		rev := modRevision(t, cli, layout.Desired())
+		rev := etcdtest.ModRevision(t, cli, layout.Desired())
 		code, out := act(c.body)
 		if want := map[string]string{"error": c.want}; code != http.StatusBadRequest || fmt.Sprint(out) != fmt.Sprint(want) {
 			t.Errorf("%s: %d %q\nwant 400 %q", c.body, code, out, want)
 		}
-		if now := modRevision(t, cli, layout.Desired()); now != rev {
+		if now := etcdtest.ModRevision(t, cli, layout.Desired()); now != rev {
 			t.Errorf("%s: refused, yet the desired state moved from revision %d to %d", c.body, rev, now)
 		}
 	}
 
 	// With allow_full_drop the pin drops all BFE2's traffic on purpose.
 	code, out := act(`{"kind":"pin","cluster":"c","proxy_cluster":"BFE2","weights":{"SC2":100},"allow_full_drop":true}`)
-	if code != http.StatusOK || out["revision"] != fmt.Sprint(modRevision(t, cli, layout.Desired())) {
+	if code != http.StatusOK || out["revision"] != fmt.Sprint(etcdtest.ModRevision(t, cli, layout.Desired())) {
 		t.Fatalf("pin with allow_full_drop: %d %q", code, out)
 	}
 }
