@@ -81,12 +81,6 @@ func TestRolloutRules(t *testing.T) {
 			p + ".gates.share_tolerance_points: 101 points is above 100",
 			p + `.promotion: "sometimes" is neither "auto" nor "manual"`,
 			p + ".stages[0]: sets none of count, percent and proxy_clusters; set exactly one",
-			p + ".stages[10].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
-			p + ".stages[11].percent: 0 selects no proxy, and a stage must select at least one; want 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
-			p + ".stages[12].proxy_clusters: [] selects no proxy, and a stage must select at least one; want at least one name of topology.proxy_clusters",
-			p + ".stages[13]: sets count and percent; set exactly one of count, percent and proxy_clusters",
-			p + ".stages[13].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
-			p + ".stages[14]: sets count, percent and proxy_clusters; set exactly one of count, percent and proxy_clusters",
 			p + ".stages[1]: sets count and percent; set exactly one of count, percent and proxy_clusters",
 			p + ".stages[2].count: -1 is negative; want a number of proxies ≥ 1",
 			p + ".stages[4].count: 2 is below an earlier stage's 3; a stage includes the previous ones' proxies",
@@ -94,6 +88,12 @@ func TestRolloutRules(t *testing.T) {
 			p + ".stages[7].percent: 101 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
 			p + ".stages[8].percent: -1 is outside 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
 			p + `.stages[9].proxy_clusters[1]: proxy cluster "NOPE" is not in topology.proxy_clusters`,
+			p + ".stages[10].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
+			p + ".stages[11].percent: 0 selects no proxy, and a stage must select at least one; want 0 < p ≤ 100 (a percent of each proxy cluster's proxies)",
+			p + ".stages[12].proxy_clusters: [] selects no proxy, and a stage must select at least one; want at least one name of topology.proxy_clusters",
+			p + ".stages[13]: sets count and percent; set exactly one of count, percent and proxy_clusters",
+			p + ".stages[13].count: 0 selects no proxy, and a stage must select at least one; want a number of proxies ≥ 1",
+			p + ".stages[14]: sets count, percent and proxy_clusters; set exactly one of count, percent and proxy_clusters",
 		}
 		if got := strings.Split(es.Error(), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("errors:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

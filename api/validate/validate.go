@@ -8,6 +8,7 @@ package validate
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -52,6 +53,17 @@ func (c *collector) err() error {
 	if len(c.errs) == 0 {
 		return nil
 	}
-	sort.SliceStable(c.errs, func(i, j int) bool { return c.errs[i].Path < c.errs[j].Path })
+	sort.SliceStable(c.errs, func(i, j int) bool { return sortKey(c.errs[i].Path) < sortKey(c.errs[j].Path) })
 	return c.errs
+}
+
+// index is a list index in a path: stages[10].
+var index = regexp.MustCompile(`\[([0-9]+)\]`)
+
+// sortKey is path with its list indexes zero-padded, so that errors sort
+// by path with stages[2] before stages[10].
+func sortKey(path string) string {
+	return index.ReplaceAllStringFunc(path, func(m string) string {
+		return "[" + strings.Repeat("0", max(0, 20-(len(m)-2))) + m[1:]
+	})
 }
