@@ -33,12 +33,14 @@ func TestDashboardRefusesWhatLbctlRefuses(t *testing.T) {
 
 	h.mustRun("drain", "--cluster", "demo-main", "--subcluster", "SC1")
 	for _, c := range []struct {
-		lbctl []string
-		page  string
+		lbctl          []string
+		page, override string
 	}{
-		{[]string{"drain", "--cluster", "demo-main", "--subcluster", "SC2"}, `{"kind":"drain","cluster":"demo-main","subcluster":"SC2"}`},
+		{[]string{"drain", "--cluster", "demo-main", "--subcluster", "SC2"}, `{"kind":"drain","cluster":"demo-main","subcluster":"SC2"}`,
+			"The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."},
 		{[]string{"weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE2", "SC1=100"},
-			`{"kind":"pin","cluster":"demo-main","proxy_cluster":"BFE2","weights":{"SC1":100}}`},
+			`{"kind":"pin","cluster":"demo-main","proxy_cluster":"BFE2","weights":{"SC1":100}}`,
+			`To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`},
 	} {
 		_, rev := h.desired()
 		out, errs, code := h.run("", c.lbctl...)
@@ -46,8 +48,15 @@ func TestDashboardRefusesWhatLbctlRefuses(t *testing.T) {
 			t.Fatalf("lbctl %v: exit %d, stdout %q, stderr %q; want exit 1 and a refusal", c.lbctl, code, out, errs)
 		}
 		pcode, perr := page(c.page)
-		if want := strings.TrimSuffix(strings.TrimPrefix(errs, "lbctl: "), "\n"); pcode != http.StatusBadRequest || perr != want {
+		// The same words but the last line, which names how to override
+		// the refusal: lbctl's flag there, the page's own way here.
+		want := strings.TrimSuffix(strings.TrimPrefix(errs, "lbctl: "), "\n")
+		want = want[:strings.LastIndexByte(want, '\n')+1] + c.override
+		if pcode != http.StatusBadRequest || perr != want {
 			t.Errorf("%s: %d %q\nwant 400 and lbctl's words %q", c.page, pcode, perr, want)
+		}
+		if !strings.HasSuffix(errs, "\nTo drop all that traffic on purpose, run again with --allow-full-drop.\n") {
+			t.Errorf("lbctl %v: %q does not end with its flag", c.lbctl, errs)
 		}
 		if _, now := h.desired(); now != rev {
 			t.Errorf("%s: refused, yet the desired state moved from revision %d to %d", c.page, rev, now)

@@ -34,6 +34,10 @@ type Refusal struct {
 	What string
 	// Rejections are what the write breaks (not what was broken before).
 	Rejections []plan.Rejection
+	// Override says how the writer drops all that traffic on purpose when
+	// every rejection is a full drop, in its user's terms; empty: lbctl's
+	// flag (--allow-full-drop).
+	Override string
 }
 
 func (r *Refusal) Error() string {
@@ -49,9 +53,12 @@ func (r *Refusal) Error() string {
 		}
 		drops = drops && len(x.FullDrops) > 0 && len(x.Errs) == len(x.FullDrops)
 	}
-	if drops {
+	switch {
+	case drops && r.Override != "":
+		b.WriteString("\n" + r.Override)
+	case drops:
 		fmt.Fprintf(&b, "\nTo drop all that traffic on purpose, run again with --%s.", AllowFullDropFlag)
-	} else {
+	default:
 		b.WriteString("\nNo flag overrides this: change the write.")
 	}
 	return b.String()

@@ -170,7 +170,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 			return actionResult{}, err
 		}
 		pin := config.Pin{ProxyCluster: a.ProxyCluster, Cluster: a.Cluster, Weights: a.Weights, AllowFullDrop: a.AllowFullDrop, Reason: a.Reason, Author: author}
-		rev, err := d.updateState(ctx, precheck.WhatPin(a.ProxyCluster, a.Cluster), func(s *config.State) error { edit.Pin(s, pin); return nil })
+		rev, err := d.updateState(ctx, precheck.WhatPin(a.ProxyCluster, a.Cluster), pinOverride, func(s *config.State) error { edit.Pin(s, pin); return nil })
 		if err != nil {
 			return actionResult{}, err
 		}
@@ -180,7 +180,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 			return actionResult{}, err
 		}
 		// lbctl weights unpin names its write by the command.
-		rev, err := d.updateState(ctx, precheck.WhatCommand("weights unpin"), func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
+		rev, err := d.updateState(ctx, precheck.WhatCommand("weights unpin"), otherOverride, func(s *config.State) error { return edit.Unpin(s, a.Cluster, a.ProxyCluster) })
 		if err != nil {
 			return actionResult{}, err
 		}
@@ -189,7 +189,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		if err := names(a.Cluster, a.SubCluster); err != nil {
 			return actionResult{}, err
 		}
-		rev, err := d.updateState(ctx, precheck.WhatDrain(a.Kind == "drain", a.Cluster, a.SubCluster), func(s *config.State) error {
+		rev, err := d.updateState(ctx, precheck.WhatDrain(a.Kind == "drain", a.Cluster, a.SubCluster), otherOverride, func(s *config.State) error {
 			if a.Kind == "drain" {
 				return edit.Drain(s, config.Drain{Cluster: a.Cluster, SubCluster: a.SubCluster, Reason: a.Reason, Author: author})
 			}
@@ -238,12 +238,25 @@ func (d *Dashboard) store() stateio.Store { return stateio.Store{KV: d.o.Client,
 // write from the page is never urgent: it clears the mark of an urgent
 // lbctl write, as any lbctl write without --urgent does. what names the
 // write in a refusal (precheck.What*).
-func (d *Dashboard) updateState(ctx context.Context, what string, mutate func(*config.State) error) (int64, error) {
+func (d *Dashboard) updateState(ctx context.Context, what, override string, mutate func(*config.State) error) (int64, error) {
 	rev, err := d.store().Update(ctx, mutate, stateio.Write{Check: func(ctx context.Context, next *config.State) error {
-		return precheck.Check(ctx, d.o.Client, d.o.Layout, next, nil, what)
+		err := precheck.Check(ctx, d.o.Client, d.o.Layout, next, nil, what)
+		if r, ok := errors.AsType[*precheck.Refusal](err); ok {
+			r.Override = override
+		}
+		return err
 	}})
 	return rev, writeError(err)
 }
+
+// How a full drop the plan refuses is made on purpose, in the page's
+// terms (lbctl's refusal names its flag, which a browser has not): a pin
+// has the form's box; a drain, an undrain or an unpin has no override on
+// the page, lbctl has.
+const (
+	pinOverride   = `To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`
+	otherOverride = "The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."
+)
 
 // setShiftState moves shift id to state as lbctl shift pause/resume/abort
 // does (api/stateio): judged with the scheduler's progress (a finished

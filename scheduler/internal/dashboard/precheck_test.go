@@ -11,9 +11,9 @@ import (
 
 // An action the scheduler could not publish is refused before it is
 // written, as lbctl refuses it and in lbctl's words (scheduler/precheck):
-// 400, and the desired state's revision does not move. The override lbctl
-// names for a pinned row is the pin's allow_full_drop, which the page
-// sends.
+// 400, and the desired state's revision does not move; the override it
+// names is the page's own (the pin form's box), not lbctl's flag. The
+// pin's allow_full_drop, which the page sends, writes it.
 func TestActionsThePlanRejectsAreRefusedAsLbctl(t *testing.T) {
 	_, cli := etcdtest.New(t)
 	st := state()
@@ -29,15 +29,18 @@ func TestActionsThePlanRejectsAreRefusedAsLbctl(t *testing.T) {
 	act := actionServer(t, cli, st)
 
 	const drop = "  proxy cluster %s, cluster c: its pinned row would send every request to GSLB_BLACKHOLE (nothing left to serve it)\n" +
-		"  proxy cluster %s: clusters.c.row.weights.GSLB_BLACKHOLE: 100 drops all traffic; set allow_full_drop to allow it\n" +
-		"To drop all that traffic on purpose, run again with --allow-full-drop."
+		"  proxy cluster %s: clusters.c.row.weights.GSLB_BLACKHOLE: 100 drops all traffic; set allow_full_drop to allow it\n"
 	for _, c := range []struct{ body, want string }{
-		// The last sub-cluster BFE1's pinned row can use.
+		// The last sub-cluster BFE1's pinned row can use: the page has no
+		// override for a drain (lbctl's flag is not the page's).
 		{`{"kind":"drain","cluster":"c","subcluster":"SC1","reason":"maintenance"}`,
-			"refused: the scheduler could not publish the drain of c/SC1; nothing was written:\n" + fmt.Sprintf(drop, "BFE1", "BFE1")},
-		// A pin on drained SC2, with nothing available to take it.
+			"refused: the scheduler could not publish the drain of c/SC1; nothing was written:\n" + fmt.Sprintf(drop, "BFE1", "BFE1") +
+				"The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."},
+		// A pin on drained SC2, with nothing available to take it: the
+		// override is the form's box.
 		{`{"kind":"pin","cluster":"c","proxy_cluster":"BFE2","weights":{"SC2":100}}`,
-			"refused: the scheduler could not publish the pin of BFE2's row of c; nothing was written:\n" + fmt.Sprintf(drop, "BFE2", "BFE2")},
+			"refused: the scheduler could not publish the pin of BFE2's row of c; nothing was written:\n" + fmt.Sprintf(drop, "BFE2", "BFE2") +
+				`To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`},
 	} {
 		rev := etcdtest.ModRevision(t, cli, layout.Desired())
 		code, out := act(c.body)
