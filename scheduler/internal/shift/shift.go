@@ -7,7 +7,10 @@
 //   - pending or running: AppliedPercent rises by StepPercent (default 10)
 //     every Ramp / ceil(Percent / StepPercent), capped at Percent; with
 //     Ramp 0 the whole Percent applies at once.
-//   - paused: AppliedPercent holds; running again continues the ramp.
+//   - paused: AppliedPercent holds; running again continues the ramp where
+//     it stood: the next step falls due after what was left of its
+//     interval when the shift paused (a pause and resume never hurries a
+//     step; a shift paused before its first step starts at once).
 //   - aborted: the shift leaves the view (rows go back), progress says aborted.
 //   - done (AppliedPercent = Percent): the shift stays applied as a standing
 //     intent as long as its key exists; deleting the key (or aborting) ends it.
@@ -39,6 +42,9 @@ type Active struct {
 type track struct {
 	applied  int
 	lastStep time.Time
+	// pausedAt is when the shift paused (zero: not paused, or paused
+	// before this leader knew when).
+	pausedAt time.Time
 	state    string
 	// version carrying applied, once published (0: not yet)
 	version uint64
@@ -72,7 +78,13 @@ func NewExecutor(progress map[string]config.ShiftProgress, now time.Time) *Execu
 			// A capped shift records what it moved; what it asks is all.
 			applied = max(applied, p.TargetPercent)
 		}
-		e.tracks[id] = &track{applied: applied, lastStep: now, state: p.State, version: p.Version, written: p}
+		t := &track{applied: applied, lastStep: now, state: p.State, version: p.Version, written: p}
+		if p.State == config.ShiftPaused {
+			// Paused under an earlier leader: resumed, the next step is
+			// a whole interval away.
+			t.pausedAt = now
+		}
+		e.tracks[id] = t
 	}
 	return e
 }
@@ -109,6 +121,9 @@ func (e *Executor) Step(now time.Time, intents map[string]config.Shift) []Active
 			t.state = config.ShiftAborted
 			continue
 		case config.ShiftPaused:
+			if t.state != config.ShiftPaused {
+				t.pausedAt = now
+			}
 			t.state = config.ShiftPaused
 		case config.ShiftPending, config.ShiftRunning, config.ShiftDone, "":
 			if t.applied >= target {
@@ -116,11 +131,17 @@ func (e *Executor) Step(now time.Time, intents map[string]config.Shift) []Active
 				t.state = config.ShiftDone
 				break
 			}
-			if t.state != config.ShiftRunning {
-				// Starting or resuming: the first step is due at once.
-				t.state = config.ShiftRunning
+			switch {
+			case t.state == config.ShiftRunning:
+			case t.state == config.ShiftPaused && t.applied > 0 && !t.pausedAt.IsZero():
+				// Resuming: the time paused does not count toward the
+				// next step.
+				t.lastStep = t.lastStep.Add(now.Sub(t.pausedAt))
+			default:
+				// Starting: the first step is due at once.
 				t.lastStep = now.Add(-interval(sh))
 			}
+			t.state, t.pausedAt = config.ShiftRunning, time.Time{}
 			iv := interval(sh)
 			for t.applied < target && !now.Before(t.lastStep.Add(iv)) {
 				t.applied = min(target, t.applied+step(sh, target))

@@ -40,9 +40,13 @@ func TestRampStepsPauseResumeAbort(t *testing.T) {
 		{0, config.ShiftPending, 10, config.ShiftRunning},
 		{30 * time.Second, config.ShiftRunning, 10, config.ShiftRunning},
 		{time.Minute, config.ShiftRunning, 20, config.ShiftRunning},
+		// Paused 30 s into the minute after the second step: resumed, the
+		// third step falls due 30 s later, not at once.
 		{90 * time.Second, config.ShiftPaused, 20, config.ShiftPaused},
 		{10 * time.Minute, config.ShiftPaused, 20, config.ShiftPaused},
-		{11 * time.Minute, config.ShiftRunning, 30, config.ShiftDone},
+		{11 * time.Minute, config.ShiftRunning, 20, config.ShiftRunning},
+		{11*time.Minute + 29*time.Second, config.ShiftRunning, 20, config.ShiftRunning},
+		{11*time.Minute + 30*time.Second, config.ShiftRunning, 30, config.ShiftDone},
 		{20 * time.Minute, config.ShiftRunning, 30, config.ShiftDone},
 		{21 * time.Minute, config.ShiftAborted, 0, config.ShiftAborted},
 	}
@@ -116,5 +120,66 @@ func TestResumeFromProgressAndNextDue(t *testing.T) {
 	e.MarkWritten(ps[0])
 	if ps := e.Progress(t0, in, func(config.Shift) uint64 { return 4 }); len(ps) != 0 {
 		t.Fatalf("unchanged progress rewritten: %v", ps)
+	}
+}
+
+// A pause and resume never hurries a step: toggled right after a step, the
+// next one still comes a whole interval after it; paused before its first
+// step, a shift starts at once when resumed; paused under an earlier
+// leader, it waits a whole interval after the resume.
+func TestResumeKeepsThePace(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	in := intent(config.ShiftPending, 30, 10, 3*time.Minute) // a step a minute
+	at := func(e *Executor, d time.Duration, state string) int {
+		t.Helper()
+		sh := in["s1"]
+		sh.State = state
+		in["s1"] = sh
+		return applied(t, e.Step(t0.Add(d), in))
+	}
+	e := NewExecutor(nil, t0)
+	for _, c := range []struct {
+		at    time.Duration
+		state string
+		want  int
+	}{
+		{0, config.ShiftPending, 10},
+		{time.Second, config.ShiftPaused, 10},
+		{2 * time.Second, config.ShiftRunning, 10}, // not a step: 59 s of the minute were left
+		{3 * time.Second, config.ShiftPaused, 10},
+		{4 * time.Second, config.ShiftRunning, 10},
+		{61 * time.Second, config.ShiftRunning, 10}, // the 2 s paused do not count
+		{62 * time.Second, config.ShiftRunning, 20},
+	} {
+		if got := at(e, c.at, c.state); got != c.want {
+			t.Fatalf("at %v (%s): applied %d, want %d", c.at, c.state, got, c.want)
+		}
+	}
+	if due := e.NextDue(in); !due.Equal(t0.Add(122 * time.Second)) {
+		t.Fatalf("next due %v, want %v", due, t0.Add(122*time.Second))
+	}
+
+	// Paused before the scheduler ever ran it: resumed, the first step at once.
+	e = NewExecutor(nil, t0)
+	if got := at(e, 0, config.ShiftPaused); got != 0 {
+		t.Fatalf("paused before its first step: applied %d, want 0", got)
+	}
+	if got := at(e, 5*time.Second, config.ShiftRunning); got != 10 {
+		t.Fatalf("resumed before its first step: applied %d, want 10 at once", got)
+	}
+
+	// Paused under an earlier leader: a whole interval after the resume.
+	e = NewExecutor(map[string]config.ShiftProgress{"s1": {ID: "s1", AppliedPercent: 10, TargetPercent: 30, State: config.ShiftPaused}}, t0)
+	if got := at(e, 10*time.Second, config.ShiftPaused); got != 10 {
+		t.Fatalf("paused: applied %d, want 10", got)
+	}
+	if got := at(e, 20*time.Second, config.ShiftRunning); got != 10 {
+		t.Fatalf("resumed: applied %d, want 10 (no step at once)", got)
+	}
+	if got := at(e, 79*time.Second, config.ShiftRunning); got != 10 {
+		t.Fatalf("59 s after the resume: applied %d, want 10", got)
+	}
+	if got := at(e, 80*time.Second, config.ShiftRunning); got != 20 {
+		t.Fatalf("a minute after the resume: applied %d, want 20", got)
 	}
 }

@@ -291,13 +291,30 @@ function renderHealth() {
   $('health-body').replaceChildren(...out);
 }
 
+// shiftActions are the actions the scheduler takes for shift s, judged as
+// it judges them (api/edit ShiftState): its state as the scheduler's
+// progress tells it (a finished or invalid shift can only be aborted),
+// else the intent's (paused: resume; pending or running: pause; aborted:
+// none). A button the scheduler would refuse is not shown.
+function shiftActions(s) {
+  const p = s.progress;
+  let cur = s.state;
+  if (p && cur !== 'aborted' && (p.state === 'done' || p.state === 'invalid')) cur = p.state;
+  switch (cur) {
+    case 'aborted': return [];
+    case 'done': case 'invalid': return ['abort'];
+    case 'paused': return ['resume', 'abort'];
+    default: return ['pause', 'abort'];
+  }
+}
+
 function renderShifts() {
   if (doc.shifts.length === 0) { $('shifts-body').replaceChildren(el('p', { class: 'meta', text: 'No shifts.' })); return; }
   const rows = doc.shifts.map((s) => {
     const p = s.progress;
     const acts = el('td', {});
-    if (canAct() && s.state !== 'aborted' && s.state !== 'done') {
-      for (const k of ['pause', 'resume', 'abort']) {
+    if (canAct()) {
+      for (const k of shiftActions(s)) {
         acts.append(el('button', { type: 'button', 'data-key': `${k}/${s.id}`, onclick: () => ask({ kind: 'shift-' + k, id: s.id }) }, k), ' ');
       }
     }
