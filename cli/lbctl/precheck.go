@@ -35,8 +35,18 @@ func (e *env) checkPlan(ctx context.Context, next *config.State, what string) er
 	if len(fresh) == 0 {
 		return nil
 	}
-	if next != nil && e.c.Bool(allowFullDropFlag) && allowPins(e, next, fresh) {
-		return e.checkPlan(ctx, next, what)
+	if next != nil && e.c.Bool(allowFullDropFlag) {
+		if notes, ok := allowPins(next, fresh); ok {
+			// Said once the state with those pins passes the check, so
+			// a refusal is never preceded by a line that did not happen.
+			if err := e.checkPlan(ctx, next, what); err != nil {
+				return err
+			}
+			for _, n := range notes {
+				fmt.Fprintln(e.info(), n)
+			}
+			return nil
+		}
 	}
 	return withCode(ExitError, &precheck.Refusal{What: what, Rejections: fresh})
 }
@@ -60,22 +70,28 @@ func exitRefused(err error) error {
 }
 
 // allowPins sets allow_full_drop on the pins of rows that would drop all
-// traffic; false when a rejection has another reason (or no such pin).
-func allowPins(e *env, st *config.State, rej []plan.Rejection) bool {
+// traffic and returns what to say of each; false, and st untouched, when a
+// rejection has another reason (or no such pin).
+func allowPins(st *config.State, rej []plan.Rejection) ([]string, bool) {
+	var pins []int
+	var notes []string
 	for _, r := range rej {
 		if len(r.FullDrops) == 0 || len(r.Errs) != len(r.FullDrops) {
-			return false
+			return nil, false
 		}
 		for _, c := range r.FullDrops {
 			i := slices.IndexFunc(st.Pins, func(p config.Pin) bool { return p.ProxyCluster == r.ProxyCluster && p.Cluster == c })
 			if i < 0 || st.Pins[i].AllowFullDrop {
-				return false
+				return nil, false
 			}
-			st.Pins[i].AllowFullDrop = true
-			fmt.Fprintf(e.info(), "--%s: the pin of %s's row of %s gets allow_full_drop: it drops all its traffic\n", allowFullDropFlag, r.ProxyCluster, c)
+			pins = append(pins, i)
+			notes = append(notes, fmt.Sprintf("--%s: the pin of %s's row of %s gets allow_full_drop: it drops all its traffic", allowFullDropFlag, r.ProxyCluster, c))
 		}
 	}
-	return true
+	for _, i := range pins {
+		st.Pins[i].AllowFullDrop = true
+	}
+	return notes, true
 }
 
 // what names the write of the running command: e.writing, else e.g. "the

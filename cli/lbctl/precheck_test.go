@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/report"
+	"github.com/sluicelb/sluice/api/validate"
+	"github.com/sluicelb/sluice/scheduler/plan"
 )
 
 // refused asserts a write exits 1 with the planner's reason and the
@@ -106,5 +109,34 @@ func TestApplyRefusedThenAllowedFullDrop(t *testing.T) {
 	s, _ := h.desired()
 	if len(s.Pins) != 1 || !s.Pins[0].AllowFullDrop || len(s.Drains) != 2 {
 		t.Fatalf("stored pins %+v drains %+v", s.Pins, s.Drains)
+	}
+}
+
+// allowPins allows every pinned full drop or none: with a rejection of
+// another kind among them it changes no pin and has nothing to say (the
+// write is refused, so no line may say a pin got allow_full_drop).
+func TestAllowPinsAllOrNothing(t *testing.T) {
+	pins := func() *config.State {
+		return &config.State{Pins: []config.Pin{{ProxyCluster: "BFE1", Cluster: "c"}, {ProxyCluster: "BFE2", Cluster: "c"}}}
+	}
+	drop := func(pc string) plan.Rejection {
+		return plan.Rejection{ProxyCluster: pc, FullDrops: []string{"c"},
+			Errs: validate.Errors{{Path: "clusters.c.row.weights.GSLB_BLACKHOLE", Msg: "100 drops all traffic"}}}
+	}
+	other := plan.Rejection{ProxyCluster: "BFE2", Errs: validate.Errors{{Path: "clusters.c.row", Msg: "something else"}}}
+
+	st := pins()
+	notes, ok := allowPins(st, []plan.Rejection{drop("BFE1"), other})
+	if ok || len(notes) != 0 || st.Pins[0].AllowFullDrop || st.Pins[1].AllowFullDrop {
+		t.Fatalf("with another rejection: ok %v, notes %q, pins %+v; want false, none, unchanged", ok, notes, st.Pins)
+	}
+	st = pins()
+	notes, ok = allowPins(st, []plan.Rejection{drop("BFE1"), drop("BFE2")})
+	want := []string{
+		"--allow-full-drop: the pin of BFE1's row of c gets allow_full_drop: it drops all its traffic",
+		"--allow-full-drop: the pin of BFE2's row of c gets allow_full_drop: it drops all its traffic",
+	}
+	if !ok || strings.Join(notes, "\n") != strings.Join(want, "\n") || !st.Pins[0].AllowFullDrop || !st.Pins[1].AllowFullDrop {
+		t.Fatalf("full drops only: ok %v, notes %q, pins %+v", ok, notes, st.Pins)
 	}
 }
