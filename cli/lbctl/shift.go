@@ -20,12 +20,11 @@ import (
 )
 
 func shiftCommand() *cli.Command {
-	idFlag := &cli.StringFlag{Name: "id", Required: true, Usage: "shift id (printed when the shift was created; lbctl shift list)"}
 	return &cli.Command{
 		Name:  "shift",
 		Usage: "move a share of a proxy cluster's traffic for a cluster from one IDC to another, optionally ramped",
 		UsageText: "lbctl shift --cluster C --proxy-cluster B --from IDC1 --to IDC2 --percent 30 [--ramp 5m --step 10] [--wait]\n" +
-			"lbctl shift pause|resume|abort --id ID\nlbctl shift list",
+			"lbctl shift pause|resume|abort --id ID [--wait]\nlbctl shift list",
 		Description: "--percent is points of the row (out of 100) moved from the sub-clusters in --from to those in --to,\n" +
 			"on top of the pinned or computed row. With --ramp the scheduler moves --step points at a time spread over\n" +
 			"the ramp. --wait shows progress until the shift is complete and live on every proxy of the proxy cluster.",
@@ -44,9 +43,9 @@ func shiftCommand() *cli.Command {
 		},
 		Action: action(shiftCreate),
 		Subcommands: []*cli.Command{
-			{Name: "pause", Usage: "hold a ramping shift at its current step", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftPaused))},
-			{Name: "resume", Usage: "continue a paused shift", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftRunning))},
-			{Name: "abort", Usage: "drop a shift: its rows go back to the pinned or computed weights", Flags: []cli.Flag{idFlag}, Action: action(shiftSetState(config.ShiftAborted))},
+			{Name: "pause", Usage: "hold a ramping shift at its current step", Flags: shiftStateFlags(), Action: action(shiftSetState(config.ShiftPaused))},
+			{Name: "resume", Usage: "continue a paused shift at its ramp's pace", Flags: shiftStateFlags(), Action: action(shiftSetState(config.ShiftRunning))},
+			{Name: "abort", Usage: "drop a shift: its rows go back to the pinned or computed weights", Flags: shiftStateFlags(), Action: action(shiftSetState(config.ShiftAborted))},
 			{Name: "list", Usage: "list shifts with their progress", Action: action(shiftList)},
 		},
 	}
@@ -216,7 +215,26 @@ func shiftSetState(state string) func(*env) error {
 		if err != nil {
 			return conflictCode(err)
 		}
-		return e.wrote(writeResult{Action: state, Revision: rev, Shift: ptr(viewShift(sh, nil))}, edit.ShiftStateWritten(id, state, rev)+"\n")
+		// What was written, then — as after every write — that it is not
+		// live yet, or with --wait the wait for it: the scheduler's input
+		// revision covers the shift intents.
+		text := edit.ShiftStateWritten(id, state, rev) + "\n"
+		if !e.c.Bool("wait") {
+			text += edit.ShiftNotLive(sh.ProxyCluster) + " Wait for that with: " + edit.WaitCommand(sh.ProxyCluster, rev) + "\n"
+		}
+		if err := e.wrote(writeResult{Action: state, Revision: rev, Shift: ptr(viewShift(sh, nil))}, text); err != nil {
+			return err
+		}
+		return e.afterWrite(sh.ProxyCluster, rev)
+	}
+}
+
+// shiftStateFlags are the flags of shift pause, resume and abort: the id,
+// and --wait as on every write.
+func shiftStateFlags() []cli.Flag {
+	return []cli.Flag{&cli.StringFlag{Name: "id", Required: true, Usage: "shift id (printed when the shift was created; lbctl shift list)"},
+		&cli.BoolFlag{Name: "wait", Usage: "after writing, wait until every live proxy of the shift's proxy cluster applied a snapshot computed from this write or later"},
+		&cli.DurationFlag{Name: "wait-timeout", Value: 2 * time.Minute, Usage: "give up --wait after this long (exit 4)"},
 	}
 }
 

@@ -350,6 +350,52 @@ func TestWriteWaitMeansLive(t *testing.T) {
 	}
 }
 
+// A shift's pause, resume and abort are writes like any other: without
+// --wait they say they are not live yet; with --wait they return once every
+// live proxy of the shift's proxy cluster runs a snapshot computed from the
+// write — for the abort, the rows back where the pin put them, measured
+// right after it returned. A resume keeps the ramp's pace: no step at once.
+func TestShiftStateWritesWait(t *testing.T) {
+	f, ctx := servingFleet(t)
+	o, code, err := f.Lbctl(ctx, "shift", "--cluster", "demo-main", "--proxy-cluster", "BFE1", "--from", "IDC1", "--to", "IDC2",
+		"--percent", "20", "--ramp", "10m", "--step", "10", "--reason", "e2e shift states")
+	if err != nil || code != 0 {
+		t.Fatalf("shift: exit %d %v\n%s", code, err, o)
+	}
+	id := strings.Fields(o[strings.Index(o, "Shift ")+len("Shift "):])[0]
+	// The command the answer names waits for the first step (shift --wait
+	// would wait for the whole 10-minute ramp).
+	wait := regexp.MustCompile(`lbctl (rollout status --proxy-cluster BFE1 --revision \d+ --wait)`).FindStringSubmatch(o)
+	if wait == nil {
+		t.Fatalf("shift: no wait command in\n%s", o)
+	}
+	if w, code, err := f.Lbctl(ctx, append(strings.Fields(wait[1]), "--timeout", "30s")...); err != nil || code != 0 {
+		t.Fatalf("%s: exit %d %v\n%s", wait[1], code, err, w)
+	}
+	// The first step of 10 points is live: BFE1's pinned 45/45/10 is 35/55/10.
+	checkShares(t, splitLoad(f, "BFE1", 10000, 600000), "BFE1 with the shift's first step", map[string]float64{"SC1": 35, "SC2": 55, "BLACKHOLE": 10})
+
+	o, code, err = f.Lbctl(ctx, "shift", "pause", "--id", id)
+	rev := regexp.MustCompile(`^Shift ` + regexp.QuoteMeta(id) + ` is now paused \(revision (\d+)\)\.\nNot live until the scheduler runs it and the proxies of BFE1 apply it\. Wait for that with: lbctl rollout status --proxy-cluster BFE1 --revision (\d+) --wait\n$`).FindStringSubmatch(o)
+	if err != nil || code != 0 || rev == nil || rev[1] != rev[2] {
+		t.Fatalf("shift pause: exit %d %v\n%q", code, err, o)
+	}
+	for _, verb := range []string{"resume", "abort"} {
+		o, code, err = f.Lbctl(ctx, "shift", verb, "--id", id, "--wait", "--wait-timeout", "30s")
+		t.Logf("shift %s --wait:\n%s", verb, o)
+		if err != nil || code != 0 || !strings.Contains(o, "is now ") || !strings.Contains(o, "converged: every live proxy") {
+			t.Fatalf("shift %s --wait: exit %d %v\n%s", verb, code, err, o)
+		}
+		if verb == "resume" {
+			// Resumed at its pace: the second step is minutes away.
+			if l, code, err := f.Lbctl(ctx, "shift", "list"); err != nil || code != 0 || !strings.Contains(l, "10/20") {
+				t.Fatalf("shift list after the resume: exit %d %v\n%s", code, err, l)
+			}
+		}
+	}
+	checkShares(t, splitLoad(f, "BFE1", 10000, 700000), "BFE1 right after abort --wait returned", map[string]float64{"SC1": 45, "SC2": 45, "BLACKHOLE": 10})
+}
+
 // Issue 15, lineages: etcd is wiped under the running fleet (a fresh store
 // on the same address); the proxies notice the store changed, follow the
 // new lineage the scheduler mints, and serve on — within 10 s.
