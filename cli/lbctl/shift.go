@@ -11,7 +11,6 @@ import (
 	"github.com/urfave/cli/v2"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/sluicelb/sluice/api/codec"
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/api/edit"
 	"github.com/sluicelb/sluice/api/rollout"
@@ -35,7 +34,7 @@ func shiftCommand() *cli.Command {
 			&cli.StringFlag{Name: "to", Usage: "IDC the traffic goes to"},
 			&cli.IntFlag{Name: "percent", Usage: "points of the row to move, 1..100"},
 			&cli.DurationFlag{Name: "ramp", Usage: "spread the move over this long (0: at once)"},
-			&cli.IntFlag{Name: "step", Value: 10, Usage: "points per ramp step"},
+			&cli.IntFlag{Name: "step", Value: config.ShiftDefaultStep, Usage: "points per ramp step"},
 			&cli.StringFlag{Name: "reason", Usage: "why (recorded with the shift)"},
 			urgentFlag(),
 			&cli.BoolFlag{Name: "wait", Usage: "show progress until the shift is live on every proxy"},
@@ -158,33 +157,34 @@ func waitShift(ctx context.Context, e *env, sh config.Shift, rev int64) error {
 		return err
 	}
 	w := cli.Watch(clientv3.WithRequireLeader(ctx), pk)
+	st, err := e.store()
+	if err != nil {
+		return err
+	}
 	last := ""
 	for {
 		gctx, cancel := e.ctx()
-		r, err := cli.Get(gctx, pk)
+		p, err := st.ShiftProgress(gctx, sh.ID)
 		cancel()
-		if err == nil && len(r.Kvs) > 0 {
-			var p config.ShiftProgress
-			if err := codec.UnmarshalJSON(r.Kvs[0].Value, &p); err == nil {
-				line := shiftProgressLine(sh.ID, p)
-				if line != last {
-					e.progressf("%s", line)
-					last = line
+		if err == nil && p != nil {
+			line := shiftProgressLine(sh.ID, *p)
+			if line != last {
+				e.progressf("%s", line)
+				last = line
+			}
+			switch p.State {
+			case config.ShiftAborted:
+				return fmt.Errorf("shift %s was aborted", sh.ID)
+			case config.ShiftInvalid:
+				return fmt.Errorf("the scheduler refused shift %s: %s", sh.ID, p.Message)
+			case config.ShiftDone:
+				e.progressf("waiting for every %s proxy to apply v%d", sh.ProxyCluster, p.Version)
+				rep, err := e.waitRollout(ctx, sh.ProxyCluster, p.Version)
+				if err != nil {
+					return err
 				}
-				switch p.State {
-				case config.ShiftAborted:
-					return fmt.Errorf("shift %s was aborted", sh.ID)
-				case config.ShiftInvalid:
-					return fmt.Errorf("the scheduler refused shift %s: %s", sh.ID, p.Message)
-				case config.ShiftDone:
-					e.progressf("waiting for every %s proxy to apply v%d", sh.ProxyCluster, p.Version)
-					rep, err := e.waitRollout(ctx, sh.ProxyCluster, p.Version)
-					if err != nil {
-						return err
-					}
-					fmt.Fprintln(e.info(), shiftLiveLine(sh, rep, p.Version))
-					return nil
-				}
+				fmt.Fprintln(e.info(), shiftLiveLine(sh, rep, p.Version))
+				return nil
 			}
 		}
 		select {
@@ -245,6 +245,10 @@ func shiftList(e *env) error {
 	}
 	ctx, cancel := e.ctx()
 	defer cancel()
+	st, err := e.store()
+	if err != nil {
+		return err
+	}
 	r, err := cli.Get(ctx, e.layout.ShiftsPrefix(), clientv3.WithPrefix())
 	if err != nil {
 		return err
@@ -257,15 +261,7 @@ func shiftList(e *env) error {
 			rows = append(rows, shiftView{ID: id, State: stateInvalid, Invalid: "ignored by the scheduler: " + err.Error()})
 			continue
 		}
-		var prog *config.ShiftProgress
-		if pk, err := e.layout.ShiftProgress(sh.ID); err == nil {
-			if pr, err := cli.Get(ctx, pk); err == nil && len(pr.Kvs) > 0 {
-				var p config.ShiftProgress
-				if codec.UnmarshalJSON(pr.Kvs[0].Value, &p) == nil {
-					prog = &p
-				}
-			}
-		}
+		prog, _ := st.ShiftProgress(ctx, sh.ID) // none, or not readable: listed without
 		rows = append(rows, viewShift(sh, prog))
 	}
 	return e.render(rows, func(w io.Writer) error {

@@ -13,9 +13,6 @@ import (
 	"github.com/sluicelb/sluice/scheduler/precheck"
 )
 
-// defaultStep is lbctl shift's --step default.
-const defaultStep = 10
-
 // createShift writes a new shift intent as lbctl shift does (api/stateio):
 // checked against the stored desired state (edit.CheckShift, lbctl's
 // words), refused when the scheduler could not publish it
@@ -34,7 +31,7 @@ func (d *Dashboard) createShift(ctx context.Context, a Action, author string) (a
 	}
 	step := a.Step
 	if step == 0 {
-		step = defaultStep
+		step = config.ShiftDefaultStep // lbctl shift's --step default
 	}
 	now := d.o.Now()
 	sh := config.Shift{
