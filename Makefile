@@ -28,6 +28,8 @@ test:
 	  echo "== go test $$m"; \
 	  (cd $$m && $(GO) test $(TEST_FLAGS) ./...); \
 	done
+	@echo "== go test bench (its own module, outside go.work)"
+	cd bench && GOWORK=off $(GO) test $(TEST_FLAGS) ./...
 	@echo "== go test proxy (allocation counts, no race detector)"
 	cd proxy && $(GO) test -count=1 -timeout 5m -run 'Allocs$$' ./server/
 
@@ -46,7 +48,9 @@ lint:
 	@set -e; for m in $(MODULES); do echo "== lint $$m"; (cd $$m && $(GO) vet ./... && $(STATICCHECK) ./... && \
 	  if ! $(GO) mod tidy -diff >/dev/null; then echo "$$m: go.mod/go.sum not tidy (make tidy)"; exit 1; fi); done
 	@cd integration && $(STATICCHECK) -tags e2e ./e2e/... && $(STATICCHECK) -tags chaos ./chaos/...
-	@out=$$(gofmt -l $(MODULES)); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	@echo "== lint bench"; cd bench && GOWORK=off $(GO) vet ./... && GOWORK=off $(STATICCHECK) ./... && \
+	  if ! GOWORK=off $(GO) mod tidy -diff >/dev/null; then echo "bench: go.mod/go.sum not tidy"; exit 1; fi
+	@out=$$(gofmt -l $(MODULES) bench); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
 ## tidy: go mod tidy in every module
 tidy:

@@ -33,6 +33,15 @@
 #                 more listeners of the same backend process, weight 1 each)
 #   lbproxy-log, lbproxy-trace, lbproxy-trace0 (measured when in NAMES): the
 #                 full configuration's features one at a time, below
+# floor (measured when in NAMES) is not a proxy but a measuring stick:
+# benchtool floor, the least a Go proxy does per request with a goroutine per
+# connection on the runtime's poller (lbproxy's system calls, no HTTP parsing,
+# routing, pool or metrics; bench/benchtool/floor.go), GOMAXPROCS=1 as
+# lbproxy. evfloor is the same work in nginx's model: one thread running its
+# own epoll loop, no runtime poller, no goroutine switch (evfloor.go).
+# lbproxy ÷ floor is what lbproxy's own work costs, floor ÷ nginx how far
+# below nginx a Go proxy can go, evfloor ÷ floor what an own event loop
+# would change.
 # nginx runs twice: nginx (access_log off) and nginx-log (a JSON access log
 # of about lbproxy's fields, access_log ... buffer=64k flush=1s), the row
 # lbproxy-full is to be compared with.
@@ -75,8 +84,8 @@ echo "building lbproxy and benchtool..." >&2
 
 # Port layout: P+0..P+9 proxies, P+10..P+19 their admin listeners, P+20..P+23
 # the 4 backends, P+24..P+26 the per-feature proxies (admin P+34..P+36), P+30 the
-# trace sink, P+31/P+32 lbproxy-alt-1k and its admin listener, P+40..P+1035 the
-# 996 more instances.
+# trace sink, P+31/P+32 lbproxy-alt-1k and its admin listener, P+37 floor, P+38 evfloor,
+# P+40..P+1035 the 996 more instances.
 P=${PORT_BASE:-$("$WORK/benchtool" ports -n 1040)}
 echo "ports $P-$((P + 1039))" >&2
 B=(127.0.0.1:$((P + 20)) 127.0.0.1:$((P + 21)) 127.0.0.1:$((P + 22)) 127.0.0.1:$((P + 23)))
@@ -152,6 +161,10 @@ for t in "trace 0.01 25" "trace0 0 26"; do
     --trace-sample "$2" 2>"$WORK/$1.log" >/dev/null & PIDS+=($!)
   declare "${1^^}_PID=$!"
 done
+GOMAXPROCS=1 taskset -c 0 "$WORK/benchtool" floor -addr 127.0.0.1:$((P + 37)) \
+  -backends "$(IFS=,; echo "${WEIGHTED[*]}")" 2>"$WORK/floor.log" & PIDS+=($!); FLOOR_PID=$!
+GOMAXPROCS=1 taskset -c 0 "$WORK/benchtool" evfloor -addr 127.0.0.1:$((P + 38)) \
+  -backends "$(IFS=,; echo "${WEIGHTED[*]}")" 2>"$WORK/evfloor.log" & PIDS+=($!); EVFLOOR_PID=$!
 ALT_PID=0
 ALTFULL_PID=0
 ALT1K_PID=0
@@ -168,10 +181,10 @@ fi
 
 declare -A URL=([nginx]=http://127.0.0.1:$P/ [nginx-log]=http://127.0.0.1:$((P + 7))/ [haproxy]=http://127.0.0.1:$((P + 1))/ [lbproxy]=http://127.0.0.1:$((P + 2))/ [lbproxy-net]=http://127.0.0.1:$((P + 6))/
   [lbproxy-std]=http://127.0.0.1:$((P + 4))/ [lbproxy-full]=http://127.0.0.1:$((P + 3))/ [lbproxy-1k]=http://127.0.0.1:$((P + 5))/ [lbproxy-alt]=http://127.0.0.1:$((P + 8))/ [lbproxy-alt-full]=http://127.0.0.1:$((P + 9))/ [lbproxy-alt-1k]=http://127.0.0.1:$((P + 31))/
-  [lbproxy-log]=http://127.0.0.1:$((P + 24))/ [lbproxy-trace]=http://127.0.0.1:$((P + 25))/ [lbproxy-trace0]=http://127.0.0.1:$((P + 26))/ [direct]=http://${B[0]}/)
+  [lbproxy-log]=http://127.0.0.1:$((P + 24))/ [lbproxy-trace]=http://127.0.0.1:$((P + 25))/ [lbproxy-trace0]=http://127.0.0.1:$((P + 26))/ [floor]=http://127.0.0.1:$((P + 37))/ [evfloor]=http://127.0.0.1:$((P + 38))/ [direct]=http://${B[0]}/)
 declare -A PID=([nginx]=$NGINX_PID [nginx-log]=$NGINXLOG_PID [haproxy]=$HAPROXY_PID [lbproxy]=$LEAN_PID [lbproxy-net]=$NET_PID [lbproxy-std]=$STD_PID
   [lbproxy-full]=$FULL_PID [lbproxy-1k]=$K1_PID [lbproxy-alt]=$ALT_PID [lbproxy-alt-full]=$ALTFULL_PID [lbproxy-alt-1k]=$ALT1K_PID
-  [lbproxy-log]=$LOG_PID [lbproxy-trace]=$TRACE_PID [lbproxy-trace0]=$TRACE0_PID [direct]=0)
+  [lbproxy-log]=$LOG_PID [lbproxy-trace]=$TRACE_PID [lbproxy-trace0]=$TRACE0_PID [floor]=$FLOOR_PID [evfloor]=$EVFLOOR_PID [direct]=0)
 NAMES=(${NAMES:-nginx nginx-log haproxy lbproxy lbproxy-net lbproxy-std lbproxy-full lbproxy-1k direct})
 echo "load before: $(uptime)" >&2
 
@@ -233,6 +246,9 @@ ratio() { # the CPU medians of row $1 ÷ row $2, both run; $3 says what the pair
     'BEGIN{ printf "%s ÷ %s (%s): %.2f closed loop, %.2f at the fixed rate\n", n, m, w, a/b, c/d }'
 }
 ratio lbproxy-full nginx-log "both with an access log"
+ratio lbproxy floor "lbproxy's own work"
+ratio floor nginx "a Go proxy's floor"
+ratio evfloor floor "an own epoll loop instead of the runtime's poller"
 ratio lbproxy-1k lbproxy "1 000 instances ÷ 4" # issue 20: ≤ +10 % at the fixed rate
 ratio lbproxy-alt-1k lbproxy-alt "1 000 instances ÷ 4, ALT"
 ratio lbproxy lbproxy-alt "this build ÷ ALT"

@@ -6,6 +6,8 @@
 //	benchtool sink -addr 127.0.0.1:19200                     OTLP/HTTP trace sink (answers 200, counts)
 //	benchtool idle -addr ADDR -pid PID -conns 10000          idle keep-alive connections: memory per connection
 //	benchtool ports -n 1040                                  first port of a free block of consecutive ports
+//	benchtool floor -addr A -backends B=5,C=3                 the least a Go proxy does per request (floor.go)
+//	benchtool evfloor -addr A -backends B=5,C=3               the same on an own epoll loop (evfloor.go)
 //
 // It uses only the standard library so the harness builds anywhere.
 package main
@@ -32,7 +34,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle|idleup|ports [flags]")
+		fmt.Fprintln(os.Stderr, "usage: benchtool backends|load|rate|sink|idle|idleup|ports|floor|evfloor [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -51,6 +53,10 @@ func main() {
 		err = idleup(os.Args[2:])
 	case "ports":
 		err = ports(os.Args[2:])
+	case "floor":
+		err = floor(os.Args[2:])
+	case "evfloor":
+		err = evfloor(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
