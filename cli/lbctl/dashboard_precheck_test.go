@@ -37,7 +37,7 @@ func TestDashboardRefusesWhatLbctlRefuses(t *testing.T) {
 		page, override string
 	}{
 		{[]string{"drain", "--cluster", "demo-main", "--subcluster", "SC2"}, `{"kind":"drain","cluster":"demo-main","subcluster":"SC2"}`,
-			"The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."},
+			`To drop all that traffic on purpose, tick "allow a full drop" and send the drain again.`},
 		{[]string{"weights", "set", "--cluster", "demo-main", "--proxy-cluster", "BFE2", "SC1=100"},
 			`{"kind":"pin","cluster":"demo-main","proxy_cluster":"BFE2","weights":{"SC1":100}}`,
 			`To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`},

@@ -336,9 +336,11 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 		t.Fatalf("enter the token: %v", err)
 	}
 	waitPresent(t, bctx, drainBtn)
-	// Drain: the dialog asks first; Confirm writes it.
+	// Drain: the dialog asks first; Confirm writes it. Its box "allow a
+	// full drop" is lbctl drain's --allow-full-drop (nothing is left with
+	// nothing to serve here: it is stored all the same, as lbctl stores it).
 	if err := chromedp.Do(bctx, click(drainBtn), chromedp.WaitVisible(chromedp.CSS("#action-reason")),
-		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page")); err != nil {
+		chromedp.SendKeys(chromedp.CSS("#action-reason"), "e2e from the page"), click("#allow-full-drop")); err != nil {
 		t.Fatalf("open the drain dialog: %v", err)
 	}
 	wait("#confirm-body", "the drain confirmation", has("Drain demo-main/SC2"))
@@ -354,6 +356,10 @@ func TestDashboardActionsInBrowser(t *testing.T) {
 		has("that counts runs a snapshot computed from revision "))
 	wait(`th[data-sub="demo-main/SC2"]`, "SC2 marked DRAINED", has("DRAINED"))
 	drained := desiredRevision(t, mustText(t, bctx, "#notice"))
+	if out, code, err := f.Lbctl(ctx, "get", "drains"); err != nil || code != 0 ||
+		!regexp.MustCompile(`(?m)^demo-main\s+SC2\s+allowed\s+e2e from the page\s`).MatchString(out) {
+		t.Fatalf("lbctl get drains after the page's drain with its box ticked: exit %d %v\n%s\nwant SC2 with FULL DROP allowed", code, err, out)
+	}
 	out, code, _ := f.Lbctl(ctx, "undrain", "--cluster", "demo-main", "--subcluster", "SC2")
 	if code != 0 {
 		t.Fatalf("the page's drain is not in etcd: lbctl undrain exit %d\n%s", code, out)

@@ -421,13 +421,13 @@ func TestDashboardActions(t *testing.T) {
 	// SC2 is drained: draining SC1 too leaves BFE1's pinned row nothing but
 	// GSLB_BLACKHOLE, which the scheduler could not publish. Refused as
 	// lbctl refuses it (scheduler/precheck), in its words but the override,
-	// which is the page's (none for a drain); nothing written.
+	// which is the page's (the drain dialog's box); nothing written.
 	rev = desiredRev(t, cli)
 	code, msg = act(t, s, ok, `{"kind":"drain","cluster":"demo-main","subcluster":"SC1","reason":"idc maintenance"}`)
 	if want := "refused: the scheduler could not publish the drain of demo-main/SC1; nothing was written:\n" +
 		"  proxy cluster BFE1, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE (nothing left to serve it)\n" +
 		"  proxy cluster BFE1: clusters.demo-main.row.weights.GSLB_BLACKHOLE: 100 drops all traffic; set allow_full_drop to allow it\n" +
-		"The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."; code != http.StatusBadRequest || msg != want {
+		`To drop all that traffic on purpose, tick "allow a full drop" and send the drain again.`; code != http.StatusBadRequest || msg != want {
 		t.Errorf("drain of the last sub-cluster: %d %q\nwant 400 %q", code, msg, want)
 	}
 	if got := desiredRev(t, cli); got != rev {

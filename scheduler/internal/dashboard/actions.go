@@ -164,6 +164,11 @@ func remoteHost(r *http.Request) string {
 // do performs one action with the edits lbctl uses (api/edit), validation
 // and compare-and-swap; it returns lbctl's success sentence.
 func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResult, error) {
+	if a.AllowFullDrop && a.Kind != "pin" && a.Kind != "drain" {
+		// Not dropped silently: only a pin or a drain can leave a row
+		// nothing but GSLB_BLACKHOLE (lbctl's flag is on those too).
+		return actionResult{}, badRequest(fmt.Errorf("action kind %q: allow_full_drop is for a pin or a drain only", a.Kind))
+	}
 	switch a.Kind {
 	case "pin":
 		if err := names(a.Cluster, a.ProxyCluster); err != nil {
@@ -189,9 +194,17 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		if err := names(a.Cluster, a.SubCluster); err != nil {
 			return actionResult{}, err
 		}
-		rev, err := d.updateState(ctx, precheck.WhatDrain(a.Kind == "drain", a.Cluster, a.SubCluster), otherOverride, func(s *config.State) error {
-			if a.Kind == "drain" {
-				return edit.Drain(s, config.Drain{Cluster: a.Cluster, SubCluster: a.SubCluster, Reason: a.Reason, Author: author})
+		on := a.Kind == "drain"
+		override := otherOverride
+		if on {
+			override = drainOverride
+		}
+		rev, err := d.updateState(ctx, precheck.WhatDrain(on, a.Cluster, a.SubCluster), override, func(s *config.State) error {
+			if on {
+				// allow_full_drop (the dialog's box) lets the pinned rows
+				// this drain empties drop all their traffic, as lbctl
+				// drain --allow-full-drop.
+				return edit.Drain(s, config.Drain{Cluster: a.Cluster, SubCluster: a.SubCluster, AllowFullDrop: a.AllowFullDrop, Reason: a.Reason, Author: author})
 			}
 			_, err := edit.Undrain(s, a.Cluster, a.SubCluster)
 			return err
@@ -199,7 +212,7 @@ func (d *Dashboard) do(ctx context.Context, a Action, author string) (actionResu
 		if err != nil {
 			return actionResult{}, err
 		}
-		return wroteDesired(edit.DrainWritten(a.Kind == "drain", a.Cluster, a.SubCluster, rev), "", rev), nil
+		return wroteDesired(edit.DrainWritten(on, a.Cluster, a.SubCluster, rev), "", rev), nil
 	case "shift":
 		return d.createShift(ctx, a, author)
 	case "shift-pause", "shift-resume", "shift-abort":
@@ -237,7 +250,9 @@ func (d *Dashboard) store() stateio.Store { return stateio.Store{KV: d.o.Client,
 // compare-and-swap, re-read and re-applied after a concurrent write. A
 // write from the page is never urgent: it clears the mark of an urgent
 // lbctl write, as any lbctl write without --urgent does. what names the
-// write in a refusal (precheck.What*).
+// write in a refusal (precheck.What*), override is the refusal's last line
+// when every rejection is a full drop (the page's way to make it on
+// purpose).
 func (d *Dashboard) updateState(ctx context.Context, what, override string, mutate func(*config.State) error) (int64, error) {
 	rev, err := d.store().Update(ctx, mutate, stateio.Write{Check: func(ctx context.Context, next *config.State) error {
 		err := precheck.Check(ctx, d.o.Client, d.o.Layout, next, nil, what)
@@ -251,10 +266,12 @@ func (d *Dashboard) updateState(ctx context.Context, what, override string, muta
 
 // How a full drop the plan refuses is made on purpose, in the page's
 // terms (lbctl's refusal names its flag, which a browser has not): a pin
-// has the form's box; a drain, an undrain or an unpin has no override on
-// the page, lbctl has.
+// and a drain have their dialog's box (Action.AllowFullDrop, lbctl's
+// --allow-full-drop); an undrain or an unpin has none on the page, and
+// lbctl's undrain and unpin have no such flag either.
 const (
 	pinOverride   = `To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`
+	drainOverride = `To drop all that traffic on purpose, tick "allow a full drop" and send the drain again.`
 	otherOverride = "The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."
 )
 

@@ -161,14 +161,23 @@ func TestPageWriteClearsTheUrgentMark(t *testing.T) {
 	if code, out := act(`{"kind":"undrain","cluster":"c","subcluster":"SC2"}`); code != http.StatusOK {
 		t.Fatalf("undrain: %d %q", code, out)
 	}
+	if got := stored(t, cli); got.Urgent != nil || len(got.Drains) != 0 {
+		t.Fatalf("stored urgent %+v, drains %+v: want no mark, SC2 undrained", got.Urgent, got.Drains)
+	}
+}
+
+// stored is the desired state in etcd.
+func stored(t *testing.T, cli *clientv3.Client) *config.State {
+	t.Helper()
 	r, err := cli.Get(context.Background(), layout.Desired())
-	if err != nil {
+	if err != nil || len(r.Kvs) == 0 {
+		t.Fatalf("desired state: %v", err)
+	}
+	var st config.State
+	if err := json.Unmarshal(r.Kvs[0].Value, &st); err != nil {
 		t.Fatal(err)
 	}
-	var got config.State
-	if err := json.Unmarshal(r.Kvs[0].Value, &got); err != nil || got.Urgent != nil || len(got.Drains) != 0 {
-		t.Fatalf("stored urgent %+v, drains %+v (%v): want no mark, SC2 undrained", got.Urgent, got.Drains, err)
-	}
+	return &st
 }
 
 // plannableState is state() with the scheduler's settings and a cluster

@@ -444,6 +444,10 @@ function ask(a) {
     f.append(el('label', {}, el('input', { type: 'checkbox', id: 'allow-full-drop' }), ' allow GSLB_BLACKHOLE=100'));
     body.push(f);
   }
+  if (a.kind === 'drain') {
+    body.push(el('div', { class: 'pinform' }, el('label', { title: 'let pinned rows this drain leaves with nothing to serve drop all their traffic (lbctl drain --allow-full-drop)' },
+      el('input', { type: 'checkbox', id: 'allow-full-drop' }), ' allow a full drop')));
+  }
   if (a.kind === 'shift') {
     const pick = (id, sel) => el('select', { id }, a.idcs.map((x) => el('option', { value: x, selected: x === sel }, x)));
     body.push(el('div', { class: 'pinform' },
@@ -474,8 +478,8 @@ async function confirmAction(ev) {
   if (a.kind === 'pin') {
     req.weights = {};
     for (const i of document.querySelectorAll('#confirm-body input[data-w]')) req.weights[i.getAttribute('data-w')] = Number(i.value);
-    req.allow_full_drop = document.getElementById('allow-full-drop').checked;
   }
+  if (a.kind === 'pin' || a.kind === 'drain') req.allow_full_drop = document.getElementById('allow-full-drop').checked;
   if (a.kind === 'shift') {
     req.from = $('shift-from').value; req.to = $('shift-to').value;
     req.percent = Number($('shift-percent').value); req.step = Number($('shift-step').value);
