@@ -267,12 +267,13 @@ func (d *Dashboard) updateState(ctx context.Context, what, override string, muta
 // How a full drop the plan refuses is made on purpose, in the page's
 // terms (lbctl's refusal names its flag, which a browser has not): a pin
 // and a drain have their dialog's box (Action.AllowFullDrop, lbctl's
-// --allow-full-drop); an undrain or an unpin has none on the page, and
-// lbctl's undrain and unpin have no such flag either.
+// --allow-full-drop). An undrain or an unpin leaves no pinned row with
+// nothing to serve, and neither the page nor lbctl has an override for
+// them: should the planner still say so, the write is what to change.
 const (
 	pinOverride   = `To drop all that traffic on purpose, tick "allow GSLB_BLACKHOLE=100" and send the pin again.`
 	drainOverride = `To drop all that traffic on purpose, tick "allow a full drop" and send the drain again.`
-	otherOverride = "The page does not override this: to drop all that traffic on purpose, make the same change with lbctl and --allow-full-drop."
+	otherOverride = "Neither the page nor lbctl overrides this for an undrain or an unpin: change the write."
 )
 
 // setShiftState moves shift id to state as lbctl shift pause/resume/abort
