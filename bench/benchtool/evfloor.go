@@ -10,7 +10,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"net"
 	"net/netip"
@@ -31,15 +30,11 @@ type evConn struct {
 }
 
 func evfloor(args []string) error {
-	fs := flag.NewFlagSet("evfloor", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:9100", "listen address")
-	list := fs.String("backends", "127.0.0.1:9101=5,127.0.0.1:9102=3,127.0.0.1:9103=1,127.0.0.1:9104=1", "backends, host:port=weight, comma-separated")
-	fs.Parse(args)
-	bs, err := parseWeighted(*list)
+	addr, bs, err := floorFlags("evfloor", args)
 	if err != nil {
-		return fmt.Errorf("evfloor: -backends: %w", err)
+		return err
 	}
-	ln, err := evListen(*addr)
+	ln, err := evListen(addr)
 	if err != nil {
 		return fmt.Errorf("evfloor: %w", err)
 	}

@@ -27,15 +27,11 @@ import (
 )
 
 func floor(args []string) error {
-	fs := flag.NewFlagSet("floor", flag.ExitOnError)
-	addr := fs.String("addr", "127.0.0.1:9100", "listen address")
-	list := fs.String("backends", "127.0.0.1:9101=5,127.0.0.1:9102=3,127.0.0.1:9103=1,127.0.0.1:9104=1", "backends, host:port=weight, comma-separated")
-	fs.Parse(args)
-	bs, err := parseWeighted(*list)
+	addr, bs, err := floorFlags("floor", args)
 	if err != nil {
-		return fmt.Errorf("floor: -backends: %w", err)
+		return err
 	}
-	ln, err := net.Listen("tcp", *addr)
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("floor: %w", err)
 	}
@@ -212,6 +208,20 @@ func answerSize(b []byte) (int, bool) {
 		return 1 << 30, true
 	}
 	return i + 4 + size, true
+}
+
+// floorFlags parses the flags of floor and evfloor (cmd): the listen
+// address and the weighted backends.
+func floorFlags(cmd string, args []string) (string, *weighted, error) {
+	fs := flag.NewFlagSet(cmd, flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:9100", "listen address")
+	list := fs.String("backends", "127.0.0.1:9101=5,127.0.0.1:9102=3,127.0.0.1:9103=1,127.0.0.1:9104=1", "backends, host:port=weight, comma-separated")
+	fs.Parse(args)
+	bs, err := parseWeighted(*list)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: -backends: %w", cmd, err)
+	}
+	return *addr, bs, nil
 }
 
 // weighted is a smooth weighted round robin over backends (nginx's).
