@@ -81,13 +81,13 @@ teardown() {
   # shellcheck disable=SC2086 # $compose may be two words (docker compose)
   (cd "$cdir" && bounded $compose -p sluice --profile tools down -v --remove-orphans --timeout 5) >/dev/null 2>&1 || notHung $? || return 1
   # Networks of an older compose file are not known to `down`.
-  bounded docker network ls -q "${project[@]}" | xargs -r timeout 90 docker network rm >/dev/null 2>&1
+  bounded docker network ls -q "${project[@]}" | xargs -r timeout "${CHAOS_DOCKER_TIMEOUT:-90}" docker network rm >/dev/null 2>&1
   # `down` stops at the first network it cannot remove (docker 20.10 can keep
   # a stale endpoint after network disconnect/connect) and then leaves the
   # volumes: remove them by label, or the next fleet starts on the old etcd
   # data, certificates and caches (and the debian pass on the embedded
   # etcd's data directory).
-  bounded docker volume ls -q "${project[@]}" | xargs -r timeout 90 docker volume rm >/dev/null 2>&1
+  bounded docker volume ls -q "${project[@]}" | xargs -r timeout "${CHAOS_DOCKER_TIMEOUT:-90}" docker volume rm >/dev/null 2>&1
   answering
 }
 cleanup() {
@@ -122,9 +122,9 @@ echo "fleet up in $((SECONDS - start))s; records in $out"
 rc=${PIPESTATUS[0]}
 if [ "$rc" != 0 ]; then
   mkdir -p "$out/logs"
-  for c in $(docker ps -aq --filter label=com.docker.compose.project=sluice); do
-    n=$(docker inspect --format '{{.Name}}' "$c" | sed 's#^/##')
-    docker logs "$c" >"$out/logs/$n.log" 2>&1 || true
+  for c in $(bounded docker ps -aq "${project[@]}"); do
+    n=$(bounded docker inspect --format '{{.Name}}' "$c" | sed 's#^/##')
+    bounded docker logs "$c" >"$out/logs/$n.log" 2>&1 || true
   done
   echo "chaos ($flavour etcd): FAILED (rc=$rc); container logs in $out/logs" >&2
 else
