@@ -14,6 +14,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -85,9 +86,10 @@ func serveFloor(ctx context.Context, ln net.Listener, bs *weighted) error {
 
 // floorConn relays c's requests to one connection to backend until either
 // side ends or sends what floor does not handle. It makes lbproxy's system
-// calls, no more, and as lbproxy makes them (rawIO): each write is made inside the raw read of the socket the
-// answer will come back on (syscall.RawConn), so the runtime waits for that
-// answer without a read failing with EAGAIN first (lbproxy's sockio).
+// calls, no more, and as lbproxy makes them (rawIO): each write is made
+// inside the raw read of the socket the answer will come back on
+// (syscall.RawConn), so the runtime waits for that answer without a read
+// failing with EAGAIN first (lbproxy's sockio).
 func floorConn(c net.Conn, backend string) {
 	defer c.Close()
 	up, err := net.Dial("tcp", backend)
@@ -134,6 +136,8 @@ func floorConn(c net.Conn, backend string) {
 	}
 }
 
+var errFull = errors.New("floor: a socket buffer is full")
+
 // writeThenRead writes all of p to rc's socket, then reads once into
 // buf[have:] (waiting for it to be readable): the new length of buf's data.
 func writeThenRead(rc syscall.RawConn, p, buf []byte, have int) (int, error) {
@@ -143,7 +147,7 @@ func writeThenRead(rc syscall.RawConn, p, buf []byte, have int) (int, error) {
 		for len(p) > 0 {
 			w, err := rawIO(syscall.SYS_WRITE, int(fd), p)
 			if err == syscall.EAGAIN {
-				return false // a full socket buffer: not for this stick
+				err = errFull // not for this stick: it never waits to write
 			}
 			if err != nil {
 				ioErr = err
