@@ -8,7 +8,6 @@ package main
 // are relayed as they came. A measuring stick like floor, Linux only.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
@@ -129,21 +128,14 @@ func evRelay(c *evConn) bool {
 		return false
 	}
 	c.have += r
-	var size int
-	var ok bool
-	if c.client {
-		i := bytes.Index(c.buf[:c.have], []byte("\r\n\r\n"))
-		size, ok = i+4, i >= 0
-	} else {
-		size, ok = answerSize(c.buf[:c.have])
-	}
-	switch {
-	case !ok && c.have == len(c.buf), ok && (size > len(c.buf) || c.have > size):
+	done, err := whole(c.buf[:c.have], len(c.buf), c.client)
+	if err != nil {
 		return false // not for this stick
-	case !ok || c.have < size:
+	}
+	if !done {
 		return true // more to come
 	}
-	for p := c.buf[:size]; len(p) > 0; {
+	for p := c.buf[:c.have]; len(p) > 0; {
 		w, err := rawIO(syscall.SYS_WRITE, c.peer.fd, p)
 		if err != nil {
 			return false // a full socket buffer too: not for this stick

@@ -105,35 +105,32 @@ func floorConn(c net.Conn, backend string) {
 	in, out := make([]byte, 16<<10), make([]byte, 16<<10)
 	var send []byte // the answer to write before waiting for the next request
 	for {
-		n, err := writeThenRead(crc, send, in, 0)
-		for err == nil && !bytes.HasSuffix(in[:n], []byte("\r\n\r\n")) {
-			if n == len(in) || bytes.Contains(in[:n], []byte("\r\n\r\n")) {
-				return // no room, or more than one request
-			}
-			n, err = writeThenRead(crc, nil, in, n)
-		}
+		n, err := readWhole(crc, send, in, true)
 		if err != nil {
 			return
 		}
-		m, err := writeThenRead(urc, in[:n], out, 0)
-		for err == nil {
-			size, ok := answerSize(out[:m])
-			if ok && size > len(out) {
-				return
-			}
-			if ok && m == size {
-				break
-			}
-			if ok && m > size || m == len(out) {
-				return
-			}
-			m, err = writeThenRead(urc, nil, out, m)
-		}
+		m, err := readWhole(urc, in[:n], out, false)
 		if err != nil {
 			return
 		}
 		send = out[:m]
 	}
+}
+
+// readWhole writes send to rc's socket, then reads into buf until it holds
+// one whole request or answer (whole): its length.
+func readWhole(rc syscall.RawConn, send, buf []byte, request bool) (int, error) {
+	n, err := writeThenRead(rc, send, buf, 0)
+	for err == nil {
+		var done bool
+		if done, err = whole(buf[:n], len(buf), request); done {
+			return n, nil
+		}
+		if err == nil {
+			n, err = writeThenRead(rc, nil, buf, n)
+		}
+	}
+	return 0, err
 }
 
 var errFull = errors.New("floor: a socket buffer is full")
@@ -193,25 +190,49 @@ func rawIO(trap uintptr, fd int, p []byte) (int, error) {
 	return int(n), nil
 }
 
-// answerSize is the length of the answer in b (head and Content-Length
-// body), once b holds its whole head.
-func answerSize(b []byte) (int, bool) {
-	i := bytes.Index(b, []byte("\r\n\r\n"))
-	if i < 0 {
+// errFraming: what a stick read is not one bodiless request or one
+// Content-Length answer that fits its buffer.
+var errFraming = errors.New("not one bodiless request or Content-Length answer that fits")
+
+// whole reports whether b holds one whole request (a head: a GET has no
+// body) or answer (a head and a Content-Length body) in a buffer of room
+// bytes; not yet, or errFraming when it never will.
+func whole(b []byte, room int, request bool) (bool, error) {
+	end := bytes.Index(b, headEnd)
+	if end < 0 {
+		if len(b) == room {
+			return false, errFraming
+		}
+		return false, nil
+	}
+	size := end + len(headEnd)
+	if !request {
+		body, ok := contentLength(b[:end+2])
+		if !ok {
+			return false, errFraming
+		}
+		size += body
+	}
+	if size > room || len(b) > size {
+		return false, errFraming
+	}
+	return len(b) == size, nil
+}
+
+var headEnd = []byte("\r\n\r\n")
+
+// contentLength is the Content-Length of a head (its fields, each ending
+// "\r\n"), as the backends write it.
+func contentLength(head []byte) (int, bool) {
+	const cl = "\r\nContent-Length: "
+	j := bytes.Index(head, []byte(cl))
+	if j < 0 {
 		return 0, false
 	}
-	const cl = "\r\nContent-Length: "
-	j := bytes.Index(b[:i+2], []byte(cl))
-	if j < 0 {
-		return 1 << 30, true // not handled: too large
-	}
-	v := b[j+len(cl) : i+2]
+	v := head[j+len(cl):]
 	v = v[:bytes.IndexByte(v, '\r')]
-	size, err := strconv.Atoi(string(v))
-	if err != nil {
-		return 1 << 30, true
-	}
-	return i + 4 + size, true
+	n, err := strconv.Atoi(string(v))
+	return n, err == nil && n >= 0
 }
 
 // floorFlags parses the flags of floor and evfloor (cmd): the listen
