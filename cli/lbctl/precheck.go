@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/precheck"
@@ -24,11 +26,11 @@ const allowFullDropFlag = precheck.AllowFullDropFlag
 // With --allow-full-drop (apply), pins whose rows would drop everything get
 // allow_full_drop, and next is checked again.
 func (e *env) checkPlan(ctx context.Context, next *config.State, what string) error {
-	cli, err := e.etcd()
+	ec, err := e.etcd()
 	if err != nil {
 		return err
 	}
-	fresh, err := precheck.Fresh(ctx, cli, e.layout, next, nil)
+	fresh, err := precheck.Fresh(ctx, ec, e.layout, next, nil)
 	if err != nil {
 		return err
 	}
@@ -48,17 +50,36 @@ func (e *env) checkPlan(ctx context.Context, next *config.State, what string) er
 			return nil
 		}
 	}
-	return withCode(ExitError, &precheck.Refusal{What: what, Rejections: fresh})
+	return withCode(ExitError, &precheck.Refusal{What: what, Rejections: fresh, Override: e.fullDropOverride()})
+}
+
+// noFlagOverride is what a refusal of full drops says to a command without
+// --allow-full-drop (undrain, weights unpin, shift, history rollback...).
+const noFlagOverride = "No flag of this command overrides this: change the write."
+
+// fullDropOverride is a full-drop refusal's last line for the running
+// command: empty (precheck's "run again with --allow-full-drop") when the
+// command has that flag, noFlagOverride when it has not, so a refusal
+// never points to a flag the command would reject.
+func (e *env) fullDropOverride() string {
+	if e.c != nil && e.c.Command != nil && slices.ContainsFunc(e.c.Command.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), allowFullDropFlag) }) {
+		return ""
+	}
+	return noFlagOverride
 }
 
 // checkShiftPlan refuses (exit 1, nothing written) a new shift the
 // scheduler could not publish once it moved its whole percent.
 func (e *env) checkShiftPlan(ctx context.Context, sh config.Shift) error {
-	cli, err := e.etcd()
+	ec, err := e.etcd()
 	if err != nil {
 		return err
 	}
-	return exitRefused(precheck.CheckShift(ctx, cli, e.layout, sh))
+	err = precheck.CheckShift(ctx, ec, e.layout, sh)
+	if r, ok := err.(*precheck.Refusal); ok {
+		r.Override = e.fullDropOverride()
+	}
+	return exitRefused(err)
 }
 
 // exitRefused gives a refusal of scheduler/precheck lbctl's exit code 1.

@@ -140,3 +140,24 @@ func TestAllowPinsAllOrNothing(t *testing.T) {
 		t.Fatalf("full drops only: ok %v, notes %q, pins %+v", ok, notes, st.Pins)
 	}
 }
+
+// A refusal of a command without --allow-full-drop (history rollback) does
+// not tell the user to run it again with that flag: rolling BFE2 back to
+// v1's row (SC1=100) once SC1 is drained pins a row with nowhere to go (no
+// instance is registered in SC2), as weights set SC1=100 would: the pin
+// would drop all of BFE2's traffic, and nothing overrides that but another
+// write.
+func TestRollbackRefusalNamesNoFlagItLacks(t *testing.T) {
+	h := newHarness(t)
+	h.applyDemo()
+	h.publish(demoSnapshot("BFE2", 1, map[string]int{"SC1": 100}, false))
+	h.mustRun("drain", "--cluster", "demo-main", "--subcluster", "SC1")
+	args := []string{"rollback", "--proxy-cluster", "BFE2", "--to", "1", "--yes"}
+	h.refused([]string{
+		"proxy cluster BFE2, cluster demo-main: its pinned row would send every request to GSLB_BLACKHOLE",
+		"\n" + noFlagOverride + "\n",
+	}, args...)
+	if _, errs, _ := h.run("", args...); strings.Contains(errs, "--allow-full-drop") {
+		t.Fatalf("rollback's refusal names a flag rollback does not have: %q", errs)
+	}
+}
