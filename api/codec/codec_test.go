@@ -1,6 +1,7 @@
 package codec_test
 
 import (
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -84,10 +85,14 @@ func TestIntegralFloats(t *testing.T) {
 		{"f: 50.0\nl: [1.0, 2.5, 3, 1e3]\n", `{"f":50.0,"l":[1.0,2.5,3,1e3]}`, doc{F: 50, L: []float64{1, 2.5, 3, 1000}}},
 		{"fm: {a: -2.0, b: +4.0}\n", `{"fm":{"a":-2.0,"b":4.0}}`, doc{N: map[string]float64{"a": -2, "b": 4}}},
 		{"f: 1\ni: 2\n", `{"f":1,"i":2}`, doc{F: 1, I: 2}},
-		// Through an alias of the scalar: kept. Through a merge key of an
-		// anchored mapping: the converter's integer (a float reads it alike).
+		// Through an alias of a scalar, a mapping or a list, and a merge
+		// key (one or a list of them): kept, where the converter puts it.
 		{"any: &x 3.0\nf: *x\n", `{"any":3.0,"f":3.0}`, doc{F: 3, Any: 3.0}},
-		{"any: &base {f: 4.0}\nfm:\n  <<: *base\n", `{"any":{"f":4.0},"fm":{"f":4}}`, doc{N: map[string]float64{"f": 4}, Any: map[string]any{"f": 4.0}}},
+		{"any: &base {f: 4.0}\nfm:\n  <<: *base\n", `{"any":{"f":4.0},"fm":{"f":4.0}}`, doc{N: map[string]float64{"f": 4}, Any: map[string]any{"f": 4.0}}},
+		{"any: &base {f: 4.0}\nfm: *base\n", `{"any":{"f":4.0},"fm":{"f":4.0}}`, doc{N: map[string]float64{"f": 4}, Any: map[string]any{"f": 4.0}}},
+		{"any: &l [1.0, 2]\nl: *l\n", `{"any":[1.0,2],"l":[1.0,2]}`, doc{L: []float64{1, 2}, Any: []any{1.0, 2.0}}},
+		{"any: [&a {f: 1.0}, &b {g: 3.0}]\nfm:\n  <<: [*a, *b]\n  h: 2\n", `{"any":[{"f":1.0},{"g":3.0}],"fm":{"f":1.0,"g":3.0,"h":2}}`,
+			doc{N: map[string]float64{"f": 1, "g": 3, "h": 2}, Any: []any{map[string]any{"f": 1.0}, map[string]any{"g": 3.0}}}},
 	} {
 		j, err := codec.ToJSON([]byte(c.yaml))
 		if err != nil || string(j) != c.json {
@@ -107,6 +112,8 @@ func TestIntegralFloats(t *testing.T) {
 		{"i: 8e1\n", "i: 8e1 is not an integer"},
 		{"m: {a: 2.0}\n", "m.a: 2.0 is not an integer"},
 		{"f: &x 3.0\ni: *x\n", "i: 3.0 is not an integer"},
+		{"any: &base {a: 2.0}\nm:\n  <<: *base\n", "m.a: 2.0 is not an integer"},
+		{"any: &base {a: 2.0}\nm: *base\n", "m.a: 2.0 is not an integer"},
 	} {
 		var got doc
 		err := codec.Unmarshal([]byte(c.yaml), &got)
@@ -160,5 +167,27 @@ func TestDecodeValueNamesTheKey(t *testing.T) {
 	err := codec.DecodeValue("/sluice/current/pc1", []byte(`{"version":3,"extra":1}`), &v)
 	if err == nil || !strings.HasPrefix(err.Error(), "/sluice/current/pc1: ") || !strings.Contains(err.Error(), "extra") {
 		t.Fatalf("unknown field: got %v, want an error naming the key and the field", err)
+	}
+}
+
+// A document whose aliases nest to expand exponentially ("billion laughs")
+// is refused by the walk that follows them, before the converter expands
+// it: an error, not minutes of work.
+func TestAliasExpansionBounded(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("a0: &a0 [1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]\n")
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&b, "a%d: &a%d [", i, i)
+		for j := 0; j < 10; j++ {
+			if j > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "*a%d", i-1)
+		}
+		b.WriteString("]\n")
+	}
+	_, err := codec.ToJSON([]byte(b.String()))
+	if err == nil || !strings.Contains(err.Error(), "aliases expand to too many nodes") {
+		t.Fatalf("ToJSON of nested aliases: %v; want the expansion refused", err)
 	}
 }

@@ -41,13 +41,34 @@ func checkYAMLScalars(raw []byte) ([]yamlFloat, error) {
 	if err := yamlv3.Unmarshal(raw, &doc); err != nil {
 		return nil, err // already "yaml: line N: ..."
 	}
-	var floats []yamlFloat
-	return floats, walkYAML(&doc, 0, "", &floats)
+	w := yamlWalk{budget: aliasBudget(len(raw))}
+	if err := w.walk(&doc, 0, ""); err != nil {
+		return nil, err
+	}
+	return w.floats, nil
 }
 
-func walkYAML(n *yamlv3.Node, depth int, path string, floats *[]yamlFloat) error {
+// aliasBudget is how many nodes a walk may visit in all, aliases followed:
+// enough for any document that uses aliases to share settings, and a
+// bound on one that nests them to expand exponentially ("billion
+// laughs"), which the converter refuses too.
+func aliasBudget(size int) int { return 64*size + 10_000 }
+
+// yamlWalk checks every scalar of a document and notes its integral
+// floats, following aliases (of scalars, mappings and lists) and merge
+// keys where the converter expands them, so a float reaches the JSON where
+// the converter puts it.
+type yamlWalk struct {
+	floats []yamlFloat
+	budget int // nodes still to visit
+}
+
+func (w *yamlWalk) walk(n *yamlv3.Node, depth int, path string) error {
 	if depth > maxDepth {
 		return fmt.Errorf("yaml: line %d: nested deeper than %d levels", n.Line, maxDepth)
+	}
+	if w.budget--; w.budget < 0 {
+		return fmt.Errorf("yaml: line %d: the document's aliases expand to too many nodes", n.Line)
 	}
 	switch n.Kind {
 	case yamlv3.ScalarNode:
@@ -55,35 +76,59 @@ func walkYAML(n *yamlv3.Node, depth int, path string, floats *[]yamlFloat) error
 			return fmt.Errorf("yaml: line %d column %d: %s is ambiguous (YAML 1.1 reads it as a non-decimal number); write a plain decimal number, or quote it if it is a string",
 				n.Line, n.Column, n.Value)
 		}
-		noteFloat(n, path, floats)
+		w.noteFloat(n, path)
 	case yamlv3.AliasNode:
-		// The anchored node is checked where it is defined; an integral
-		// float used through an alias is noted here too (an alias of a
-		// mapping or a list is not followed: its floats read as integers).
-		if n.Alias != nil && n.Alias.Kind == yamlv3.ScalarNode {
-			noteFloat(n.Alias, path, floats)
+		if n.Alias != nil {
+			return w.walk(n.Alias, depth+1, path)
 		}
 	case yamlv3.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			if err := walkYAML(k, depth+1, "", nil); err != nil {
-				return err
-			}
-			sub := path + pathSep + k.Value
-			if k.ShortTag() == "!!merge" {
-				sub = path // merged keys land in this mapping
-			}
-			if err := walkYAML(v, depth+1, sub, floats); err != nil {
-				return err
-			}
-		}
+		return w.mapping(n, depth, path)
 	default: // documents and lists
 		for i, c := range n.Content {
 			sub := path
 			if n.Kind == yamlv3.SequenceNode {
 				sub = path + pathSep + "[" + strconv.Itoa(i) + "]"
 			}
-			if err := walkYAML(c, depth+1, sub, floats); err != nil {
+			if err := w.walk(c, depth+1, sub); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mapping walks the fields of mapping n at path, then those its merge keys
+// bring in (<<: *a, or <<: [*a, *b]). A merged key that n or an earlier
+// merge sets too is not overridden: the converter refuses it as a
+// duplicate.
+func (w *yamlWalk) mapping(n *yamlv3.Node, depth int, path string) error {
+	var merges []*yamlv3.Node
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if err := w.walk(k, depth+1, ""); err != nil {
+			return err
+		}
+		if k.ShortTag() == "!!merge" {
+			merges = append(merges, v)
+			continue
+		}
+		if err := w.walk(v, depth+1, path+pathSep+k.Value); err != nil {
+			return err
+		}
+	}
+	for _, m := range merges {
+		srcs := []*yamlv3.Node{m}
+		if m.Kind == yamlv3.SequenceNode {
+			srcs = m.Content
+		}
+		for _, src := range srcs {
+			for src.Kind == yamlv3.AliasNode && src.Alias != nil {
+				src = src.Alias
+			}
+			if src.Kind != yamlv3.MappingNode {
+				continue // the converter refuses it
+			}
+			if err := w.mapping(src, depth+1, path); err != nil {
 				return err
 			}
 		}
@@ -94,8 +139,8 @@ func walkYAML(n *yamlv3.Node, depth int, path string, floats *[]yamlFloat) error
 // noteFloat adds n to floats when it is a plain float scalar with an
 // integral value. Its JSON literal is the one written when JSON reads it as
 // a number (1.0, 1e3, -2.0), else the value with ".0" (+1.0 → 1.0).
-func noteFloat(n *yamlv3.Node, path string, floats *[]yamlFloat) {
-	if floats == nil || n.Style != 0 || n.ShortTag() != "!!float" {
+func (w *yamlWalk) noteFloat(n *yamlv3.Node, path string) {
+	if n.Style != 0 || n.ShortTag() != "!!float" {
 		return
 	}
 	f, err := strconv.ParseFloat(n.Value, 64)
@@ -106,7 +151,7 @@ func noteFloat(n *yamlv3.Node, path string, floats *[]yamlFloat) {
 	if !jsonNumber.MatchString(lit) {
 		lit = strconv.FormatFloat(f, 'f', -1, 64) + ".0"
 	}
-	*floats = append(*floats, yamlFloat{path: path, lit: lit})
+	w.floats = append(w.floats, yamlFloat{path: path, lit: lit})
 }
 
 // jsonNumber is JSON's number grammar.
