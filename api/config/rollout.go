@@ -71,9 +71,10 @@ type RolloutGates struct {
 	Margin5xx *float64 `json:"margin_5xx,omitempty"`
 	// Confidence5xx (0 < c < 1): the stage is above the stable ratio +
 	// Margin5xx only when a one-sided two-proportion test says so at this
-	// confidence, given both sides' numbers of answers: sampling noise
-	// alone does not fail a stage. Absent: 0.99; 0: off, the ratios are
-	// compared plainly.
+	// confidence over the whole bake (each of its judgements at 1 −
+	// (1 − c)/judgements), given both sides' numbers of answers: sampling
+	// noise alone does not fail a stage. Absent: 0.99; 0: off, the ratios
+	// are compared plainly.
 	Confidence5xx *float64 `json:"confidence_5xx,omitempty"`
 	// P99Factor (≥ 1): the stage's p99 latency above the stable proxies' ×
 	// this factor fails the stage. Absent: 3; negative: off. 0 ≤ f < 1 is

@@ -131,11 +131,32 @@ func excess5xx(sr float64, ns uint64, br float64, nb uint64, margin float64) flo
 // (0 < c < 1): 2.33 at 0.99.
 func normalQuantile(c float64) float64 { return math.Sqrt2 * math.Erfinv(2*c-1) }
 
+// judgements is how many times the traffic gates judge a stage whose bake
+// lasts bake: once a Tick from its start to its end, both included (1 for
+// bake 0: judged at most once).
+func judgements(bake time.Duration) int {
+	if bake <= 0 {
+		return 1
+	}
+	return int(bake/Tick) + 1
+}
+
+// perJudgement is the confidence each of n judgements needs so that the
+// stage's whole bake holds conf: a fair stage is blamed by chance in one
+// of them with a probability of at most 1 − conf (the union bound over
+// the n tests, whatever their correlation; Bonferroni). Judging every
+// Tick at conf itself would blame a stage exactly at stable + margin in
+// about 1 − conf of every judgement, not of every bake.
+func perJudgement(conf float64, n int) float64 {
+	return 1 - (1-conf)/float64(max(n, 1))
+}
+
 // trafficGates judge the stage's proxies against the stable ones over the
 // same report windows; without enough stable answers (a 100 % stage),
 // against the baseline the stable proxies had earlier in the rollout. g has
-// its defaults (WithDefaults).
-func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot, base *rs.Baseline) verdict {
+// its defaults (WithDefaults); looks is how many judgements the stage's
+// bake makes (judgements), over which confidence_5xx holds.
+func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snapshot, base *rs.Baseline, looks int) verdict {
 	var v verdict
 	min := uint64(*g.MinRequests)
 	stageOK, stableOK := stage.answers >= min, stable.answers >= min
@@ -160,8 +181,11 @@ func trafficGates(stage, stable side, g config.RolloutGates, cand *snapshot.Snap
 		worse := sr > br+*g.Margin5xx
 		if conf := *g.Confidence5xx; conf > 0 {
 			detail += fmt.Sprintf(" at %.4g%% confidence", 100*conf)
+			if looks > 1 {
+				detail += fmt.Sprintf(" over the bake's %d judgements", looks)
+			}
 			if stageOK && stableOK {
-				z, need := excess5xx(sr, stage.answers, br, bn, *g.Margin5xx), normalQuantile(conf)
+				z, need := excess5xx(sr, stage.answers, br, bn, *g.Margin5xx), normalQuantile(perJudgement(conf, looks))
 				worse = z > need
 				rel := "over"
 				if z < 0 {

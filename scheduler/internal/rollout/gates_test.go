@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"math"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -114,7 +115,7 @@ func TestFiveXXGateSampleSize(t *testing.T) {
 		{"stage too few answers", nil, proxiesSide(1, 9, 9), proxiesSide(2, 0, 400), nil, true, false,
 			"stage 5xx 100.0% of 9 answers (1 proxies), stable 0.0% of 400 answers (2 proxies); limit 5.0% and stable + 2.0% at 99% confidence; fewer than 10 answers: not judged"},
 	} {
-		v := trafficGates(c.stage, c.stable, gatesOnly5xx(c.conf), snap(60), c.base)
+		v := trafficGates(c.stage, c.stable, gatesOnly5xx(c.conf), snap(60), c.base, 1)
 		if len(v.gates) != 1 {
 			t.Fatalf("%s: gates %+v, want the 5xx gate alone", c.name, v.gates)
 		}
@@ -160,12 +161,93 @@ func TestExplicitZeroGates(t *testing.T) {
 			blackhole(3), proxiesSide(2, 0, 100), "blackhole",
 			"cluster demo-main: blackhole share 3.0 points, weight 0.0 + 0"},
 	} {
-		v := trafficGates(c.stage, c.stable, c.zero.WithDefaults(), snap(60), nil)
+		v := trafficGates(c.stage, c.stable, c.zero.WithDefaults(), snap(60), nil, 1)
 		if v.failed != c.gate || v.reason != c.detail {
 			t.Errorf("%s: failed %q: %s\nwant failed %q: %s", c.name, v.failed, v.reason, c.gate, c.detail)
 		}
-		if v := trafficGates(c.stage, c.stable, c.absent.WithDefaults(), snap(60), nil); v.failed != "" {
+		if v := trafficGates(c.stage, c.stable, c.absent.WithDefaults(), snap(60), nil, 1); v.failed != "" {
 			t.Errorf("%s, the field absent: failed %q: %s; want passed (the default)", c.name, v.failed, v.reason)
 		}
+	}
+}
+
+// TestJudgements: a stage is judged once a Tick over its bake, both ends
+// included; bake 0 at most once.
+func TestJudgements(t *testing.T) {
+	for _, c := range []struct {
+		bake time.Duration
+		want int
+	}{{0, 1}, {-time.Second, 1}, {time.Second, 2}, {1500 * time.Millisecond, 2}, {60 * time.Second, 61}} {
+		if got := judgements(c.bake); got != c.want {
+			t.Errorf("judgements(%s) = %d, want %d", c.bake, got, c.want)
+		}
+	}
+}
+
+// TestFiveXXGateOverTheBake: what a judgement needs grows with the bake's
+// judgements, and the detail says over how many: the moderately worse
+// stage shown at one judgement (2.53 standard errors, needs 2.33) is not
+// blamed by one of the 61 of a 60-second bake (needs 3.59); the clearly
+// worse one still is.
+func TestFiveXXGateOverTheBake(t *testing.T) {
+	looks := judgements(60 * time.Second)
+	for _, c := range []struct {
+		name          string
+		stage, stable side
+		ok            bool
+		detail        string
+	}{
+		{"moderately worse, 400 answers a side", proxiesSide(1, 48, 400), proxiesSide(2, 20, 400), true,
+			"stage 5xx 12.0% of 400 answers (1 proxies), stable 5.0% of 400 answers (2 proxies); limit 5.0% and stable + 2.0% at 99% confidence over the bake's 61 judgements: 2.53 standard errors over stable + 2.0% (needs 3.59)"},
+		{"clearly worse", proxiesSide(1, 80, 400), proxiesSide(2, 8, 400), false,
+			"stage 5xx 20.0% of 400 answers (1 proxies), stable 2.0% of 400 answers (2 proxies); limit 5.0% and stable + 2.0% at 99% confidence over the bake's 61 judgements: 7.50 standard errors over stable + 2.0% (needs 3.59)"},
+	} {
+		v := trafficGates(c.stage, c.stable, gatesOnly5xx(nil), snap(60), nil, looks)
+		if gt := v.gates[0]; gt.OK != c.ok || gt.Detail != c.detail {
+			t.Errorf("%s: ok %v\n%s\nwant ok %v\n%s", c.name, gt.OK, gt.Detail, c.ok, c.detail)
+		}
+	}
+}
+
+// TestFiveXXGateHoldsPerBake: confidence_5xx is the bake's, not each
+// judgement's. 2 000 simulated 20-second bakes (21 judgements each) of a
+// stage exactly at stable + margin (32 % against 30 %, 300 answers a side
+// drawn anew at every judgement: independent looks, the worst case for the
+// union bound) are blamed by chance in at most about 1 % of bakes at 0.99;
+// judged at 0.99 each time, as before, some 1 − 0.99^21 ≈ 19 % of them were.
+// The draws are seeded: the same outcome every run.
+func TestFiveXXGateHoldsPerBake(t *testing.T) {
+	const bakes, answers = 2000, 300
+	looks := judgements(20 * time.Second)
+	rng := rand.New(rand.NewPCG(1, 2))
+	draw := func(p float64) uint64 {
+		var n uint64
+		for range answers {
+			if rng.Float64() < p {
+				n++
+			}
+		}
+		return n
+	}
+	blamed := func(looksSaid int) float64 {
+		failed := 0
+		for range bakes {
+			for range looks {
+				stage, stable := proxiesSide(1, draw(0.32), answers), proxiesSide(2, draw(0.30), answers)
+				if v := trafficGates(stage, stable, gatesOnly5xx(nil), snap(60), nil, looksSaid); v.failed != "" {
+					failed++
+					break
+				}
+			}
+		}
+		return float64(failed) / bakes
+	}
+	perBake, perJudgement := blamed(looks), blamed(1)
+	t.Logf("stage at stable + margin, %d bakes of %d judgements: blamed in %.2f%% of bakes (per-bake confidence), %.2f%% judged at 0.99 each time", bakes, looks, 100*perBake, 100*perJudgement)
+	if got := perBake; got > 0.015 {
+		t.Errorf("a stage at stable + margin blamed in %.1f%% of %d bakes of %d judgements; want at most about 1%%", 100*got, bakes, looks)
+	}
+	if got := perJudgement; got < 0.10 {
+		t.Errorf("judged at 0.99 each time: blamed in %.1f%% of bakes; want the ~19%% that made the bake's guarantee necessary", 100*got)
 	}
 }

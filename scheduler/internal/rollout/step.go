@@ -90,7 +90,7 @@ func (c *Controller) Step(ctx context.Context, lead *publish.Leadership, pc stri
 				return rec, true, err
 			}
 			stageSide, stableSide := c.sides(rec, live, demand, ptr.Candidate, cand)
-			tv := trafficGates(stageSide, stableSide, gates, cand, rec.Baseline)
+			tv := trafficGates(stageSide, stableSide, gates, cand, rec.Baseline, judgements(stage.BakeTime()))
 			if stableSide.answers >= uint64(*gates.MinRequests) {
 				rec.Baseline = &rs.Baseline{Ratio5xx: stableSide.ratio(), P99Ms: stableSide.all.Quantile(0.99), Answers: stableSide.answers, At: now}
 			}
