@@ -269,12 +269,12 @@ func startChange(t *testing.T, f *fleet.Fleet, weights ...string) rs.Staged {
 // a binomial spread of ±2.6 points each, which a plain 2-point margin
 // mistook for the canary's now and then (seen: 32.5 % against 30.5 %, with
 // margin_5xx: 0.15 as the workaround). The gate now tests the difference at
-// confidence_5xx 0.99 over the bake: a judgement fails the canary only some
-// 10.6 points over the stable ratio at 300 answers a side even at one
-// judgement (z > 2.33; more with the bake's judgements), 13.6 over what it
-// expects, 3.7 standard deviations: about 1e-4 per judgement (the more
-// answers, the less). Its 27 % is still far over the 5 % limit alone, so
-// only the comparison with the stable proxies passes it.
+// confidence_5xx 0.99 over the bake: even a bake of one judgement (z >
+// 2.33) fails the canary only some 10.6 points over the stable ratio at 300
+// answers a side, 13.6 over what it expects, 3.7 standard deviations: about
+// 1e-4 per judgement (a longer bake needs more, and so do more answers).
+// Its 27 % is still far over the 5 % limit alone, so only the comparison
+// with the stable proxies passes it.
 func TestRolloutStagedFleetWideBurstNotBlamed(t *testing.T) {
 	f := stagedFleet(t)
 	stop := trafficLoop(f)
