@@ -272,7 +272,8 @@ func startChange(t *testing.T, f *fleet.Fleet, weights ...string) rs.Staged {
 // confidence_5xx 0.99 over the bake: even a bake of one judgement (z >
 // 2.33) fails the canary only some 10.6 points over the stable ratio at 300
 // answers a side, 13.6 over what it expects, 3.7 standard deviations: about
-// 1e-4 per judgement (a longer bake needs more, and so do more answers).
+// 1e-4 per judgement (a longer bake asks each judgement for more standard
+// errors; more answers make the same points more of them).
 // Its 27 % is still far over the 5 % limit alone, so only the comparison
 // with the stable proxies passes it.
 func TestRolloutStagedFleetWideBurstNotBlamed(t *testing.T) {
