@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/scheduler/plan"
 	"github.com/sluicelb/sluice/scheduler/precheck"
@@ -62,7 +60,7 @@ const noFlagOverride = "No flag of this command overrides this: change the write
 // command has that flag, noFlagOverride when it has not, so a refusal
 // never points to a flag the command would reject.
 func (e *env) fullDropOverride() string {
-	if e.c != nil && e.c.Command != nil && slices.ContainsFunc(e.c.Command.Flags, func(f cli.Flag) bool { return slices.Contains(f.Names(), allowFullDropFlag) }) {
+	if e.c != nil && e.c.Command != nil && findFlag(e.c.Command.Flags, allowFullDropFlag) != nil {
 		return ""
 	}
 	return noFlagOverride

@@ -42,7 +42,8 @@ C() { (cd "$cdir" && $compose -p sluice "$@"); }
 # container at a time (one exit at once), and a daemon that stopped answering
 # is restarted under CI=true (the machine is the job's) and the teardown made
 # again; elsewhere the script says how to recover and fails the teardown.
-bounded() { timeout "${CHAOS_DOCKER_TIMEOUT:-90}" "$@"; }
+bound=${CHAOS_DOCKER_TIMEOUT:-90} # seconds, each docker call
+bounded() { timeout "$bound" "$@"; }
 project=(--filter label=com.docker.compose.project=sluice)
 answering() { timeout 20 docker network ls -q >/dev/null 2>&1; }
 restart_dockerd() {
@@ -81,13 +82,13 @@ teardown() {
   # shellcheck disable=SC2086 # $compose may be two words (docker compose)
   (cd "$cdir" && bounded $compose -p sluice --profile tools down -v --remove-orphans --timeout 5) >/dev/null 2>&1 || notHung $? || return 1
   # Networks of an older compose file are not known to `down`.
-  bounded docker network ls -q "${project[@]}" | xargs -r timeout "${CHAOS_DOCKER_TIMEOUT:-90}" docker network rm >/dev/null 2>&1
+  bounded docker network ls -q "${project[@]}" | xargs -r timeout "$bound" docker network rm >/dev/null 2>&1
   # `down` stops at the first network it cannot remove (docker 20.10 can keep
   # a stale endpoint after network disconnect/connect) and then leaves the
   # volumes: remove them by label, or the next fleet starts on the old etcd
   # data, certificates and caches (and the debian pass on the embedded
   # etcd's data directory).
-  bounded docker volume ls -q "${project[@]}" | xargs -r timeout "${CHAOS_DOCKER_TIMEOUT:-90}" docker volume rm >/dev/null 2>&1
+  bounded docker volume ls -q "${project[@]}" | xargs -r timeout "$bound" docker volume rm >/dev/null 2>&1
   answering
 }
 cleanup() {
