@@ -1,10 +1,12 @@
 package server
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -131,5 +133,32 @@ func TestClientOverLimitMarkNeverForwarded(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A request body that cannot be read is named for what happened: over the
+// limit 413, the client gone (its connection lost, its HTTP/2 stream reset)
+// 499 and no answer, the read timeout 408, the body ended early 400
+// client-closed (nginx's answers), a malformed body 400 bad-request.
+func TestClassifyBodyError(t *testing.T) {
+	timeout := &net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}
+	for _, tc := range []struct {
+		name   string
+		gone   bool
+		err    error
+		status int
+		code   string
+	}{
+		{"too large", false, &http.MaxBytesError{Limit: 10}, http.StatusRequestEntityTooLarge, CodeBodyTooLarge},
+		{"too large, gone since", true, &http.MaxBytesError{Limit: 10}, http.StatusRequestEntityTooLarge, CodeBodyTooLarge},
+		{"stream reset", true, errors.New("http2: stream reset by the client"), StatusClientClosed, CodeClientClosed},
+		{"gone at the timeout", true, timeout, StatusClientClosed, CodeClientClosed},
+		{"read timeout", false, timeout, http.StatusRequestTimeout, CodeClientTimeout},
+		{"ended early", false, fmt.Errorf("reading: %w", io.ErrUnexpectedEOF), http.StatusBadRequest, CodeClientClosed},
+		{"malformed chunk", false, errors.New("invalid byte in chunk length"), http.StatusBadRequest, CodeBadRequest},
+	} {
+		if e := classifyBodyError(tc.gone, tc.err); e.status != tc.status || e.code != tc.code {
+			t.Errorf("%s: %d %s, want %d %s", tc.name, e.status, e.code, tc.status, tc.code)
+		}
 	}
 }

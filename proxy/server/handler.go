@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"strconv"
@@ -258,7 +259,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ctx, st.cancel = context.WithTimeout(ctx, d)
 	}
 	if err := st.prepareBody(r); err != nil {
-		st.generated(w, classifyBodyError(err))
+		st.generated(w, classifyBodyError(r.Context().Err() != nil, err))
 		return
 	}
 	c.bc.Start(&st.sel, r, st.clientIP, st.stripe)
@@ -316,12 +317,28 @@ func (st *reqState) prepareBody(r *http.Request) error {
 	return nil
 }
 
-func classifyBodyError(err error) *genError {
+// classifyBodyError names the failed read of a request body. A client that
+// is gone (its connection lost, its HTTP/2 stream reset: the request's
+// context is done) gets nothing: an answer it cannot read would only
+// close the connection of its other streams ("Connection: close" is GOAWAY).
+// A client that stopped sending gets nginx's answers: 408 after the read
+// timeout, 400 when the body ended early; a malformed body (chunked
+// encoding) is a bad request.
+func classifyBodyError(gone bool, err error) *genError {
 	var mbe *http.MaxBytesError
-	if errors.As(err, &mbe) {
+	var ne net.Error
+	switch {
+	case errors.As(err, &mbe):
 		return &genError{status: http.StatusRequestEntityTooLarge, code: CodeBodyTooLarge, err: err}
+	case gone:
+		return &genError{status: StatusClientClosed, code: CodeClientClosed, err: err}
+	case errors.As(err, &ne) && ne.Timeout():
+		return &genError{status: http.StatusRequestTimeout, code: CodeClientTimeout, err: err}
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return &genError{status: http.StatusBadRequest, code: CodeClientClosed, err: err}
+	default:
+		return &genError{status: http.StatusBadRequest, code: CodeBadRequest, err: err}
 	}
-	return &genError{status: http.StatusBadRequest, code: CodeClientClosed, err: err}
 }
 
 func idempotent(m string) bool {
@@ -431,7 +448,7 @@ func (st *reqState) generated(w http.ResponseWriter, e *genError) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
 	}
-	if e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusBadRequest {
+	if e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusBadRequest || e.status == http.StatusRequestTimeout {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.status)

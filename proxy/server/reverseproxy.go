@@ -117,7 +117,7 @@ func (s *Server) errorHandler(w http.ResponseWriter, r *http.Request, err error)
 		case r.Context().Err() != nil:
 			ge = &genError{status: StatusClientClosed, code: CodeClientClosed, err: err}
 		default:
-			ge = classifyBodyError(err)
+			ge = classifyBodyError(false, err) // a gone client is the case above
 			if ge.status != http.StatusRequestEntityTooLarge {
 				ge = &genError{status: http.StatusBadGateway, code: CodeUpstream, err: err}
 			}

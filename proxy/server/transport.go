@@ -192,7 +192,7 @@ func failError(f *failure) *genError {
 	case failClient:
 		return &genError{status: StatusClientClosed, code: CodeClientClosed, err: f.err}
 	case failBody:
-		return classifyBodyError(f.err)
+		return classifyBodyError(false, f.err) // classify made a gone client's failClient
 	default:
 		return &genError{status: http.StatusBadGateway, code: CodeUpstream, err: f.err}
 	}
