@@ -19,7 +19,8 @@
 # about two thirds of a request's CPU on this rig, is in the second table.
 #
 # LBPROXY=path measures that build instead of building this tree's; NGINX=0
-# skips nginx; PERF=0 skips the second table. Needs valgrind, h2load
+# skips nginx; PERF=0 skips the second table; KEEP=1 keeps the work directory
+# (the callgrind.out files, for callgrind_annotate). Needs valgrind, h2load
 # (nghttp2-client), nginx and perf (linux-perf).
 #
 # Usage: N=40000 bench/callgrind.sh
@@ -33,7 +34,7 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 . "$ROOT/bench/snapshot.sh"
 WORK=$(mktemp -d /tmp/sluice-callgrind.XXXXXX)
 PIDS=()
-cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"; }
 trap cleanup EXIT
 need=(valgrind callgrind_control callgrind_annotate h2load curl)
 [ "$NGINX" = 0 ] || need+=(nginx)
