@@ -448,7 +448,12 @@ func (st *reqState) generated(w http.ResponseWriter, e *genError) {
 	if e.retryAfter > 0 {
 		h.Set("Retry-After", strconv.Itoa(int((e.retryAfter+time.Second-1)/time.Second)))
 	}
-	if e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusBadRequest || e.status == http.StatusRequestTimeout {
+	// An HTTP/1.1 connection whose request body was not read whole is of no
+	// further use. An HTTP/2 stream ends alone (the server drains it, then
+	// RST_STREAM(NO_ERROR): h2drain.go), and the connection's other streams
+	// go on, as with nginx and Envoy: "Connection: close" would GOAWAY them.
+	if (e.status == http.StatusRequestEntityTooLarge || e.status == http.StatusBadRequest || e.status == http.StatusRequestTimeout) &&
+		(st.r == nil || st.r.ProtoMajor < 2) {
 		h.Set("Connection", "close")
 	}
 	w.WriteHeader(e.status)
