@@ -319,8 +319,7 @@ func (st *reqState) prepareBody(r *http.Request) error {
 
 // classifyBodyError names the failed read of a request body. A client that
 // is gone (its connection lost, its HTTP/2 stream reset: the request's
-// context is done) gets nothing: an answer it cannot read would only
-// close the connection of its other streams ("Connection: close" is GOAWAY).
+// context is done) is answered nothing (logged 499): nobody would read it.
 // A client that stopped sending gets nginx's answers: 408 after the read
 // timeout, 400 when the body ended early; a malformed body (chunked
 // encoding) is a bad request.
