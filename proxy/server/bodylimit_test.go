@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
 
@@ -31,7 +30,7 @@ func TestOversizedDeclaredBodyAnsweredAtOnce(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%d", kind, declared), func(t *testing.T) {
 				b := newBackend(t, "b1", nil)
 				reg := prometheus.NewRegistry()
-				snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+				snap := oneBackendSnapshot(b)
 				var closed atomic.Int64
 				p := newProxy(t, snap, proxyOpts{
 					opts:      Options{UpstreamClient: UpstreamFast, Metrics: reg, MaxBodyBytes: 1024},
@@ -78,7 +77,7 @@ func TestClientOverLimitMarkNeverForwarded(t *testing.T) {
 				body, _ := io.ReadAll(r.Body)
 				fmt.Fprintf(w, "cl=%d body=%q", r.ContentLength, body)
 			})
-			snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+			snap := oneBackendSnapshot(b)
 			p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamFast, MaxBodyBytes: limit}, frontKind: FrontFastHTTP})
 			seen := func(what string) {
 				t.Helper()

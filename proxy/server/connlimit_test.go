@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/connlimit"
 	"github.com/sluicelb/sluice/proxy/internal/sockio"
 	"github.com/sluicelb/sluice/testkit/poll"
@@ -65,7 +64,7 @@ func (h *holdBackend) serve(w http.ResponseWriter, r *http.Request) {
 func limitedProxy(t *testing.T, m limitMode, lim *connlimit.Limiter, h *holdBackend) (string, *x509.CertPool) {
 	t.Helper()
 	b := newBackend(t, "b1", h.serve)
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	wrap := func(l net.Listener) net.Listener { return lim.Listener(sockio.Listener{Listener: l}) }
 	if m.tls {
 		_, addr, pool := tlsProxyWrapped(t, m.kind, snap, FrontOptions{}, wrap)

@@ -495,7 +495,7 @@ func TestFastFrontDateAndContentType(t *testing.T) {
 		w.Header().Set("Content-Type", "text/x-sluice")
 		io.WriteString(w, "ok")
 	})
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	p := newProxy(t, snap, proxyOpts{opts: Options{UpstreamClient: UpstreamFast}, frontKind: FrontFastHTTP})
 	res, body := get(t, client(t), p.url+"/", nil)
 	if res.StatusCode != 200 || body != "ok" || res.Header.Get("Content-Type") != "text/x-sluice" ||

@@ -18,7 +18,6 @@ import (
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
 
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/testkit/poll"
 )
@@ -32,7 +31,7 @@ import (
 func sluiceFront(t *testing.T, h http.HandlerFunc, tune func(*h2Server)) (*TLSFront, string, *x509.CertPool) {
 	t.Helper()
 	b := newBackend(t, "b1", h)
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	h2TestTune = tune
 	defer func() { h2TestTune = nil }()
 	tf, addr, pool := tlsProxyWith(t, FrontFastHTTP, snap, FrontOptions{H2Server: H2ServerSluice})
@@ -135,7 +134,21 @@ func (c *h2raw) request(id uint32, method, path string, end bool, extra ...strin
 
 // answer reads stream id's answer to its end: status and body (the
 // frames of other streams met meanwhile are kept for their own answer).
+// Any stream's reset fails the test.
 func (c *h2raw) answer(id uint32) (int, string) {
+	c.t.Helper()
+	return c.answerOf(id, false)
+}
+
+// answerKept is answer on a connection that must stay open: GOAWAY fails
+// the test, and only stream id's reset does (another stream's reset, the
+// end of an unread request body, is skipped).
+func (c *h2raw) answerKept(id uint32) (int, string) {
+	c.t.Helper()
+	return c.answerOf(id, true)
+}
+
+func (c *h2raw) answerOf(id uint32, kept bool) (int, string) {
 	c.t.Helper()
 	if c.answers == nil {
 		c.answers = make(map[uint32]*h2answer)
@@ -145,6 +158,9 @@ func (c *h2raw) answer(id uint32) (int, string) {
 			return a.status, a.body.String()
 		}
 		f := c.next()
+		if g, ok := f.(*http2.GoAwayFrame); ok && kept {
+			c.t.Fatalf("GOAWAY %v (last stream %d) while stream %d was answered, want the connection kept", g.ErrCode, g.LastStreamID, id)
+		}
 		sid := f.Header().StreamID
 		if sid == 0 {
 			continue
@@ -164,7 +180,9 @@ func (c *h2raw) answer(id uint32) (int, string) {
 			a.body.Write(f.Data())
 			a.done = f.StreamEnded()
 		case *http2.RSTStreamFrame:
-			c.t.Fatalf("stream %d reset: %v", sid, f.ErrCode)
+			if !kept || sid == id {
+				c.t.Fatalf("stream %d reset: %v", sid, f.ErrCode)
+			}
 		}
 	}
 }
@@ -624,7 +642,7 @@ func shutdownReturned(t *testing.T, done <-chan error) {
 // xnet server (TestXNetH2ServerSuite).
 func TestH2ResetDuringBodyKeepsTheConnection(t *testing.T) {
 	b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	tf, addr, pool := tlsProxyWith(t, FrontFastHTTP, snap, FrontOptions{})
 	s := tf.std.Handler.(*Server)
 	c := dialH2(t, addr, pool)
@@ -646,7 +664,7 @@ func TestH2ResetDuringBodyKeepsTheConnection(t *testing.T) {
 // (as nginx and Envoy; "Connection: close" GOAWAYed the connection).
 func TestH2BodyTooLargeKeepsTheConnection(t *testing.T) {
 	b := newBackend(t, "b1", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	_, addr, pool := tlsProxyTuned(t, FrontFastHTTP, snap, FrontOptions{}, func(hs *http.Server) { hs.Handler.(*Server).maxBody = 1000 })
 	c := dialH2(t, addr, pool)
 	c.request(1, "POST", "/", false, "content-length", "100000")
@@ -656,43 +674,5 @@ func TestH2BodyTooLargeKeepsTheConnection(t *testing.T) {
 	c.request(3, "GET", "/", true)
 	if st, body := c.answerKept(3); st != 200 || body != "ok" {
 		t.Fatalf("stream 3 after the 413: %d %q, want 200 ok", st, body)
-	}
-}
-
-// answerKept reads stream id's answer to its end (status, body) on a
-// connection that must stay open: GOAWAY or a reset of stream id fails the
-// test; another stream's reset (the end of an unread request body) is
-// skipped, as are other streams' frames.
-func (c *h2raw) answerKept(id uint32) (int, string) {
-	c.t.Helper()
-	status := 0
-	var body strings.Builder
-	for {
-		switch f := c.next().(type) {
-		case *http2.GoAwayFrame:
-			c.t.Fatalf("GOAWAY %v (last stream %d) while stream %d was answered, want the connection kept", f.ErrCode, f.LastStreamID, id)
-		case *http2.RSTStreamFrame:
-			if f.StreamID == id {
-				c.t.Fatalf("stream %d reset %v, want it answered", id, f.ErrCode)
-			}
-		case *http2.MetaHeadersFrame:
-			if f.StreamID != id {
-				continue
-			}
-			if status == 0 {
-				status, _ = strconv.Atoi(f.PseudoValue("status"))
-			}
-			if f.StreamEnded() {
-				return status, body.String()
-			}
-		case *http2.DataFrame:
-			if f.StreamID != id {
-				continue
-			}
-			body.Write(f.Data())
-			if f.StreamEnded() {
-				return status, body.String()
-			}
-		}
 	}
 }

@@ -14,7 +14,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/sluicelb/sluice/api/config"
 	"github.com/sluicelb/sluice/proxy/internal/balance"
 	"github.com/sluicelb/sluice/testkit/h2attack"
 	"github.com/sluicelb/sluice/testkit/poll"
@@ -94,7 +93,7 @@ func guardOf(tf *TLSFront) *resetGuard { return tf.std.Handler.(*resetGuard) }
 func TestH2RapidResetConnectionIsClosed(t *testing.T) {
 	held := make(chan struct{}, 1)
 	b := cancelHoldBackend(t, held)
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	tf, addr, pool := tlsProxyWith(t, FrontStd, snap, FrontOptions{H2MaxPrematureResets: 100})
 	good := newH2Client(t, addr, pool)
 	if err := good.get("/"); err != nil {
@@ -149,7 +148,7 @@ func TestH2RapidResetConnectionIsClosed(t *testing.T) {
 func TestH2FewCancelsKeepTheConnection(t *testing.T) {
 	held := make(chan struct{}, 1)
 	b := cancelHoldBackend(t, held)
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	tf, addr, pool := tlsProxyWith(t, FrontStd, snap, FrontOptions{H2MaxPrematureResets: 10})
 	g := guardOf(tf)
 	c := newH2Client(t, addr, pool)

@@ -101,6 +101,12 @@ func inst(a netip.AddrPort, w int) config.Instance {
 	return config.Instance{Addr: a.Addr().String(), Port: int(a.Port()), Weight: w}
 }
 
+// oneBackendSnapshot routes everything to backend b: cluster "main",
+// sub-cluster SC1 holding b alone, its row SC1 100.
+func oneBackendSnapshot(b *backend) *snapshot.Snapshot {
+	return testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+}
+
 // testCluster builds a snapshot cluster; subs maps sub-cluster → instances,
 // row includes GSLB_BLACKHOLE when wanted.
 func testCluster(subs map[string][]config.Instance, row map[string]int, mutate func(*config.Policy)) snapshot.Cluster {

@@ -45,7 +45,7 @@ func TestNotReadyAndNoRoute(t *testing.T) {
 		t.Fatalf("before apply: %d %q, want 503 %s", res.StatusCode, res.Header.Get(ReasonHeader), CodeNotReady)
 	}
 	b := newBackend(t, "b1", nil)
-	s := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	s := oneBackendSnapshot(b)
 	s.DefaultProduct = ""
 	s.Meta.Hash = snapshot.ContentHash(s)
 	if err := p.s.Apply(checked(t, s)); err != nil {

@@ -306,7 +306,7 @@ func TestTLSFrontFullRecordsForHTTP1(t *testing.T) {
 		w.Header().Set("Content-Length", strconv.Itoa(size))
 		w.Write(bytes.Repeat([]byte("x"), size))
 	})
-	snap := testSnapshot(1, testCluster(map[string][]config.Instance{"SC1": {inst(b.addr, 1)}}, map[string]int{"SC1": 100}, nil))
+	snap := oneBackendSnapshot(b)
 	for _, kind := range []string{FrontFastHTTP, FrontStd} {
 		t.Run(kind, func(t *testing.T) {
 			_, addr, pool := tlsProxy(t, kind, snap)
