@@ -19,9 +19,16 @@
 # about two thirds of a request's CPU on this rig, is in the second table.
 #
 # LBPROXY=path measures that build instead of building this tree's; NGINX=0
-# skips nginx; PERF=0 skips the second table; KEEP=1 keeps the work directory
-# (the callgrind.out files, for callgrind_annotate). Needs valgrind, h2load
+# skips nginx; PERF=0 skips the second table; RATE=n takes the second table at
+# a fixed n requests a second (benchtool rate) instead of the closed loop, where
+# the proxy waits for every request; KEEP=1 keeps the work directory (the
+# callgrind.out files, for callgrind_annotate). Needs valgrind, h2load
 # (nghttp2-client), nginx and perf (linux-perf).
+#
+# In the second table, "polls" counts epoll_wait/epoll_pwait calls and "poll0"
+# those of them that do not wait (timeout 0): Go's scheduler looks once
+# without waiting before its thread waits (runtime.findRunnable), nginx waits
+# at once.
 #
 # Usage: N=40000 bench/callgrind.sh
 set -euo pipefail
@@ -117,21 +124,35 @@ count lbproxy $P $(lbproxy_cmd)
 
 [ "$PERF" = 0 ] && exit 0
 echo
-echo "kernel events per request (perf tracepoints, closed loop, 64 connections, 4 s after 1 s):"
+load="closed loop"
+[ -z "${RATE:-}" ] || load="$RATE requests a second"
+echo "kernel events per request (perf tracepoints, $load, 64 connections, 4 s after 1 s):"
 EV=raw_syscalls:sys_enter,sched:sched_switch,irq:softirq_entry,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait
-printf "%-8s %9s %9s %9s %9s\n" proxy syscalls epoll switches softirqs
+# The same two events again, only the calls that do not wait (perf names
+# them alike: the filtered ones come last in the output).
+POLL0=(-e syscalls:sys_enter_epoll_wait --filter "timeout == 0" -e syscalls:sys_enter_epoll_pwait --filter "timeout == 0")
+printf "%-8s %9s %9s %9s %9s %9s\n" proxy syscalls polls poll0 switches softirqs
+# drive PORT DURATION: the load of the second table; prints the requests answered.
+drive() {
+  if [ -n "${RATE:-}" ]; then
+    taskset -c 1 "$WORK/benchtool" rate -url "http://127.0.0.1:$1/" -rate "$RATE" -duration "$2" | sed -E 's/.*requests=([0-9]+).*/\1/'
+  else
+    taskset -c 1 h2load --h1 -c64 -D "${2%s}" "http://127.0.0.1:$1/" | awk '/^requests:/{print $8}'
+  fi
+}
 # events NAME PORT PID
 events() {
   local name=$1 port=$2 pid=$3
-  taskset -c 1 h2load --h1 -c64 -D 1 "http://127.0.0.1:$port/" >/dev/null
-  perf stat -x, -e "$EV" -p "$pid" -o "$WORK/perf.$name" -- sleep 5 & local ps=$!
+  drive "$port" 1s >/dev/null
+  perf stat -x, -e "$EV" "${POLL0[@]}" -p "$pid" -o "$WORK/perf.$name" -- sleep 5 & local ps=$!
   sleep 0.2 # perf attaches
   local n
-  n=$(taskset -c 1 h2load --h1 -c64 -D 4 "http://127.0.0.1:$port/" | awk '/^requests:/{print $8}')
+  n=$(drive "$port" 4s)
   wait $ps
-  awk -F, -v n="$n" -v name="$name" '$1 ~ /^[0-9]+$/ { v[$3] = $1 / n }
-    END { printf "%-8s %9.2f %9.2f %9.2f %9.2f\n", name, v["raw_syscalls:sys_enter"],
-      v["syscalls:sys_enter_epoll_wait"] + v["syscalls:sys_enter_epoll_pwait"], v["sched:sched_switch"], v["irq:softirq_entry"] }' "$WORK/perf.$name"
+  awk -F, -v n="$n" -v name="$name" '$1 ~ /^[0-9]+$/ { k = $3; if (k in v) k = k "/0"; v[k] = $1 / n }
+    END { printf "%-8s %9.2f %9.2f %9.2f %9.2f %9.2f\n", name, v["raw_syscalls:sys_enter"],
+      v["syscalls:sys_enter_epoll_wait"] + v["syscalls:sys_enter_epoll_pwait"],
+      v["syscalls:sys_enter_epoll_wait/0"] + v["syscalls:sys_enter_epoll_pwait/0"], v["sched:sched_switch"], v["irq:softirq_entry"] }' "$WORK/perf.$name"
 }
 # shellcheck disable=SC2046
 GOMAXPROCS=1 taskset -c 0 $(lbproxy_cmd) 2>"$WORK/lbproxy-perf.log" & PIDS+=($!)
