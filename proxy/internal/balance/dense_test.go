@@ -275,11 +275,11 @@ func TestDenseEnableCopiesHeld(t *testing.T) {
 	checkRecords(t, e, "all released")
 }
 
-// The production source (RegistryOptions.Rand nil: Selection.rand, the
-// runtime's per-thread wyrand) draws in proportion to the weights: random's shares
-// of an idle group over several stripes are within 3 % (relative; 5 σ for
-// the rarest) of the
-// weight shares, p2c-ewma's of the two-draw shares (the heavier of two
+// The production source (RegistryOptions.Rand nil: Selection.rand, a
+// wyrand per Selection seeded from the runtime's per-thread one) draws in
+// proportion to the weights, over fresh Selections and over one started
+// again and again: random's shares of an idle group over several stripes
+// are within 3 % (relative; 5 σ for the rarest) of the weight shares, p2c-ewma's of the two-draw shares (the heavier of two
 // draws wins an idle group: p_i² + 2 p_i Σ_{w_j < w_i} p_j), and every bit
 // of the words is set about half the time.
 func TestSelectionRandDraws(t *testing.T) {
@@ -293,9 +293,14 @@ func TestSelectionRandDraws(t *testing.T) {
 		const picks = 210000
 		counts := map[netip.AddrPort]int{}
 		var bits [64]int
+		var reused Selection // the server's way: one Selection, started again and again
 		for k := range picks {
-			var s Selection
-			e.cluster().Start(&s, nil, netip.MustParseAddr("192.0.2.1"), uint32(k))
+			var fresh Selection
+			s := &fresh
+			if k%2 == 1 {
+				s = &reused
+			}
+			e.cluster().Start(s, nil, netip.MustParseAddr("192.0.2.1"), uint32(k))
 			if k < 20000 {
 				w := s.rand()
 				for b := range bits {

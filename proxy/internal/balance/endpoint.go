@@ -189,15 +189,23 @@ func (r *loadRec) copyCell(c *cell, k uint32) {
 	}
 }
 
-// cost is p2c-ewma's cost of the record's endpoint at weight w: EWMA
-// latency (whole ns, as Endpoint.EWMALatency gives it; 1 without a sample)
-// × (in-flight + 1) / w.
-func (r *loadRec) cost(inFlight int64, w int) float64 {
+// work is p2c-ewma's cost of the record's endpoint before its weight:
+// EWMA latency (whole ns, as Endpoint.EWMALatency gives it; 1 without a
+// sample) × (in-flight + 1). The cost is work / weight; two costs are
+// compared by cross-multiplying (cheaper), without the two divisions,
+// the slowest instructions of a p2c pick.
+func (r *loadRec) work(inFlight int64) float64 {
 	l := float64(time.Duration(math.Float64frombits(r.ewma.Load())))
 	if l <= 0 {
 		l = 1
 	}
-	return l * float64(inFlight+1) / float64(w)
+	return l * float64(inFlight+1)
+}
+
+// cheaper reports whether work a at weight wa costs less than work b at
+// weight wb (a / wa < b / wb; weights are positive).
+func cheaper(a float64, wa int, b float64, wb int) bool {
+	return a*float64(wb) < b*float64(wa)
 }
 
 const (

@@ -132,12 +132,12 @@ func (*p2c) pick(s *Selection, g *group, v *view) int {
 	}
 	ra, rb := g.members[a].rec, g.members[b].rec
 	if g.dense.Load() {
-		if rb.cost(rb.inFlight(), v.weights[b]) < ra.cost(ra.inFlight(), v.weights[a]) {
+		if cheaper(rb.work(rb.inFlight()), v.weights[b], ra.work(ra.inFlight()), v.weights[a]) {
 			return b
 		}
 		return a
 	}
-	if rb.cost(g.members[b].ep.InFlight(), v.weights[b]) < ra.cost(g.members[a].ep.InFlight(), v.weights[a]) {
+	if cheaper(rb.work(g.members[b].ep.InFlight()), v.weights[b], ra.work(g.members[a].ep.InFlight()), v.weights[a]) {
 		return b
 	}
 	return a
@@ -158,7 +158,7 @@ func (s *Selection) drawLeast(v *view, n int, p2c bool) int {
 	best := -1
 	var bc *candidate
 	var bn int64
-	var bcost float64
+	var bwork float64
 	for range n {
 		i := v.alias.draw(s.rand(), v.total)
 		if i == best {
@@ -167,9 +167,9 @@ func (s *Selection) drawLeast(v *view, n int, p2c bool) int {
 		c := &v.cand[i]
 		cn := c.rec.inFlight()
 		if p2c {
-			cost := c.rec.cost(cn, int(c.w))
-			if bc == nil || cost < bcost {
-				best, bc, bcost = i, c, cost
+			work := c.rec.work(cn)
+			if bc == nil || cheaper(work, int(c.w), bwork, int(bc.w)) {
+				best, bc, bwork = i, c, work
 			}
 		} else if bc == nil || cn*bc.w < bn*c.w {
 			best, bc, bn = i, c, cn

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"math/bits"
 	"net/http"
 	"net/netip"
 	"sync"
@@ -29,6 +30,7 @@ type Selection struct {
 	live     bool      // started and not released
 	pooled   bool
 	triedArr [4]*Endpoint
+	rng      uint64 // rand's wyrand state (0: not seeded)
 }
 
 var selPool = sync.Pool{New: func() any { return &Selection{pooled: true} }}
@@ -85,18 +87,28 @@ func (s *Selection) Release() {
 	}
 }
 
-// rand is a uniformly random 64-bit value for the selection's draws: two
-// of the runtime's per-thread wyrand outputs (runtime.cheaprand: no lock,
-// no atomic). math/rand/v2's Uint64 (ChaCha8, runtime.rand) cost 73
+// rand is a uniformly random 64-bit value for the selection's draws: the
+// next output of the selection's own wyrand (the runtime's cheap
+// generator, whose 64-bit output hi ^ lo it keeps whole), seeded from two
+// of the runtime's per-thread outputs (runtime.cheaprand: no lock, no
+// atomic) at its first draw. The state outlives Start: storage the caller
+// reuses for its requests keeps one stream, and a draw is inlined
+// arithmetic, no call. (math/rand/v2's Uint64, ChaCha8, cost 73
 // instructions a draw in callgrind, where p2c-ewma and random(2) draw
-// twice per pick and wrr's whole pick is 421; a per-stripe counter drawn
-// with an atomic add cost as few instructions but a locked one per draw.
-// With RegistryOptions.Rand (the tests' seeded sources) it draws from that.
+// twice per pick and wrr's whole pick is 421; against two runtime.cheaprand
+// calls a draw, this stream took 4–9 % off random(2)'s and p2c-ewma's picks
+// at 1 000 instances, BenchmarkPickVsWRR.) With
+// RegistryOptions.Rand (the tests' seeded sources) it draws from that.
 func (s *Selection) rand() uint64 {
 	if r := s.c.reg; r.ownRand {
 		return r.rand()
 	}
-	return uint64(cheaprand())<<32 | uint64(cheaprand())
+	if s.rng == 0 {
+		s.rng = uint64(cheaprand())<<32 | uint64(cheaprand())
+	}
+	s.rng += 0xa0761d6478bd642f
+	hi, lo := bits.Mul64(s.rng, s.rng^0xe7037ed1a0b428db)
+	return hi ^ lo
 }
 
 // cheaprand is the runtime's per-M wyrand (its 32 high-quality bits), the
