@@ -71,10 +71,12 @@ run: build devtools
 	./bin/sluice-dev --bin bin
 
 ## bench: lbproxy vs nginx (with and without an access log) vs HAProxy, plain (bench/run.sh; ROUNDS, DURATION, PHASE, RATE, NAMES),
-##        then over TLS: HTTP/1.1, HTTP/2, new connections (bench/tlsrun.sh; TLS_DURATION, HS_DURATION); ≈ 10 min; see docs/BENCHMARKS.md
+##        then over TLS: HTTP/1.1, HTTP/2, new connections (bench/tlsrun.sh; TLS_DURATION, HS_DURATION),
+##        then every instance algorithm's pick against wrr's (bench/picks.sh; COUNT); ≈ 12 min; see docs/BENCHMARKS.md
 bench:
 	ROUNDS=$${ROUNDS:-3} DURATION=$${DURATION:-5s} PHASE=$${PHASE:-4s} bash bench/run.sh
 	ROUNDS=$${ROUNDS:-3} DURATION=$${TLS_DURATION:-5s} HS_DURATION=$${HS_DURATION:-4s} bash bench/tlsrun.sh
+	COUNT=$${COUNT:-5} bash bench/picks.sh
 
 clean:
 	rm -rf bin
