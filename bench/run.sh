@@ -3,12 +3,16 @@
 #
 # Each proxy is pinned to core 0 with one worker (GOMAXPROCS=1 for lbproxy);
 # the load generator and the 4 backends (weights 5/3/1/1, 100-byte bodies)
-# run on core 1. Rounds are interleaved A B C D A B C D ... and the medians
-# printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
+# run on core 1. Rounds are interleaved, the rows in the listed order in odd
+# rounds and reversed in even ones (A B C D D C B A ...: a drift of the host's
+# speed falls on both sides of a pair), and the medians printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
 # request (utime+stime from /proc/<pid>/stat) in that closed loop and again
 # at a fixed CPU_RATE req/s (open loop, default 8000: every proxy under the
 # same load, so batching does not differ with throughput), and p50/p99 at a
-# fixed 2000 req/s (open loop), with ratios to nginx. The last column is the
+# fixed 2000 req/s (open loop), with ratios to nginx: each "÷" is the median
+# of the per-round ratios (a row against the other row's phase of the same
+# round, seconds apart), not a ratio of medians, as in bench/tlsrun.sh; the
+# per-round ratios are printed under the table. The last column is the
 # backend process's CPU per request in the closed loop: when it rises (1 000
 # instances: 1 000 backend connections) the closed loop runs slower and every
 # proxy batches less, which the fixed-rate column does not suffer from. The
@@ -206,8 +210,12 @@ ticks() { # utime+stime of a process and its children threads, in clock ticks
 }
 HZ=$(getconf CLK_TCK)
 declare -A RPS CPU BCPU CPUF P50 P99
+REV=()
+for ((k = ${#NAMES[@]} - 1; k >= 0; k--)); do REV+=("${NAMES[$k]}"); done
 for r in $(seq "$ROUNDS"); do
-  for n in "${NAMES[@]}"; do
+  order=("${NAMES[@]}")
+  [ $((r % 2)) = 0 ] && order=("${REV[@]}")
+  for n in "${order[@]}"; do
     [ "$WARMUP" = 0 ] || GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$WARMUP" >/dev/null
     b0=$(ticks "$BACKENDS_PID"); t0=$(ticks "${PID[$n]}")
     out=$(GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$DURATION")
@@ -227,23 +235,30 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
   done
 done
-median() { tr ' ' '\n' | grep -v '^$' | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
+median() { tr ' ' '\n' | { grep -v -e '^$' -e '^-$' -e '^nan$' || true; } | sort -g | awk '{a[NR]=$1} END{ if (NR) print a[int((NR+1)/2)]; else print "-" }'; }
+rounds() { # $1, $2: two rows' per-round figures: the per-round ratios ("-" where one is missing)
+  awk -v a="$1" -v b="$2" 'BEGIN{ n = split(a, x, " "); split(b, y, " ")
+    for (k = 1; k <= n; k++) printf "%s ", (y[k] != "nan" && y[k] > 0 && x[k] != "nan") ? sprintf("%.2f", x[k] / y[k]) : "-" }'
+}
 printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms" "backend µs"
-NG=$(median <<<"${CPU[nginx]:-0}") # 0 without the nginx row: the ÷nginx columns print -
-NGF=$(median <<<"${CPUF[nginx]:-0}")
 for n in "${NAMES[@]}"; do
-  c=$(median <<<"${CPU[$n]}")
-  ratio=$(awk -v a="$c" -v b="$NG" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
-  cf=$(median <<<"${CPUF[$n]}")
-  ratiof=$(awk -v a="$cf" -v b="$NGF" 'BEGIN{ if (b>0) printf "%.2f", a/b; else print "-" }')
+  ratio=-; ratiof=-
+  if [ -n "${CPU[nginx]:-}" ]; then # without the nginx row the ÷nginx columns print -
+    ratio=$(rounds "${CPU[$n]}" "${CPU[nginx]}" | median); ratiof=$(rounds "${CPUF[$n]}" "${CPUF[nginx]}" | median)
+  fi
+  c=$(median <<<"${CPU[$n]}"); cf=$(median <<<"${CPUF[$n]}")
   [ "$n" = direct ] && { c="-"; ratio="-"; cf="-"; ratiof="-"; }
   printf "%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" "$n" "$(median <<<"${RPS[$n]}")" "$c" "$ratio" "$cf" "$ratiof" "$(median <<<"${P50[$n]}")" "$(median <<<"${P99[$n]}")" "$(median <<<"${BCPU[$n]}")"
 done
-ratio() { # the CPU medians of row $1 ÷ row $2, both run; $3 says what the pair compares
+if [ -n "${CPU[nginx]:-}" ]; then
+  for n in "${NAMES[@]}"; do
+    [ "$n" = nginx ] || [ "$n" = direct ] && continue
+    echo "÷ nginx per round, $n: closed loop $(rounds "${CPU[$n]}" "${CPU[nginx]}")· at $CPU_RATE/s $(rounds "${CPUF[$n]}" "${CPUF[nginx]}")"
+  done
+fi
+ratio() { # row $1 ÷ row $2, both run, the median of the per-round ratios; $3 says what the pair compares
   [[ " ${NAMES[*]} " == *" $1 "* && " ${NAMES[*]} " == *" $2 "* ]] || return 0
-  awk -v n="$1" -v m="$2" -v w="$3" -v a="$(median <<<"${CPU[$1]}")" -v b="$(median <<<"${CPU[$2]}")" \
-    -v c="$(median <<<"${CPUF[$1]}")" -v d="$(median <<<"${CPUF[$2]}")" \
-    'BEGIN{ printf "%s ÷ %s (%s): %.2f closed loop, %.2f at the fixed rate\n", n, m, w, a/b, c/d }'
+  echo "$1 ÷ $2 ($3): $(rounds "${CPU[$1]}" "${CPU[$2]}" | median) closed loop, $(rounds "${CPUF[$1]}" "${CPUF[$2]}" | median) at the fixed rate"
 }
 ratio lbproxy-full nginx-log "both with an access log"
 ratio lbproxy floor "lbproxy's own work"
@@ -255,4 +270,4 @@ ratio lbproxy lbproxy-alt "this build ÷ ALT"
 ratio lbproxy-full lbproxy-alt-full "this build ÷ ALT"
 ratio lbproxy-1k lbproxy-alt-1k "this build ÷ ALT"
 echo "load after: $(uptime)"
-echo "(medians of $ROUNDS interleaved rounds, each row after a $WARMUP unmeasured warm-up: $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"
+echo "(medians of $ROUNDS interleaved rounds, ÷ as medians of per-round ratios, each row after a $WARMUP unmeasured warm-up: $DURATION closed loop + $PHASE at $CPU_RATE req/s + $PHASE at $RATE req/s; proxies on core 0, load+backends on core 1)"
