@@ -124,7 +124,7 @@ const pickChunk = 4096
 // 3× — in one process and interleaved: the two clusters take turns,
 // pickChunk picks at a time, each turn timed by the thread's CPU clock. A
 // cloud host's speed moves during a run (a neighbour on the core's other
-// hardware thread), by as much as 1.5× between BenchmarkPick's rows; by
+// hardware thread), by as much as 1.7× between two counts of one row; by
 // turns, such a change weighs on both sides alike. Metrics: x-wrr4 the
 // ratio, cpu-ns/op the algorithm's pick, wrr4-cpu-ns/op the reference's.
 func BenchmarkPickVsWRR(b *testing.B) {

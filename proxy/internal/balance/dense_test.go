@@ -279,9 +279,10 @@ func TestDenseEnableCopiesHeld(t *testing.T) {
 // wyrand per Selection seeded from the runtime's per-thread one) draws in
 // proportion to the weights, over fresh Selections and over one started
 // again and again: random's shares of an idle group over several stripes
-// are within 3 % (relative; 5 σ for the rarest) of the weight shares, p2c-ewma's of the two-draw shares (the heavier of two
-// draws wins an idle group: p_i² + 2 p_i Σ_{w_j < w_i} p_j), and every bit
-// of the words is set about half the time.
+// are within 3 % (relative; 5 σ for the rarest) of the weight shares,
+// p2c-ewma's of the two-draw shares (the heavier of two draws wins an
+// idle group: p_i² + 2 p_i Σ_{w_j < w_i} p_j), and every bit of the words
+// is set about half the time.
 func TestSelectionRandDraws(t *testing.T) {
 	ws := []int{1, 2, 3, 4, 5, 6}
 	total := 21

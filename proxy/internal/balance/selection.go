@@ -97,8 +97,8 @@ func (s *Selection) Release() {
 // instructions a draw in callgrind, where p2c-ewma and random(2) draw
 // twice per pick and wrr's whole pick is 421; against two runtime.cheaprand
 // calls a draw, this stream took 4–9 % off random(2)'s and p2c-ewma's picks
-// at 1 000 instances, BenchmarkPickVsWRR.) With
-// RegistryOptions.Rand (the tests' seeded sources) it draws from that.
+// at 1 000 instances, BenchmarkPickVsWRR.) With RegistryOptions.Rand (the
+// tests' seeded sources) it draws from that.
 func (s *Selection) rand() uint64 {
 	if r := s.c.reg; r.ownRand {
 		return r.rand()
