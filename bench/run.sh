@@ -4,9 +4,10 @@
 # Each proxy is pinned to core 0 with one worker (GOMAXPROCS=1 for lbproxy);
 # the load generator and the 4 backends (weights 5/3/1/1, 100-byte bodies)
 # run on core 1. Rounds are interleaved, the rows in the listed order in odd
-# rounds and reversed in even ones (A B C D D C B A ...: a drift of the host's
-# speed falls on both sides of a pair), and the medians printed: req/s (closed loop, 64 keep-alive connections), proxy CPU µs per
-# request (utime+stime from /proc/<pid>/stat) in that closed loop and again
+# rounds and reversed in even ones (A B C D D C B A ...: a drift of the
+# host's speed falls on both sides of a pair; bench/rounds.sh), and the
+# medians printed: req/s (closed loop, 64 keep-alive connections), proxy CPU
+# µs per request (utime+stime from /proc/<pid>/stat) in that closed loop and again
 # at a fixed CPU_RATE req/s (open loop, default 8000: every proxy under the
 # same load, so batching does not differ with throughput), and p50/p99 at a
 # fixed 2000 req/s (open loop), with ratios to nginx: each "÷" is the median
@@ -69,6 +70,8 @@ WARMUP=${WARMUP:-1s} # unmeasured closed loop before each row's phases (0: none)
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/snapshot.sh
 . "$ROOT/bench/snapshot.sh"
+# shellcheck source=bench/rounds.sh
+. "$ROOT/bench/rounds.sh"
 WORK=$(mktemp -d /tmp/sluice-bench.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$WORK"; }
@@ -210,11 +213,8 @@ ticks() { # utime+stime of a process and its children threads, in clock ticks
 }
 HZ=$(getconf CLK_TCK)
 declare -A RPS CPU BCPU CPUF P50 P99
-REV=()
-for ((k = ${#NAMES[@]} - 1; k >= 0; k--)); do REV+=("${NAMES[$k]}"); done
 for r in $(seq "$ROUNDS"); do
-  order=("${NAMES[@]}")
-  [ $((r % 2)) = 0 ] && order=("${REV[@]}")
+  mapfile -t order < <(round_order "$r" "${NAMES[@]}")
   for n in "${order[@]}"; do
     [ "$WARMUP" = 0 ] || GOGC=off taskset -c 1 "$WORK/benchtool" load -url "${URL[$n]}" -conns 64 -duration "$WARMUP" >/dev/null
     b0=$(ticks "$BACKENDS_PID"); t0=$(ticks "${PID[$n]}")
@@ -235,11 +235,6 @@ for r in $(seq "$ROUNDS"); do
     echo "round $r $n: $out | cpu_us/req=$cpu backend_us/req=$bcpu | at $CPU_RATE/s: cpu_us/req=$cpuf | $lat" >&2
   done
 done
-median() { tr ' ' '\n' | { grep -v -e '^$' -e '^-$' -e '^nan$' || true; } | sort -g | awk '{a[NR]=$1} END{ if (NR) print a[int((NR+1)/2)]; else print "-" }'; }
-rounds() { # $1, $2: two rows' per-round figures: the per-round ratios ("-" where one is missing)
-  awk -v a="$1" -v b="$2" 'BEGIN{ n = split(a, x, " "); split(b, y, " ")
-    for (k = 1; k <= n; k++) printf "%s ", (y[k] != "nan" && y[k] > 0 && x[k] != "nan") ? sprintf("%.2f", x[k] / y[k]) : "-" }'
-}
 printf "\n%-13s %10s %12s %8s %14s %8s %10s %10s %11s\n" proxy "req/s" "CPU µs/req" "÷nginx" "@$CPU_RATE/s µs" "÷nginx" "p50 ms" "p99 ms" "backend µs"
 for n in "${NAMES[@]}"; do
   ratio=-; ratiof=-

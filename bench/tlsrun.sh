@@ -62,6 +62,8 @@ PHASES=" ${PHASES:-h1 h2 hs hsf} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/snapshot.sh
 . "$ROOT/bench/snapshot.sh"
+# shellcheck source=bench/rounds.sh
+. "$ROOT/bench/rounds.sh"
 WORK=$(mktemp -d /tmp/sluice-tls.XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; [ -n "${KEEP:-}" ] || rm -rf "$WORK"; }
@@ -218,11 +220,8 @@ if [ "${WARMUP%s}" != 0 ]; then
     [[ $PHASES == *" h2 "* ]] && DURATION=$WARMUP h2run "$row"
   done
 fi
-REV=()
-for ((k = ${#ROWS[@]} - 1; k >= 0; k--)); do REV+=("${ROWS[$k]}"); done
 for r in $(seq "$ROUNDS"); do
-  order=("${ROWS[@]}")
-  [ $((r % 2)) = 0 ] && order=("${REV[@]}")
+  mapfile -t order < <(round_order "$r" "${ROWS[@]}")
   for ph in h1 h2 hs hsf; do
     [[ $PHASES == *" $ph "* ]] || continue
     if [ "$ph" = h1 ] && [ -n "${CONCURRENT:-}" ]; then measure_together; continue; fi
@@ -230,22 +229,17 @@ for r in $(seq "$ROUNDS"); do
   done
 done
 echo "load after: $(uptime)" >&2
-med() { tr ' ' '\n' | { grep -v '^$' || true; } | sort -g | awk '{a[NR]=$1} END{print a[int((NR+1)/2)]}'; }
-rounds_ratio() { # $1: a row's per-round figures, $2: nginx's: the per-round ratios
-  awk -v a="$1" -v b="$2" 'BEGIN{ n = split(a, x, " "); split(b, y, " ")
-    for (k = 1; k <= n; k++) printf "%s ", (y[k] != "nan" && y[k] > 0 && x[k] != "nan") ? sprintf("%.2f", x[k] / y[k]) : "-" }'
-}
 declare -A Q1=() Q2=() QS=() QF=()
 printf '| row | h1 req/s | h1 µs/req | ÷ nginx | h2 req/s | h2 µs/req | ÷ nginx | resumed conn/s | µs/conn | ÷ nginx | full-handshake conn/s | µs/conn | ÷ nginx |\n'
 printf '|---|---|---|---|---|---|---|---|---|---|---|---|---|\n'
 for row in "${ROWS[@]}"; do
-  Q1[$row]=$(rounds_ratio "${H1[$row]:-}" "${H1[nginx]:-}"); Q2[$row]=$(rounds_ratio "${H2[$row]:-}" "${H2[nginx]:-}")
-  QS[$row]=$(rounds_ratio "${HS[$row]:-}" "${HS[nginx]:-}"); QF[$row]=$(rounds_ratio "${HF[$row]:-}" "${HF[nginx]:-}")
+  Q1[$row]=$(rounds "${H1[$row]:-}" "${H1[nginx]:-}"); Q2[$row]=$(rounds "${H2[$row]:-}" "${H2[nginx]:-}")
+  QS[$row]=$(rounds "${HS[$row]:-}" "${HS[nginx]:-}"); QF[$row]=$(rounds "${HF[$row]:-}" "${HF[nginx]:-}")
   printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$row" \
-    "$(med <<<"${R1[$row]:-}")" "$(med <<<"${H1[$row]:-}")" "$(med <<<"${Q1[$row]}")" \
-    "$(med <<<"${R2[$row]:-}")" "$(med <<<"${H2[$row]:-}")" "$(med <<<"${Q2[$row]}")" \
-    "$(med <<<"${RS[$row]:-}")" "$(med <<<"${HS[$row]:-}")" "$(med <<<"${QS[$row]}")" \
-    "$(med <<<"${RF[$row]:-}")" "$(med <<<"${HF[$row]:-}")" "$(med <<<"${QF[$row]}")"
+    "$(median <<<"${R1[$row]:-}")" "$(median <<<"${H1[$row]:-}")" "$(median <<<"${Q1[$row]}")" \
+    "$(median <<<"${R2[$row]:-}")" "$(median <<<"${H2[$row]:-}")" "$(median <<<"${Q2[$row]}")" \
+    "$(median <<<"${RS[$row]:-}")" "$(median <<<"${HS[$row]:-}")" "$(median <<<"${QS[$row]}")" \
+    "$(median <<<"${RF[$row]:-}")" "$(median <<<"${HF[$row]:-}")" "$(median <<<"${QF[$row]}")"
 done
 for row in "${ROWS[@]}"; do echo "per round $row: h1 ${H1[$row]:-}· h2 ${H2[$row]:-}· resumed ${HS[$row]:-}· full ${HF[$row]:-}"; done
 for row in "${ROWS[@]:1}"; do echo "÷ nginx per round $row: h1 ${Q1[$row]}· h2 ${Q2[$row]}· resumed ${QS[$row]}· full ${QF[$row]}"; done
